@@ -1,0 +1,72 @@
+"""Where the database is and how to open it.
+
+Resolution order for the database URL: an explicit argument (``--db``), then the
+``SESSIONSTORE_URL`` environment variable, then the embedded default — a SQLite file at
+``$SESSIONSTORE_HOME/sessionstore.db``, where ``SESSIONSTORE_HOME`` defaults to
+``$XDG_DATA_HOME/sessionstore`` (``~/.local/share/sessionstore``). A bare path is taken as a
+SQLite file; ``postgresql://`` URLs use the psycopg 3 driver.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from .backends.postgres import create_postgres_engine
+from .backends.sqlite import SQLiteDurability, create_sqlite_engine
+
+__all__ = ["create_engine_for_url", "default_database_path", "is_sqlite_url", "resolve_url"]
+
+URL_ENV = "SESSIONSTORE_URL"
+HOME_ENV = "SESSIONSTORE_HOME"
+
+
+def default_database_path() -> Path:
+    """The embedded default database file (not created by this call)."""
+    home = os.environ.get(HOME_ENV)
+    if home:
+        return Path(home).expanduser() / "sessionstore.db"
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home).expanduser() / "sessionstore" / "sessionstore.db"
+
+
+def resolve_url(url: str | os.PathLike[str] | None) -> str:
+    """The SQLAlchemy URL for ``url`` (argument, environment, or the embedded default)."""
+    chosen = os.fspath(url) if url is not None else os.environ.get(URL_ENV)
+    if not chosen:
+        return f"sqlite:///{default_database_path()}"
+    if "://" not in chosen:
+        if chosen == ":memory:":
+            return "sqlite://"
+        return f"sqlite:///{Path(chosen).expanduser().resolve()}"
+    if chosen.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + chosen.split("://", 1)[1]
+    return chosen
+
+
+def is_sqlite_url(url: str) -> bool:
+    """True for any SQLite URL."""
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full") -> Engine:
+    """An engine configured for sessionstore (PRAGMAs, begin modes, timeouts).
+
+    A SQLite file's folder is created if missing.
+
+    Raises:
+        ValueError: a backend sessionstore does not support.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if parsed.database and parsed.database != ":memory:" and "mode=memory" not in url:
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        return create_sqlite_engine(url, durability=durability)
+    if backend == "postgresql":
+        return create_postgres_engine(url)
+    msg = f"unsupported database {parsed.render_as_string(hide_password=True)}: use sqlite or postgresql"
+    raise ValueError(msg)

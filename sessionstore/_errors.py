@@ -1,0 +1,167 @@
+"""Every error sessionstore raises, under one root.
+
+The tree::
+
+    SessionStoreError
+    ├── ValidationError (ValueError)         bad input: names the event and the field
+    ├── SessionNotFoundError (LookupError)
+    ├── SessionExistsError
+    ├── ConcurrencyError                     expected seq != actual seq; nothing written
+    ├── DuplicateEventError                  an event_id reused with different content
+    ├── AppendOnlyViolation                  the database refused an UPDATE / DELETE / TRUNCATE
+    ├── IntegrityCheckError                  the hash chain does not verify (tampering)
+    ├── UnknownEventTypeError                a stored event type this version cannot read
+    ├── SchemaOutOfDateError                 the database is not migrated to this version
+    └── DatabaseError                        PEP 249 names for storage failures
+        ├── OperationalError                 lost connection, lock timeout, disk full ...
+        ├── IntegrityError                   a constraint the store did not expect
+        └── ProgrammingError                 broken SQL, missing table
+
+Driver errors are translated in exactly one place (``sessionstore.backends._sql``)
+with ``raise ... from e``, so callers never import SQLAlchemy or a driver to catch errors.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AppendOnlyViolation",
+    "ConcurrencyError",
+    "DatabaseError",
+    "DuplicateEventError",
+    "IntegrityCheckError",
+    "IntegrityError",
+    "OperationalError",
+    "ProgrammingError",
+    "SchemaOutOfDateError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "SessionStoreError",
+    "UnknownEventTypeError",
+    "ValidationError",
+]
+
+
+class SessionStoreError(Exception):
+    """Root of every error raised by sessionstore."""
+
+
+class ValidationError(SessionStoreError, ValueError):
+    """An event or argument failed validation; nothing was written.
+
+    Attributes:
+        index: position of the offending event in the batch (None for a single value).
+        event_type: the event's ``type``, when known.
+        field: dotted path of the offending field, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        event_type: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.event_type = event_type
+        self.field = field
+
+
+class SessionNotFoundError(SessionStoreError, LookupError):
+    """The session id does not exist in this store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} does not exist")
+        self.session_id = session_id
+
+
+class SessionExistsError(SessionStoreError):
+    """A session with this id already exists."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class ConcurrencyError(SessionStoreError):
+    """Another writer appended first: the session's last seq is not the one expected.
+
+    Nothing of the batch was written. Reload the session and decide again; the store
+    never retries this by itself.
+    """
+
+    def __init__(self, session_id: str, expected: int | None, actual: int) -> None:
+        super().__init__(
+            f"session {session_id!r}: expected last seq {expected}, but it is {actual}"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+
+class DuplicateEventError(SessionStoreError):
+    """An event_id already stored with different content (or in another session or batch)."""
+
+    def __init__(self, event_id: str, reason: str) -> None:
+        super().__init__(f"event {event_id}: {reason}")
+        self.event_id = event_id
+
+
+class AppendOnlyViolation(SessionStoreError):
+    """The database itself refused to change or remove a stored event or blob."""
+
+
+class IntegrityCheckError(SessionStoreError):
+    """Stored data does not match its hash: an event or blob was altered.
+
+    Attributes:
+        session_id: the session checked (None for a blob).
+        seq: the first seq whose hash or link does not match (None for a blob).
+    """
+
+    def __init__(self, message: str, *, session_id: str | None = None, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.seq = seq
+
+
+class UnknownEventTypeError(SessionStoreError):
+    """A stored event has a type or schema version this version of sessionstore cannot read."""
+
+
+class SchemaOutOfDateError(SessionStoreError):
+    """The database schema is missing or older/newer than this version expects."""
+
+    def __init__(self, url: str, current: str | None, expected: str) -> None:
+        where = current or "no schema"
+        super().__init__(
+            f"database {url} is at revision {where}, this sessionstore needs {expected}: "
+            f"run `sessionstore db upgrade --db {url}`"
+        )
+        self.current = current
+        self.expected = expected
+
+
+class DatabaseError(SessionStoreError):
+    """A storage failure (PEP 249 ``DatabaseError``)."""
+
+
+class OperationalError(DatabaseError):
+    """The database could not do the work: connection lost, lock timeout, disk full."""
+
+
+class IntegrityError(DatabaseError):
+    """A database constraint the store does not translate into a domain error.
+
+    Attributes:
+        constraint: the violated constraint's name, when the driver reports it.
+    """
+
+    def __init__(self, message: str, *, constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
+class ProgrammingError(DatabaseError):
+    """Broken SQL or a missing table or column."""

@@ -1,0 +1,285 @@
+"""Event models: versioned Pydantic v2 models, one class per event ``type``.
+
+An event is what a caller appends; the store adds the envelope (session, seq, global
+position, hash chain, timestamps). The payload stored for an event is its JSON without
+``event_id`` and ``type`` (both are columns), produced by ``model_dump_json`` so the bytes
+are deterministic for equal events.
+
+Versioning: every class carries ``SCHEMA_VERSION``. When a model changes shape, bump it and
+register an upcaster from the old version (``register_upcaster``); stored events are
+upcast step by step on read, never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from uuid import UUID, uuid4
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+from ._errors import UnknownEventTypeError, ValidationError
+
+__all__ = [
+    "AnyEvent",
+    "ContentBlock",
+    "Event",
+    "MessageAppended",
+    "QuerySource",
+    "SessionStarted",
+    "UsageRecorded",
+    "decode_event",
+    "encode_event",
+    "event_class",
+    "parse_event",
+    "register_event",
+    "register_upcaster",
+]
+
+QuerySource = Literal["main", "subagent", "compact", "session_memory"]
+
+# Anthropic content blocks are kept as the JSON the API uses; only the ``type`` key is
+# required here. Projections interpret the blocks; the log keeps them verbatim.
+ContentBlock = dict[str, Any]
+
+
+class Event(BaseModel):
+    """Base of every event.
+
+    ``event_id`` is chosen by the client (a fresh uuid4 by default) and is the key of
+    idempotent appends: retrying the same event object after a lost acknowledgement
+    writes nothing and returns the original positions.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    event_id: UUID = Field(default_factory=uuid4)
+    type: str
+
+    def countable_text(self) -> list[str] | None:
+        """Text whose tokens count towards the context, or None if the event has none."""
+        return None
+
+
+class SessionStarted(Event):
+    """The first event of a session: model limits and where the session came from."""
+
+    type: Literal["session_started"] = "session_started"
+    model: str | None = None
+    context_window: PositiveInt | None = None
+    max_output_tokens: PositiveInt | None = None
+    query_source: QuerySource = "main"
+    parent_session_id: str | None = None
+    fork_seq: NonNegativeInt | None = None
+    parent_tool_use_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def _check_blocks(content: str | list[ContentBlock]) -> str | list[ContentBlock]:
+    if isinstance(content, list):
+        for i, block in enumerate(content):
+            if not isinstance(block.get("type"), str):
+                msg = f"content block {i} needs a string 'type'"
+                raise ValueError(msg)
+    return content
+
+
+def _block_text(block: ContentBlock) -> Iterable[str]:
+    kind = block.get("type")
+    if kind == "text":
+        yield str(block.get("text", ""))
+    elif kind == "thinking":
+        yield str(block.get("thinking", ""))
+    elif kind == "tool_use":
+        yield str(block.get("name", ""))
+        yield json.dumps(block.get("input", {}), ensure_ascii=False, separators=(",", ":"))
+    elif kind == "tool_result":
+        inner = block.get("content", "")
+        if isinstance(inner, str):
+            yield inner
+        elif isinstance(inner, list):
+            for sub in inner:
+                if isinstance(sub, dict):
+                    yield from _block_text(sub)
+
+
+class MessageAppended(Event):
+    """One message (or one streamed chunk of an assistant message) of the conversation."""
+
+    type: Literal["message_appended"] = "message_appended"
+    message_uuid: str = Field(default_factory=lambda: str(uuid4()))
+    parent_uuid: str | None = None
+    role: Literal["user", "assistant"]
+    content: Annotated[str | list[ContentBlock], pydantic.AfterValidator(_check_blocks)]
+    #: The API response id: streamed chunks of one API round share it.
+    api_message_id: str | None = None
+    is_meta: bool = False
+    is_sidechain: bool = False
+    stop_reason: str | None = None
+    timestamp: datetime | None = None
+
+    def countable_text(self) -> list[str]:
+        """Every text the model reads in this message: text, thinking, tool calls, results."""
+        if isinstance(self.content, str):
+            return [self.content]
+        return [text for block in self.content for text in _block_text(block)]
+
+
+class UsageRecorded(Event):
+    """Token usage reported by the API for one response; anchors the token estimate."""
+
+    type: Literal["usage_recorded"] = "usage_recorded"
+    input_tokens: NonNegativeInt
+    output_tokens: NonNegativeInt
+    cache_creation_input_tokens: NonNegativeInt = 0
+    cache_read_input_tokens: NonNegativeInt = 0
+    api_message_id: str | None = None
+    model: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        """Input + cache creation + cache read + output: the context the response used."""
+        return (
+            self.input_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+            + self.output_tokens
+        )
+
+
+AnyEvent = Annotated[
+    SessionStarted | MessageAppended | UsageRecorded,
+    Field(discriminator="type"),
+]
+
+_EVENT_TYPES: dict[str, type[Event]] = {}
+_UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+E = TypeVar("E", bound=type[Event])
+
+
+def register_event(cls: E) -> E:
+    """Make an event class known to the store (usable as a class decorator).
+
+    Raises:
+        ValueError: the class has no literal ``type`` default, or the type is taken.
+    """
+    type_name = cls.model_fields["type"].default
+    if not isinstance(type_name, str):
+        msg = f"{cls.__name__} needs a literal default for 'type'"
+        raise ValueError(msg)  # noqa: TRY004 - a programming error at import time
+    existing = _EVENT_TYPES.get(type_name)
+    if existing is not None and existing is not cls:
+        msg = f"event type {type_name!r} is already registered by {existing.__name__}"
+        raise ValueError(msg)
+    _EVENT_TYPES[type_name] = cls
+    return cls
+
+
+def register_upcaster(
+    type_name: str, from_version: int
+) -> Callable[[Callable[[dict[str, Any]], dict[str, Any]]], Callable[[dict[str, Any]], dict[str, Any]]]:
+    """Register ``fn(payload) -> payload`` turning version ``from_version`` into the next one."""
+
+    def decorator(
+        fn: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        _UPCASTERS[(type_name, from_version)] = fn
+        return fn
+
+    return decorator
+
+
+for _cls in (SessionStarted, MessageAppended, UsageRecorded):
+    register_event(_cls)
+
+
+def event_class(type_name: str) -> type[Event]:
+    """The registered class for ``type_name``.
+
+    Raises:
+        UnknownEventTypeError: no such type is registered.
+    """
+    try:
+        return _EVENT_TYPES[type_name]
+    except KeyError:
+        known = ", ".join(sorted(_EVENT_TYPES))
+        msg = f"unknown event type {type_name!r} (known: {known})"
+        raise UnknownEventTypeError(msg) from None
+
+
+def _first_error(exc: pydantic.ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    field = ".".join(str(part) for part in err["loc"]) or "<event>"
+    return field, err["msg"]
+
+
+def parse_event(data: Event | dict[str, Any], *, index: int | None = None) -> Event:
+    """Validate a dict (or pass through an event) into a registered event model.
+
+    Raises:
+        ValidationError: names the batch index, the event type and the first bad field.
+    """
+    if isinstance(data, Event):
+        event_class(data.type)
+        return data
+    if not isinstance(data, dict):
+        msg = f"event{_at(index)} must be an Event or a dict, not {type(data).__name__}"
+        raise ValidationError(msg, index=index)
+    type_name = data.get("type")
+    if not isinstance(type_name, str):
+        msg = f"event{_at(index)} has no string field 'type'"
+        raise ValidationError(msg, index=index, field="type")
+    try:
+        cls = event_class(type_name)
+    except UnknownEventTypeError as e:
+        raise ValidationError(f"event{_at(index)}: {e}", index=index, field="type") from None
+    try:
+        return cls.model_validate(data)
+    except pydantic.ValidationError as e:
+        field, problem = _first_error(e)
+        msg = f"event{_at(index)} of type {type_name!r}: field {field!r}: {problem}"
+        raise ValidationError(msg, index=index, event_type=type_name, field=field) from e
+
+
+def _at(index: int | None) -> str:
+    return "" if index is None else f" #{index}"
+
+
+def encode_event(event: Event) -> str:
+    """The payload text stored for ``event``: its JSON without ``event_id`` and ``type``."""
+    return event.model_dump_json(exclude={"event_id", "type"})
+
+
+def decode_event(type_name: str, schema_version: int, payload: str, event_id: str) -> Event:
+    """Rebuild an event from its stored columns, upcasting older schema versions.
+
+    Raises:
+        UnknownEventTypeError: the type is not registered, the stored version is newer
+            than this code, or an upcaster is missing.
+    """
+    cls = event_class(type_name)
+    current = cls.SCHEMA_VERSION
+    if schema_version == current:
+        event = cls.model_validate_json(payload)
+    elif schema_version < current:
+        data = json.loads(payload)
+        for version in range(schema_version, current):
+            upcast = _UPCASTERS.get((type_name, version))
+            if upcast is None:
+                msg = f"no upcaster for {type_name!r} from schema version {version} to {version + 1}"
+                raise UnknownEventTypeError(msg)
+            data = upcast(data)
+        event = cls.model_validate(data)
+    else:
+        msg = (
+            f"event type {type_name!r} has schema version {schema_version}, newer than this "
+            f"sessionstore understands ({current}): upgrade sessionstore"
+        )
+        raise UnknownEventTypeError(msg)
+    return event.model_copy(update={"event_id": UUID(event_id)})

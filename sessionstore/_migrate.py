@@ -1,0 +1,69 @@
+"""Schema migrations through Alembic, usable from an installed package (no ini file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, inspect, text
+
+from ._errors import SchemaOutOfDateError
+from .backends._sql import translate_errors
+
+__all__ = ["SCHEMA_REVISION", "check_schema", "current_revision", "downgrade", "upgrade"]
+
+#: The Alembic head this code expects. A test asserts it equals the scripts' head.
+SCHEMA_REVISION = "0001"
+
+# Serializes concurrent first-use migrations on PostgreSQL (SQLite uses BEGIN IMMEDIATE).
+_MIGRATION_LOCK_KEY = 0x5E55_0001
+
+
+def alembic_config() -> Config:
+    """An Alembic config pointing at the migration scripts shipped in the package."""
+    from . import _migrations  # noqa: PLC0415 - a data package; import only when migrating
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(_migrations.__file__).parent))
+    return config
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision the database is at, or None when it has no sessionstore schema."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def _migrate(engine: Engine, direction: str, revision: str) -> None:
+    config = alembic_config()
+    with translate_errors(), engine.connect() as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+        if direction == "upgrade" and revision == "head" and current_revision(conn) == SCHEMA_REVISION:
+            return
+        config.attributes["connection"] = conn
+        if direction == "upgrade":
+            command.upgrade(config, revision)
+        else:
+            command.downgrade(config, revision)
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database up to ``revision`` in one transaction (safe to run concurrently)."""
+    _migrate(engine, "upgrade", revision)
+
+
+def downgrade(engine: Engine, revision: str = "base") -> None:
+    """Migrate the database down to ``revision`` (``base`` removes every sessionstore table)."""
+    _migrate(engine, "downgrade", revision)
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise ``SchemaOutOfDateError`` unless the database is at ``SCHEMA_REVISION``."""
+    with translate_errors(), engine.connect().execution_options(sessionstore_read=True) as conn:
+        with conn.begin():
+            current = current_revision(conn)
+    if current != SCHEMA_REVISION:
+        raise SchemaOutOfDateError(engine.url.render_as_string(hide_password=True), current, SCHEMA_REVISION)

@@ -1,0 +1,66 @@
+"""``open_store``: the one call that gives a ready store for a URL."""
+
+from __future__ import annotations
+
+import os
+
+from sqlalchemy import Engine
+
+from ._config import URL_ENV, create_engine_for_url, is_sqlite_url, resolve_url
+from ._migrate import check_schema, upgrade
+from ._store import SessionStore
+from ._tokens import TiktokenCounter, TokenCounter
+from .backends.postgres import PostgresSessionStore
+from .backends.sqlite import SQLiteDurability, SQLiteSessionStore
+
+__all__ = ["open_store"]
+
+
+class _Default:
+    """Marker for "use the default token counter"."""
+
+
+DEFAULT_COUNTER = _Default()
+
+
+def open_store(
+    url: str | os.PathLike[str] | None = None,
+    *,
+    migrate: bool | None = None,
+    token_counter: TokenCounter | _Default | None = DEFAULT_COUNTER,
+    durability: SQLiteDurability = "full",
+) -> SessionStore:
+    """Open the store at ``url`` (see ``resolve_url`` for the default).
+
+    Args:
+        url: a SQLAlchemy URL, a SQLite file path, ``":memory:"``, or None for
+            ``SESSIONSTORE_URL`` / the embedded default file.
+        migrate: migrate the schema to this version first. None (the default) migrates
+            the embedded default and in-memory databases only; a configured database
+            must be migrated explicitly (``sessionstore db upgrade``) or with True.
+        token_counter: counts tokens of appended events; None turns counting off.
+        durability: SQLite ``synchronous`` level, ``"full"`` (default) or ``"normal"``.
+
+    Raises:
+        SchemaOutOfDateError: the database is not migrated and ``migrate`` is not set.
+    """
+    embedded = url is None and not os.environ.get(URL_ENV)
+    resolved = resolve_url(url)
+    engine = create_engine_for_url(resolved, durability=durability)
+    in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
+    try:
+        if migrate or (migrate is None and (embedded or in_memory)):
+            upgrade(engine)
+        else:
+            check_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
+    return _store_for(engine, counter, single_connection=in_memory)
+
+
+def _store_for(engine: Engine, counter: TokenCounter | None, *, single_connection: bool) -> SessionStore:
+    if is_sqlite_url(str(engine.url)):
+        return SQLiteSessionStore(engine, token_counter=counter, single_connection=single_connection)
+    return PostgresSessionStore(engine, token_counter=counter)

@@ -1,0 +1,309 @@
+"""The store contract and the records it returns.
+
+``SessionStore`` is the one seam between sessionstore and a database. Everything above it
+(projections, the pipeline, the CLI) talks to this contract and never branches on the
+backend it holds.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Literal
+
+from ._errors import ValidationError
+from ._events import Event, decode_event
+from ._hashing import GENESIS_HASH, event_hash
+
+__all__ = [
+    "ANY",
+    "AppendResult",
+    "BlobRef",
+    "ExpectedSeq",
+    "RecordedEvent",
+    "SessionInfo",
+    "SessionStore",
+    "VerifyReport",
+    "check_session_id",
+]
+
+#: ``expected_seq`` value that skips the concurrency check (idempotency still holds).
+ANY: Literal["any"] = "any"
+ExpectedSeq = int | Literal["any"]
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+
+
+def check_session_id(session_id: str) -> str:
+    """Return ``session_id`` if it is 1-64 of ``[A-Za-z0-9._:-]`` starting alphanumeric.
+
+    Raises:
+        ValidationError: otherwise, saying what is allowed.
+    """
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        msg = (
+            f"invalid session id {session_id!r}: use 1-64 characters of letters, digits, "
+            "'.', '_', ':' or '-', starting with a letter or digit"
+        )
+        raise ValidationError(msg, field="session_id")
+    return session_id
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session's row: identity, lineage and metadata."""
+
+    id: str
+    created_at: datetime
+    parent_session_id: str | None = None
+    fork_seq: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as stored: the envelope plus the payload text exactly as hashed.
+
+    ``event`` decodes (and upcasts) the payload on first access.
+    """
+
+    session_id: str
+    seq: int
+    position: int
+    event_id: str
+    type: str
+    schema_version: int
+    payload: str
+    token_count: int | None
+    prev_hash: str
+    hash: str
+    created_at: datetime
+
+    @cached_property
+    def event(self) -> Event:
+        """The decoded event model (raises UnknownEventTypeError for unknown types)."""
+        return decode_event(self.type, self.schema_version, self.payload, self.event_id)
+
+    def payload_dict(self) -> dict[str, Any]:
+        """The payload as a dict, without decoding into a model."""
+        result: dict[str, Any] = json.loads(self.payload)
+        return result
+
+    def computed_hash(self) -> str:
+        """The hash this row should carry, recomputed from its stored columns."""
+        return event_hash(
+            self.prev_hash,
+            self.session_id,
+            self.seq,
+            self.event_id,
+            self.type,
+            self.schema_version,
+            self.token_count,
+            self.created_at,
+            self.payload,
+        )
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append assigned.
+
+    Attributes:
+        seqs: per-session sequence numbers of the events, in batch order.
+        positions: global positions of the events, in batch order.
+        last_seq: the session's last seq after the append (the next ``expected_seq``).
+        deduplicated: True when every event was already stored (an idempotent retry):
+            nothing was written and the original seqs and positions are returned.
+    """
+
+    session_id: str
+    seqs: tuple[int, ...]
+    positions: tuple[int, ...]
+    last_seq: int
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A content-addressed blob: its SHA-256 (hex) and size in bytes."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of walking a session's hash chain.
+
+    ``first_bad_seq`` is None when the chain verifies.
+    """
+
+    session_id: str
+    events_checked: int
+    first_bad_seq: int | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every event's hash and link verified."""
+        return self.first_bad_seq is None
+
+
+def chain_problem(events: Sequence[RecordedEvent], prev_hash: str | None) -> tuple[int, str] | None:
+    """The first (seq, reason) where ``events`` break the chain, or None.
+
+    Args:
+        events: consecutive events of one session in seq order.
+        prev_hash: hash of the event before ``events[0]`` (GENESIS for seq 1), or None
+            to trust ``events[0].prev_hash``.
+    """
+    expected_prev = prev_hash
+    expected_seq = events[0].seq if events else 1
+    for recorded in events:
+        if recorded.seq != expected_seq:
+            return recorded.seq, f"seq gap: expected {expected_seq}"
+        if expected_prev is not None and recorded.prev_hash != expected_prev:
+            return recorded.seq, "prev_hash does not match the previous event's hash"
+        if recorded.computed_hash() != recorded.hash:
+            return recorded.seq, "stored content does not match its hash"
+        expected_prev = recorded.hash
+        expected_seq += 1
+    return None
+
+
+class SessionStore(abc.ABC):
+    """An append-only, per-session event log with a global order.
+
+    Guarantees every implementation keeps (the contract suite in ``sessionstore.testing``
+    proves them):
+
+    * ``append`` is one transaction: all events of the batch or none.
+    * Per-session ``seq`` starts at 1 and has no gaps; ``expected_seq`` turns a race into
+      a ``ConcurrencyError`` for every writer but one.
+    * Appends are idempotent by ``event_id``.
+    * Global positions strictly increase in commit order: a reader tailing
+      ``read_all`` never skips an event that commits later.
+    * Stored events and blobs are never changed or deleted (enforced by the database).
+    """
+
+    @abc.abstractmethod
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        parent_session_id: str | None = None,
+        fork_seq: int | None = None,
+        events: Sequence[Event | dict[str, Any]] = (),
+    ) -> SessionInfo:
+        """Create a session (and append ``events`` to it) in one transaction.
+
+        Raises:
+            SessionExistsError: the id is taken.
+            SessionNotFoundError: ``parent_session_id`` does not exist.
+            ValidationError: a bad id, fork point or event.
+        """
+
+    @abc.abstractmethod
+    def get_session(self, session_id: str) -> SessionInfo:
+        """The session's row.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def list_sessions(self, *, limit: int = 100, after: str | None = None) -> list[SessionInfo]:
+        """Sessions ordered by id, ``limit`` at a time, starting after id ``after``."""
+
+    @abc.abstractmethod
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event | dict[str, Any]],
+        expected_seq: ExpectedSeq,
+    ) -> AppendResult:
+        """Append ``events`` atomically after seq ``expected_seq`` (or ``ANY``).
+
+        Returns only after the transaction committed (durability per the backend's
+        setting). Retrying the same event ids returns the original result and writes
+        nothing, even if the session moved on meanwhile.
+
+        Raises:
+            ConcurrencyError: the session's last seq is not ``expected_seq``.
+            DuplicateEventError: an event id is stored with other content, in another
+                session, or only part of the batch was stored before.
+            ValidationError: a bad event; names its index, type and field.
+            SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def last_seq(self, session_id: str) -> int:
+        """The session's last seq (0 when it has no events).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def read(
+        self,
+        session_id: str,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        *,
+        verify: bool = False,
+    ) -> list[RecordedEvent]:
+        """The session's events with ``from_seq <= seq <= to_seq``, in seq order.
+
+        With ``verify``, every returned event's hash and link is checked.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            IntegrityCheckError: ``verify`` found a stored event altered.
+        """
+
+    @abc.abstractmethod
+    def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Up to ``limit`` events of all sessions with position > ``after_position``, in order."""
+
+    @abc.abstractmethod
+    def max_position(self) -> int:
+        """The highest committed global position (0 for an empty store)."""
+
+    @abc.abstractmethod
+    def put_blob(self, data: bytes) -> BlobRef:
+        """Store ``data`` once under its SHA-256; storing the same bytes again is a no-op."""
+
+    @abc.abstractmethod
+    def get_blob(self, sha256: str) -> bytes:
+        """The bytes stored under ``sha256``, checked against the hash.
+
+        Raises:
+            KeyError: no such blob (a ``LookupError``).
+            IntegrityCheckError: the stored bytes do not hash to ``sha256``.
+        """
+
+    def verify(self, session_id: str) -> VerifyReport:
+        """Walk the session's whole hash chain and report the first bad seq, if any."""
+        events = self.read(session_id)
+        problem = chain_problem(events, GENESIS_HASH)
+        if problem is None:
+            return VerifyReport(session_id, len(events))
+        seq, reason = problem
+        return VerifyReport(session_id, len(events), seq, reason)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections. The store cannot be used afterwards."""
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
