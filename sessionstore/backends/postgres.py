@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
 
 from ._sql import SqlSessionStore
@@ -32,19 +33,27 @@ STATEMENT_TIMEOUT_MS = 300_000
 
 
 def create_postgres_engine(url: str, **engine_kwargs: Any) -> Engine:
-    """An engine over psycopg 3 with bounded lock, statement and idle-transaction waits."""
-    options = (
+    """An engine over psycopg 3 with bounded lock, statement and idle-transaction waits.
+
+    ``options`` given in the URL's query (``?options=-csearch_path%3Dtenant``) are kept and
+    come first, so a URL can still pick a schema.
+    """
+    parsed = make_url(url)
+    url_options = parsed.query.get("options")
+    own = (
         f"-c lock_timeout={LOCK_TIMEOUT_MS} "
         f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS} "
         f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"
     )
+    given = url_options if isinstance(url_options, str) else " ".join(url_options or ())
+    options = f"{given} {own}".strip()
     kwargs: dict[str, Any] = {
         "pool_pre_ping": True,
         "pool_timeout": 30,
         "connect_args": {"options": options},
     }
     kwargs.update(engine_kwargs)
-    return create_engine(url, **kwargs)
+    return create_engine(parsed.difference_update_query(["options"]), **kwargs)
 
 
 class PostgresSessionStore(SqlSessionStore):

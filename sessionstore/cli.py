@@ -1,0 +1,182 @@
+"""The ``sessionstore`` command line.
+
+Every command takes ``--db URL`` (default: ``SESSIONSTORE_URL``, else the embedded SQLite
+file). Errors print one line to stderr and exit with status 1; a failed integrity check
+exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from . import _migrate
+from ._config import create_engine_for_url, resolve_url
+from ._errors import SessionStoreError
+from ._events import MessageAppended
+from ._open import open_store
+from ._store import ANY, ExpectedSeq, SessionStore
+from .demo import run_demo
+
+__all__ = ["main"]
+
+
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="database URL or SQLite path (default: $SESSIONSTORE_URL, else the embedded SQLite file)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sessionstore", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    db = commands.add_parser("db", help="schema migrations")
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    for name, help_text in (
+        ("upgrade", "migrate the database to this version's schema"),
+        ("downgrade", "migrate down (to 'base' removes every sessionstore table)"),
+        ("current", "print the database's schema revision"),
+    ):
+        sub = db_commands.add_parser(name, help=help_text)
+        _add_db(sub)
+        if name != "current":
+            sub.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
+
+    demo = commands.add_parser("demo", help="run a short end-to-end session and show its log")
+    _add_db(demo)
+
+    sessions = commands.add_parser("sessions", help="list sessions")
+    _add_db(sessions)
+    sessions.add_argument("--limit", type=int, default=100)
+
+    new = commands.add_parser("new", help="create a session and print its id")
+    _add_db(new)
+    new.add_argument("--id", dest="session_id")
+    new.add_argument("--metadata", type=json.loads, default=None, help="JSON object")
+
+    append = commands.add_parser("append", help="append events (JSON lines on stdin) or one --text message")
+    _add_db(append)
+    append.add_argument("session_id")
+    append.add_argument("--expected", default="any", help="expected last seq, or 'any' (default)")
+    append.add_argument("--text", help="append one message with this text instead of reading stdin")
+    append.add_argument("--role", choices=("user", "assistant"), default="user")
+
+    events = commands.add_parser("events", help="print a session's events")
+    _add_db(events)
+    events.add_argument("session_id")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    verify = commands.add_parser("verify", help="check a session's hash chain")
+    _add_db(verify)
+    verify.add_argument("session_id")
+    return parser
+
+
+def _expected(value: str) -> ExpectedSeq:
+    if value == "any":
+        return ANY
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"sessionstore: --expected must be an integer or 'any', not {value!r}") from None
+
+
+def _read_json_lines(stream: TextIO) -> list[dict[str, Any]]:
+    batch: list[dict[str, Any]] = []
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            batch.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"sessionstore: stdin line {number}: invalid JSON: {e.msg}") from None
+    return batch
+
+
+def _run_db(args: argparse.Namespace, out: TextIO) -> int:
+    url = resolve_url(args.db)
+    engine = create_engine_for_url(url)
+    try:
+        if args.db_command == "upgrade":
+            _migrate.upgrade(engine, args.revision)
+            print(f"{engine.url.render_as_string(hide_password=True)}: at {args.revision}", file=out)
+        elif args.db_command == "downgrade":
+            if args.revision is None:
+                raise SystemExit("sessionstore: db downgrade needs a revision (e.g. 'base')")
+            _migrate.downgrade(engine, args.revision)
+            print(f"{engine.url.render_as_string(hide_password=True)}: at {args.revision}", file=out)
+        else:
+            with engine.connect() as conn:
+                print(_migrate.current_revision(conn) or "none", file=out)
+    finally:
+        engine.dispose()
+    return 0
+
+
+def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    if args.command == "sessions":
+        for info in store.list_sessions(limit=args.limit):
+            lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
+            print(f"{info.id}  {info.created_at.isoformat()}  last_seq={store.last_seq(info.id)}{lineage}", file=out)
+    elif args.command == "new":
+        print(store.create_session(args.session_id, metadata=args.metadata).id, file=out)
+    elif args.command == "append":
+        batch: list[Any]
+        if args.text is not None:
+            batch = [MessageAppended(role=args.role, content=args.text)]
+        else:
+            batch = _read_json_lines(sys.stdin)
+        result = store.append(args.session_id, batch, _expected(args.expected))
+        note = " (already stored: nothing written)" if result.deduplicated else ""
+        print(f"seqs {list(result.seqs)} positions {list(result.positions)}{note}", file=out)
+    elif args.command == "events":
+        for recorded in store.read(args.session_id):
+            if args.json:
+                line = {
+                    "seq": recorded.seq,
+                    "position": recorded.position,
+                    "event_id": recorded.event_id,
+                    "type": recorded.type,
+                    "schema_version": recorded.schema_version,
+                    "token_count": recorded.token_count,
+                    "created_at": recorded.created_at.isoformat(),
+                    "hash": recorded.hash,
+                    "payload": recorded.payload_dict(),
+                }
+                print(json.dumps(line, ensure_ascii=False), file=out)
+            else:
+                tokens = "-" if recorded.token_count is None else recorded.token_count
+                print(f"{recorded.seq:>6}  {recorded.type:<20} tokens={tokens:<6} {recorded.payload[:80]}", file=out)
+    elif args.command == "verify":
+        report = store.verify(args.session_id)
+        if not report.ok:
+            print(f"{args.session_id}: BROKEN at seq {report.first_bad_seq}: {report.reason}", file=out)
+            return 2
+        print(f"{args.session_id}: ok ({report.events_checked} events)", file=out)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    out = out or sys.stdout
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "db":
+            return _run_db(args, out)
+        if args.command == "demo":
+            return run_demo(args.db, out)
+        with open_store(args.db) as store:
+            return _run_with_store(args, store, out)
+    except SessionStoreError as e:
+        print(f"sessionstore: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through the console script
+    raise SystemExit(main())

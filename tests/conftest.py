@@ -1,0 +1,133 @@
+"""Shared fixtures: every storage test runs against each backend.
+
+Backends: ``sqlite-file`` (a WAL file in tmp_path), ``sqlite-memory`` and ``postgres``
+(a fresh schema per test in the server named by ``SESSIONSTORE_TEST_PG_URL``). Without that
+variable the PostgreSQL cases skip, unless ``SESSIONSTORE_REQUIRE_PG=1`` (as in CI), where
+they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import sessionstore
+from sessionstore import SessionStore
+
+PG_URL = os.environ.get("SESSIONSTORE_TEST_PG_URL")
+REQUIRE_PG = os.environ.get("SESSIONSTORE_REQUIRE_PG") == "1"
+
+
+def _need_pg() -> str:
+    if PG_URL:
+        return PG_URL
+    if REQUIRE_PG:
+        pytest.fail("SESSIONSTORE_REQUIRE_PG=1 but SESSIONSTORE_TEST_PG_URL is not set")
+    pytest.skip("PostgreSQL not configured (set SESSIONSTORE_TEST_PG_URL)")
+
+
+@dataclass
+class Backend:
+    """A database for one test: its URL, and how to open stores on it."""
+
+    name: str
+    url: str
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.name == "postgres"
+
+    @property
+    def shareable(self) -> bool:
+        """True when other connections and processes can open the same database."""
+        return self.name != "sqlite-memory"
+
+    def open(self, **kwargs: object) -> SessionStore:
+        kwargs.setdefault("migrate", True)
+        return sessionstore.open_store(self.url, **kwargs)  # type: ignore[arg-type]
+
+
+def _pg_schema_backend(base_url: str) -> Iterator[Backend]:
+    """A fresh PostgreSQL schema selected through the URL's search_path; dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(sessionstore.resolve_url(base_url))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in base_url else "?"
+    url = f"{sessionstore.resolve_url(base_url)}{sep}options={quote(f'-csearch_path={schema}')}"
+    try:
+        yield Backend("postgres", url)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+BACKENDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
+SHARED_BACKENDS = ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _make_backend(name: str, tmp_path: Path) -> Iterator[Backend]:
+    if name == "sqlite-file":
+        yield Backend(name, f"sqlite:///{tmp_path / 'store.db'}")
+    elif name == "sqlite-memory":
+        yield Backend(name, "sqlite://")
+    else:
+        yield from _pg_schema_backend(_need_pg())
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each backend in turn, with an empty, unmigrated database."""
+    yield from _make_backend(request.param, tmp_path)
+
+
+@pytest.fixture(params=SHARED_BACKENDS)
+def shared_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Backends that several connections or processes can share (no :memory:)."""
+    yield from _make_backend(request.param, tmp_path)
+
+
+@pytest.fixture
+def pg_backend(tmp_path: Path) -> Iterator[Backend]:
+    """PostgreSQL only."""
+    yield from _make_backend("postgres", tmp_path)
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[SessionStore]:
+    """A migrated store on each backend, closed after the test."""
+    opened = backend.open()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def open_store(backend: Backend) -> Iterator[Callable[..., SessionStore]]:
+    """Open more stores on the test's database; all are closed after the test."""
+    opened: list[SessionStore] = []
+
+    def _open(**kwargs: object) -> SessionStore:
+        result = backend.open(**kwargs)
+        opened.append(result)
+        return result
+
+    yield _open
+    for item in opened:
+        item.close()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never touch the user's real embedded database."""
+    monkeypatch.setenv("SESSIONSTORE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SESSIONSTORE_URL", raising=False)
