@@ -60,7 +60,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANY",
-    "SCHEMA_REVISION",
     "AnyEvent",
     "AppendOnlyViolation",
     "AppendResult",
@@ -79,6 +78,7 @@ __all__ = [
     "ProgrammingError",
     "QuerySource",
     "RecordedEvent",
+    "SCHEMA_REVISION",
     "SQLiteSessionStore",
     "SchemaOutOfDateError",
     "SessionExistsError",

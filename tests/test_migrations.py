@@ -1,0 +1,105 @@
+"""Schema migrations on every backend: up, down, up again, and the unmigrated-database error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+
+import sessionstore
+from sessionstore import SCHEMA_REVISION, SchemaOutOfDateError
+from sessionstore._config import create_engine_for_url
+from sessionstore._migrate import alembic_config, current_revision, downgrade, upgrade
+from sessionstore._schema import metadata
+from sessionstore.backends._sql import translate_errors
+
+TABLES = {"sessions", "events", "blobs", "snapshots"}
+
+
+def _tables(engine: Any) -> set[str]:
+    with engine.connect() as conn:
+        return set(inspect(conn).get_table_names()) & (TABLES | {"alembic_version"})
+
+
+def test_code_expects_the_scripts_head() -> None:
+    """SCHEMA_REVISION is the head of the shipped migration scripts."""
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == SCHEMA_REVISION
+
+
+@pytest.fixture
+def engine(shared_backend: Any) -> Any:
+    created = create_engine_for_url(shared_backend.url)
+    yield created
+    created.dispose()
+
+
+def test_upgrade_downgrade_upgrade(engine: Any) -> None:
+    """upgrade head / downgrade base / upgrade head leaves the schema equal to the models."""
+    upgrade(engine)
+    assert _tables(engine) == TABLES | {"alembic_version"}
+    downgrade(engine, "base")
+    assert _tables(engine) <= {"alembic_version"}
+    upgrade(engine)
+
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+        revision = current_revision(conn)
+
+    assert diff == []
+    assert revision == SCHEMA_REVISION
+
+
+def test_triggers_come_back_after_a_round_trip(engine: Any, shared_backend: Any) -> None:
+    """After down and up again, the database still refuses to delete events."""
+    upgrade(engine)
+    downgrade(engine, "base")
+    upgrade(engine)
+    store = shared_backend.open(migrate=False)
+    try:
+        sid = store.create_session(events=[sessionstore.SessionStarted()]).id
+        with pytest.raises(sessionstore.AppendOnlyViolation), translate_errors(), engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM events")
+        assert store.last_seq(sid) == 1
+    finally:
+        store.close()
+
+
+def test_unmigrated_database_gives_the_command_to_run(shared_backend: Any) -> None:
+    """Opening a configured database without a schema says how to migrate it."""
+    with pytest.raises(SchemaOutOfDateError, match="sessionstore db upgrade") as caught:
+        sessionstore.open_store(shared_backend.url)
+
+    assert caught.value.current is None
+    assert caught.value.expected == SCHEMA_REVISION
+
+
+def test_upgrade_is_idempotent_and_safe_to_repeat(engine: Any) -> None:
+    """A second upgrade is a no-op."""
+    upgrade(engine)
+    upgrade(engine)
+
+    with engine.connect() as conn:
+        assert current_revision(conn) == SCHEMA_REVISION
+
+
+def test_embedded_default_is_created_and_migrated_on_first_use(tmp_path: Any, monkeypatch: Any) -> None:
+    """With nothing configured, a SQLite file appears under SESSIONSTORE_HOME, ready to use."""
+    monkeypatch.setenv("SESSIONSTORE_HOME", str(tmp_path / "fresh-home"))
+
+    with sessionstore.open_store() as store:
+        store.create_session("first")
+
+    assert sessionstore.default_database_path() == tmp_path / "fresh-home" / "sessionstore.db"
+    assert sessionstore.default_database_path().exists()
+
+
+def test_environment_url_is_not_migrated_implicitly(tmp_path: Any, monkeypatch: Any) -> None:
+    """A database named by SESSIONSTORE_URL is the operator's: it is never migrated behind their back."""
+    monkeypatch.setenv("SESSIONSTORE_URL", f"sqlite:///{tmp_path / 'configured.db'}")
+
+    with pytest.raises(SchemaOutOfDateError):
+        sessionstore.open_store()

