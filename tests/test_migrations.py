@@ -51,6 +51,30 @@ def test_upgrade_downgrade_upgrade(engine: Any) -> None:
 
     assert diff == []
     assert revision == SCHEMA_REVISION
+    assert _named_constraints(engine) == _named_constraints_in_models()
+
+
+def _named_constraints(engine: Any) -> set[str]:
+    with engine.connect() as conn:
+        inspector = inspect(conn)
+        names: set[str] = set()
+        for table in TABLES:
+            names |= {c["name"] for c in inspector.get_check_constraints(table)}
+            names |= {c["name"] for c in inspector.get_unique_constraints(table)}
+            names |= {c["name"] for c in inspector.get_foreign_keys(table) if c["name"]}
+        return names
+
+
+def _named_constraints_in_models() -> set[str]:
+    """Check, unique and foreign-key constraint names as the models' naming convention spells them."""
+    from sqlalchemy import CheckConstraint, ForeignKeyConstraint, UniqueConstraint
+
+    return {
+        str(c.name)
+        for table in metadata.tables.values()
+        for c in table.constraints
+        if isinstance(c, CheckConstraint | UniqueConstraint | ForeignKeyConstraint)
+    }
 
 
 def test_triggers_come_back_after_a_round_trip(engine: Any, shared_backend: Any) -> None:

@@ -48,14 +48,14 @@ def upgrade() -> None:
         sa.Column("fork_seq", sa.BigInteger(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("metadata", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_sessions"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_sessions")),
         sa.ForeignKeyConstraint(
-            ["parent_session_id"], ["sessions.id"], name="fk_sessions_parent_session_id_sessions"
+            ["parent_session_id"], ["sessions.id"], name=op.f("fk_sessions_parent_session_id_sessions")
         ),
         sa.CheckConstraint(
-            "fork_seq IS NULL OR parent_session_id IS NOT NULL", name="ck_sessions_fork_needs_parent"
+            "fork_seq IS NULL OR parent_session_id IS NOT NULL", name=op.f("ck_sessions_fork_needs_parent")
         ),
-        sa.CheckConstraint("fork_seq IS NULL OR fork_seq >= 0", name="ck_sessions_fork_seq_not_negative"),
+        sa.CheckConstraint("fork_seq IS NULL OR fork_seq >= 0", name=op.f("ck_sessions_fork_seq_not_negative")),
     )
     op.create_index("ix_sessions_parent_session_id", "sessions", ["parent_session_id"])
     op.create_table(
@@ -71,14 +71,14 @@ def upgrade() -> None:
         sa.Column("prev_hash", sa.String(64), nullable=False),
         sa.Column("hash", sa.String(64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("position", name="pk_events"),
-        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name="fk_events_session_id_sessions"),
-        sa.UniqueConstraint("session_id", "seq", name="uq_events_session_id_seq"),
-        sa.UniqueConstraint("event_id", name="uq_events_event_id"),
-        sa.CheckConstraint("seq >= 1", name="ck_events_seq_positive"),
-        sa.CheckConstraint("schema_version >= 1", name="ck_events_schema_version_positive"),
+        sa.PrimaryKeyConstraint("position", name=op.f("pk_events")),
+        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name=op.f("fk_events_session_id_sessions")),
+        sa.UniqueConstraint("session_id", "seq", name=op.f("uq_events_session_id_seq")),
+        sa.UniqueConstraint("event_id", name=op.f("uq_events_event_id")),
+        sa.CheckConstraint("seq >= 1", name=op.f("ck_events_seq_positive")),
+        sa.CheckConstraint("schema_version >= 1", name=op.f("ck_events_schema_version_positive")),
         sa.CheckConstraint(
-            "token_count IS NULL OR token_count >= 0", name="ck_events_token_count_not_negative"
+            "token_count IS NULL OR token_count >= 0", name=op.f("ck_events_token_count_not_negative")
         ),
         sqlite_autoincrement=True,
     )
@@ -89,9 +89,9 @@ def upgrade() -> None:
         sa.Column("compression", sa.String(16), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("sha256", name="pk_blobs"),
-        sa.CheckConstraint("size >= 0", name="ck_blobs_size_not_negative"),
-        sa.CheckConstraint("compression IN ('none', 'zlib')", name="ck_blobs_compression_known"),
+        sa.PrimaryKeyConstraint("sha256", name=op.f("pk_blobs")),
+        sa.CheckConstraint("size >= 0", name=op.f("ck_blobs_size_not_negative")),
+        sa.CheckConstraint("compression IN ('none', 'zlib')", name=op.f("ck_blobs_compression_known")),
     )
     op.create_table(
         "snapshots",
@@ -103,10 +103,10 @@ def upgrade() -> None:
         sa.Column("state", sa.Text(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint(
-            "session_id", "projection", "projection_version", "tokenizer", "seq", name="pk_snapshots"
+            "session_id", "projection", "projection_version", "tokenizer", "seq", name=op.f("pk_snapshots")
         ),
-        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name="fk_snapshots_session_id_sessions"),
-        sa.CheckConstraint("seq >= 1", name="ck_snapshots_seq_positive"),
+        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name=op.f("fk_snapshots_session_id_sessions")),
+        sa.CheckConstraint("seq >= 1", name=op.f("ck_snapshots_seq_positive")),
     )
     for statement in _append_only_ddl()[0]:
         op.execute(statement)
@@ -118,5 +118,5 @@ def downgrade() -> None:
     op.drop_table("snapshots")
     op.drop_table("blobs")
     op.drop_table("events")
-    op.drop_index("ix_sessions_parent_session_id", table_name="sessions")
+    op.drop_index("ix_sessions_parent_session_id", table_name=op.f("sessions"))
     op.drop_table("sessions")

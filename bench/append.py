@@ -1,0 +1,647 @@
+"""Append throughput of sessionstore against hand-written references, measured in one run.
+
+Usage::
+
+    python bench/append.py [--quick] [--pg URL] [--messages N] [--repeats R] [--profile]
+
+What is measured
+----------------
+One deterministic (seeded) conversation is generated first: user text turns, assistant text
+turns, assistant ``tool_use`` messages and user ``tool_result`` messages whose content is
+0.5-200 KB (log-uniform-ish, skewed small: median ~1.5 KB, mean ~16 KB). Every contender
+appends exactly these messages, in order, to one session in a fresh database file in a
+temporary folder, and the timer covers only the append loop, including what a caller must
+do per message (building the event model or the item dict, serializing it). Setup (opening,
+migrating, loading the tokenizer) is not timed.
+
+Contenders, each one event per transaction ("single") and 100 per transaction ("batch"):
+
+* ``sessionstore``: ``SessionStore.append`` on SQLite, ``expected_seq`` tracked, with token
+  counting off (``token_counter=None``) and on (the default ``TiktokenCounter``).
+* ``raw sqlite3``: the reference. An equivalent table (session_id, seq, event_id unique,
+  type, payload text, created_at; UNIQUE(session_id, seq)) written with the stdlib driver,
+  ``BEGIN IMMEDIATE ... COMMIT``, nothing else. It is the floor: the cost of the database.
+* ``SQLiteSession``: the OpenAI Agents SDK's session (``pip install openai-agents``; the row
+  is skipped with a note when it is not installed), ``add_items`` with Responses-API items.
+* With ``--pg URL`` (or ``SESSIONSTORE_TEST_PG_URL``): sessionstore on PostgreSQL against
+  raw psycopg on an equivalent table, each in a fresh schema that is dropped afterwards.
+
+All SQLite contenders run in WAL mode with ``synchronous=FULL`` (checked on the live
+connection and printed); a second pair of rows repeats the single-event case at NORMAL.
+Each contender runs ``--repeats`` times, interleaved, and the median is reported.
+
+How to read the ratios
+----------------------
+* ``raw sqlite3 / sessionstore(off)``: how many times faster the bare database is than the
+  store. Target: <= 2.5 (the store's validation, hash chain, concurrency check and
+  idempotency lookup cost at most 1.5x the database's own work).
+* ``sessionstore(off) / SQLiteSession``: > 1 means the store is faster. Target: >= 1.
+* ``sessionstore(on) / sessionstore(off)``: the price of token counting. The line below it
+  compares the measured extra time with the time the tokenizer alone needs for the same
+  messages: if they match, tokenizing is the only added cost. The run also checks that every
+  event was tokenized exactly once (a wrapped counter records calls per event id and the
+  characters it tokenized) and that the stored counts add up.
+* ``PG store / raw psycopg``: the store's share of a PostgreSQL append (< 1; higher is better).
+
+``--profile`` prints a cProfile of single appends (counting off) to show where the store's
+time goes beyond the database's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import os
+import pstats
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import sessionstore
+from sessionstore import MessageAppended, TiktokenCounter
+
+BATCH = 100
+SEED = 20240601
+PG_ENV = "SESSIONSTORE_TEST_PG_URL"
+TARGET_RAW_OVER_OURS = 2.5
+TARGET_OURS_OVER_SQLITESESSION = 1.0
+
+# --- the workload --------------------------------------------------------------------------
+
+_WORDS = (
+    "the a of to and in is for on with error value function return import self config request "
+    "response session token file path line data user model tool result index cache update query "
+    "table json string list dict None True False async await yield class def while if else try "
+    "except raise with open read write close status ok failed warning info debug test build "
+    "module package server client handler timeout retry version commit branch merge diff"
+).split()
+_LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation message, in Anthropic's shape (content: text or content blocks)."""
+
+    role: str
+    kind: str  # "user_text" | "assistant_text" | "tool_use" | "tool_result"
+    content: str | list[dict[str, Any]]
+
+
+def _words(rng: random.Random, lo: int, hi: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+def _line(rng: random.Random) -> str:
+    kind = rng.random()
+    if kind < 0.4:  # a log line
+        stamp = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+        mod = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
+        return f"{stamp} {rng.choice(_LEVELS)} {mod}: {_words(rng, 3, 12)} id={rng.randrange(10**6)}"
+    if kind < 0.7:  # a line of code
+        indent = "    " * rng.randint(0, 3)
+        name = f"{rng.choice(_WORDS)}_{rng.choice(_WORDS)}"
+        return f"{indent}{name} = {rng.choice(_WORDS)}({rng.choice(_WORDS)}, {rng.randrange(1000)})"
+    return _words(rng, 5, 20).capitalize() + "."  # prose
+
+
+def _text(rng: random.Random, size: int) -> str:
+    """About ``size`` characters of log, code and prose lines."""
+    lines: list[str] = []
+    length = 0
+    while length < size:
+        line = _line(rng)
+        lines.append(line)
+        length += len(line) + 1
+    return "\n".join(lines)[:size]
+
+
+def _tool_result_size(rng: random.Random) -> int:
+    """0.5-200 KB, log-uniform skewed towards small (median ~1.5 KB, mean ~16 KB)."""
+    return int(512 * 400 ** (rng.random() ** 2.5))
+
+
+def _tool_use(rng: random.Random, tool_id: str) -> Message:
+    if rng.random() < 0.2:  # writing a file: a larger input
+        tool_input: dict[str, Any] = {"path": f"src/{rng.choice(_WORDS)}.py", "content": _text(rng, rng.randint(200, 5000))}
+    else:
+        tool_input = {"command": f"{rng.choice(('grep -rn', 'cat', 'ls -la', 'pytest -q'))} {_words(rng, 1, 4)}"}
+    block = {"type": "tool_use", "id": tool_id, "name": rng.choice(("bash", "edit", "read")), "input": tool_input}
+    return Message("assistant", "tool_use", [block])
+
+
+def _tool_result(rng: random.Random, tool_id: str) -> Message:
+    block = {"type": "tool_result", "tool_use_id": tool_id, "content": _text(rng, _tool_result_size(rng))}
+    return Message("user", "tool_result", [block])
+
+
+def make_messages(count: int, seed: int = SEED) -> list[Message]:
+    """Turns of: user text, 0-6 (tool_use, tool_result) pairs, assistant text; ``count`` in all."""
+    rng = random.Random(seed)
+    messages: list[Message] = []
+    while len(messages) < count:
+        messages.append(Message("user", "user_text", _text(rng, rng.randint(20, 2000))))
+        for _ in range(rng.choice((0, 1, 1, 2, 2, 3, 4, 6))):
+            tool_id = f"toolu_{rng.getrandbits(64):016x}"
+            messages.append(_tool_use(rng, tool_id))
+            messages.append(_tool_result(rng, tool_id))
+        messages.append(Message("assistant", "assistant_text", _text(rng, rng.randint(100, 4000))))
+    return messages[:count]
+
+
+def to_event(message: Message) -> MessageAppended:
+    return MessageAppended(role=message.role, content=message.content)  # type: ignore[arg-type]
+
+
+def to_openai_item(message: Message) -> dict[str, Any]:
+    """The message as an OpenAI Agents SDK input item (what SQLiteSession stores)."""
+    if isinstance(message.content, str):
+        return {"role": message.role, "content": message.content}
+    block = message.content[0]
+    if block["type"] == "tool_use":
+        return {
+            "type": "function_call",
+            "call_id": block["id"],
+            "name": block["name"],
+            "arguments": json.dumps(block["input"]),
+        }
+    return {"type": "function_call_output", "call_id": block["tool_use_id"], "output": block["content"]}
+
+
+def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- an audited token counter --------------------------------------------------------------
+
+
+class AuditedCounter(TiktokenCounter):
+    """The default counter, recording calls per event id and the characters it tokenized."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+        self.results: dict[str, int | None] = {}
+        self.chars = 0
+
+    def warm_up(self) -> AuditedCounter:
+        """Load the encoding now so the timed loop does not pay for it."""
+        super().count_text("warm up")
+        return self
+
+    def count_text(self, text: str) -> int:
+        self.chars += len(text)
+        return super().count_text(text)
+
+    def count(self, event: Any) -> int | None:
+        result = super().count(event)
+        self.calls[str(event.event_id)] += 1
+        self.results[str(event.event_id)] = result
+        return result
+
+
+# --- contenders ----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """What one timed run reports besides its time."""
+
+    seconds: float
+    problems: list[str] = field(default_factory=list)
+    pragmas: str = ""
+
+
+@dataclass
+class Contender:
+    """A named way of appending the workload; ``run(messages, folder)`` times one run."""
+
+    key: str
+    label: str
+    durability: str
+    batch: int
+    run: Callable[[list[Message], Path], Run]
+    runs: list[Run] = field(default_factory=list)
+
+    def rate(self, count: int) -> float:
+        """Messages per second, median over the runs."""
+        return count / statistics.median(r.seconds for r in self.runs)
+
+
+def _sqlite_pragmas(conn: sqlite3.Connection) -> str:
+    journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[conn.execute("PRAGMA synchronous").fetchone()[0]]
+    return f"journal_mode={journal} synchronous={sync}"
+
+
+def _store_pragmas(store: sessionstore.SessionStore) -> str:
+    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        return _sqlite_pragmas(conn.connection.dbapi_connection)  # type: ignore[arg-type]
+
+
+def _timed_store_appends(store: sessionstore.SessionStore, messages: list[Message], batch: int) -> float:
+    session = store.create_session()
+    seq = store.last_seq(session.id)
+    gc.collect()
+    start = time.perf_counter()
+    for group in chunks(messages, batch):
+        seq = store.append(session.id, [to_event(m) for m in group], expected_seq=seq).last_seq
+    return time.perf_counter() - start
+
+
+def _audit(counter: AuditedCounter, store: sessionstore.SessionStore, messages: list[Message]) -> list[str]:
+    """Every event tokenized exactly once, all its text once, and the counts stored."""
+    problems = []
+    if len(counter.calls) != len(messages):
+        problems.append(f"counter saw {len(counter.calls)} events, expected {len(messages)}")
+    twice = {eid: n for eid, n in counter.calls.items() if n != 1}
+    if twice:
+        problems.append(f"{len(twice)} events tokenized more than once, e.g. {next(iter(twice.items()))}")
+    expected_chars = sum(len(t) for m in messages for t in to_event(m).countable_text())
+    if counter.chars != expected_chars:
+        problems.append(f"tokenized {counter.chars} characters, the messages have {expected_chars}")
+    stored = {e.event_id: e.token_count for s in store.list_sessions() for e in store.read(s.id)}
+    if any(stored.get(eid) != n for eid, n in counter.results.items()):
+        problems.append("stored token_count differs from the counter's result")
+    return problems
+
+
+def sessionstore_sqlite(*, counting: bool, durability: str, batch: int) -> Callable[[list[Message], Path], Run]:
+    def run(messages: list[Message], folder: Path) -> Run:
+        counter = AuditedCounter().warm_up() if counting else None
+        store = sessionstore.open_store(folder / "store.db", migrate=True, token_counter=counter, durability=durability)  # type: ignore[arg-type]
+        try:
+            result = Run(_timed_store_appends(store, messages, batch), pragmas=_store_pragmas(store))
+            if counter is not None:
+                result.problems = _audit(counter, store, messages)
+            return result
+        finally:
+            store.close()
+
+    return run
+
+
+_RAW_SQLITE_DDL = """
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event_id TEXT NOT NULL UNIQUE,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (session_id, seq)
+)
+"""
+_RAW_INSERT = "INSERT INTO events (session_id, seq, event_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+def _raw_row(session_id: str, seq: int, message: Message) -> tuple[Any, ...]:
+    payload = json.dumps({"role": message.role, "content": message.content}, ensure_ascii=False)
+    return (session_id, seq, str(uuid.uuid4()), "message_appended", payload, datetime.now(UTC).isoformat())
+
+
+def raw_sqlite(*, durability: str, batch: int) -> Callable[[list[Message], Path], Run]:
+    def run(messages: list[Message], folder: Path) -> Run:
+        conn = sqlite3.connect(folder / "raw.db", isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={durability.upper()}")
+            conn.execute(_RAW_SQLITE_DDL)
+            seq = 0
+            gc.collect()
+            start = time.perf_counter()
+            for group in chunks(messages, batch):
+                rows = [_raw_row("s1", seq + i, m) for i, m in enumerate(group, start=1)]
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(_RAW_INSERT, rows)
+                conn.execute("COMMIT")
+                seq += len(rows)
+            return Run(time.perf_counter() - start, pragmas=_sqlite_pragmas(conn))
+        finally:
+            conn.close()
+
+    return run
+
+
+def sqlite_session(*, batch: int) -> Callable[[list[Message], Path], Run]:
+    from agents.memory import SQLiteSession  # noqa: PLC0415 - optional, checked by the caller
+
+    async def append_all(session: Any, messages: list[Message]) -> float:
+        gc.collect()
+        start = time.perf_counter()
+        for group in chunks(messages, batch):
+            await session.add_items([to_openai_item(m) for m in group])
+        return time.perf_counter() - start
+
+    def run(messages: list[Message], folder: Path) -> Run:
+        session = SQLiteSession("s1", folder / "agents.db")
+        try:
+            seconds = asyncio.run(append_all(session, messages))
+            # Its connections are configured alike (per thread); ask one of them.
+            return Run(seconds, pragmas=_sqlite_pragmas(session._get_connection()))
+        finally:
+            session.close()
+
+    return run
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------
+
+
+@contextmanager
+def pg_schema(base_url: str) -> Iterator[tuple[str, str]]:
+    """A fresh schema: yields (SQLAlchemy URL selecting it, schema name); dropped afterwards."""
+    import psycopg  # noqa: PLC0415 - only with --pg
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    raw_url = plain_pg_url(base_url)
+    with psycopg.connect(raw_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = sessionstore.resolve_url(base_url)
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options={quote(f'-csearch_path={schema}')}", schema
+    finally:
+        with psycopg.connect(raw_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def plain_pg_url(url: str) -> str:
+    """The URL without SQLAlchemy's ``+psycopg`` driver suffix, for psycopg itself."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def sessionstore_pg(base_url: str, *, batch: int) -> Callable[[list[Message], Path], Run]:
+    def run(messages: list[Message], _folder: Path) -> Run:
+        with pg_schema(base_url) as (url, _schema):
+            store = sessionstore.open_store(url, migrate=True, token_counter=None)
+            try:
+                return Run(_timed_store_appends(store, messages, batch), pragmas="synchronous_commit=" + _pg_sync(store))
+            finally:
+                store.close()
+
+    return run
+
+
+def _pg_sync(store: sessionstore.SessionStore) -> str:
+    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        return str(conn.exec_driver_sql("SHOW synchronous_commit").scalar())
+
+
+_RAW_PG_DDL = """
+CREATE TABLE events (
+    position BIGSERIAL PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    event_id TEXT NOT NULL UNIQUE,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    UNIQUE (session_id, seq)
+)
+"""
+
+
+def raw_psycopg(base_url: str, *, batch: int) -> Callable[[list[Message], Path], Run]:
+    import psycopg  # noqa: PLC0415 - only with --pg
+
+    insert = _RAW_INSERT.replace("?", "%s")
+
+    def run(messages: list[Message], _folder: Path) -> Run:
+        with pg_schema(base_url) as (_url, schema), psycopg.connect(plain_pg_url(base_url), options=f"-csearch_path={schema}") as conn:
+            conn.execute(_RAW_PG_DDL)
+            conn.commit()
+            seq = 0
+            gc.collect()
+            start = time.perf_counter()
+            for group in chunks(messages, batch):
+                rows = [_raw_row("s1", seq + i, m) for i, m in enumerate(group, start=1)]
+                with conn.cursor() as cur:
+                    cur.executemany(insert, rows)
+                conn.commit()
+                seq += len(rows)
+            seconds = time.perf_counter() - start
+            sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+            return Run(seconds, pragmas=f"synchronous_commit={sync}")
+
+    return run
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+
+def sqlite_contenders() -> tuple[list[Contender], str | None]:
+    """The SQLite contenders, and a note when SQLiteSession cannot be imported."""
+    contenders = [
+        Contender("raw-1", "raw sqlite3", "full", 1, raw_sqlite(durability="full", batch=1)),
+        Contender("raw-100", "raw sqlite3", "full", BATCH, raw_sqlite(durability="full", batch=BATCH)),
+        Contender("off-1", "sessionstore, counting off", "full", 1, sessionstore_sqlite(counting=False, durability="full", batch=1)),
+        Contender("off-100", "sessionstore, counting off", "full", BATCH, sessionstore_sqlite(counting=False, durability="full", batch=BATCH)),
+        Contender("on-1", "sessionstore, counting on", "full", 1, sessionstore_sqlite(counting=True, durability="full", batch=1)),
+        Contender("on-100", "sessionstore, counting on", "full", BATCH, sessionstore_sqlite(counting=True, durability="full", batch=BATCH)),
+        Contender("raw-1-normal", "raw sqlite3", "normal", 1, raw_sqlite(durability="normal", batch=1)),
+        Contender("off-1-normal", "sessionstore, counting off", "normal", 1, sessionstore_sqlite(counting=False, durability="normal", batch=1)),
+    ]
+    try:
+        contenders += [
+            Contender("agents-1", "SQLiteSession (openai-agents)", "default", 1, sqlite_session(batch=1)),
+            Contender("agents-100", "SQLiteSession (openai-agents)", "default", BATCH, sqlite_session(batch=BATCH)),
+        ]
+    except ImportError as e:
+        return contenders, f"SQLiteSession skipped: cannot import agents.memory ({e}); `pip install openai-agents` to include it"
+    return contenders, None
+
+
+def pg_contenders(url: str) -> list[Contender]:
+    return [
+        Contender("pg-raw-1", "raw psycopg", "server", 1, raw_psycopg(url, batch=1)),
+        Contender("pg-raw-100", "raw psycopg", "server", BATCH, raw_psycopg(url, batch=BATCH)),
+        Contender("pg-1", "sessionstore on PostgreSQL, off", "server", 1, sessionstore_pg(url, batch=1)),
+        Contender("pg-100", "sessionstore on PostgreSQL, off", "server", BATCH, sessionstore_pg(url, batch=BATCH)),
+    ]
+
+
+def run_all(contenders: list[Contender], messages: list[Message], repeats: int, workdir: Path) -> list[str]:
+    """Run every contender ``repeats`` times, interleaved; return the problems found."""
+    problems: list[str] = []
+    for repeat in range(repeats):
+        for c in contenders:
+            folder = workdir / f"{c.key}-{repeat}"
+            folder.mkdir()
+            result = c.run(messages, folder)
+            c.runs.append(result)
+            problems += [f"{c.key}: {p}" for p in result.problems]
+            shutil.rmtree(folder)
+            print(f"  {c.key:<14} run {repeat + 1}/{repeats}: {len(messages) / result.seconds:9.0f} msg/s", file=sys.stderr)
+    return problems
+
+
+def tokenization_seconds(messages: list[Message], repeats: int) -> float:
+    """The counter alone over all messages (events built beforehand), median of ``repeats``."""
+    events = [to_event(m) for m in messages]
+    counter = TiktokenCounter()
+    counter.count_text("warm up")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for event in events:
+            counter.count(event)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+def describe_workload(messages: list[Message]) -> str:
+    kinds = Counter(m.kind for m in messages)
+    sizes = sorted(len(m.content[0]["content"]) for m in messages if m.kind == "tool_result")  # type: ignore[index]
+    total = sum(len(json.dumps(m.content)) for m in messages)
+    parts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    line = f"{len(messages)} messages ({parts}); {total / 1e6:.1f} MB of content"
+    if sizes:
+        line += (
+            f"\n  tool_result sizes: min {sizes[0] / 1024:.1f} KB, median {sizes[len(sizes) // 2] / 1024:.1f} KB, "
+            f"mean {statistics.mean(sizes) / 1024:.1f} KB, max {sizes[-1] / 1024:.1f} KB"
+        )
+    return line
+
+
+def print_table(contenders: list[Contender], count: int) -> None:
+    print(f"\n{'contender':<34} {'durability':<12} {'batch':>5} {'msg/s':>9} {'ms/msg':>8}  pragmas (as read back)")
+    print("-" * 110)
+    for c in contenders:
+        rate = c.rate(count)
+        print(f"{c.label:<34} {c.durability:<12} {c.batch:>5} {rate:>9.0f} {1000 / rate:>8.3f}  {c.runs[-1].pragmas}")
+
+
+def _verdict(ok: bool) -> str:
+    return "meets target" if ok else "MISSES target"
+
+
+def print_ratios(by_key: dict[str, Contender], count: int, tokenize_s: float) -> None:
+    def rate(key: str) -> float:
+        return by_key[key].rate(count)
+
+    print("\nRatios (medians; same messages, same run):")
+    for batch in (1, BATCH):
+        ours, raw = rate(f"off-{batch}"), rate(f"raw-{batch}")
+        print(
+            f"  batch {batch:>3}: sessionstore(off)/raw sqlite3 = {ours / raw:.2f}   "
+            f"raw/ours = {raw / ours:.2f} (target <= {TARGET_RAW_OVER_OURS}: {_verdict(raw / ours <= TARGET_RAW_OVER_OURS)})"
+        )
+    if "raw-1-normal" in by_key:
+        ours, raw = rate("off-1-normal"), rate("raw-1-normal")
+        print(f"  batch   1, synchronous=NORMAL: sessionstore(off)/raw sqlite3 = {ours / raw:.2f}   raw/ours = {raw / ours:.2f}")
+    for batch in (1, BATCH):
+        key = f"agents-{batch}"
+        if key in by_key:
+            ratio = rate(f"off-{batch}") / rate(key)
+            print(
+                f"  batch {batch:>3}: sessionstore(off)/SQLiteSession = {ratio:.2f} "
+                f"(target >= {TARGET_OURS_OVER_SQLITESESSION}: {_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
+            )
+    for batch in (1, BATCH):
+        on, off = by_key[f"on-{batch}"], by_key[f"off-{batch}"]
+        on_s = statistics.median(r.seconds for r in on.runs)
+        off_s = statistics.median(r.seconds for r in off.runs)
+        print(
+            f"  batch {batch:>3}: sessionstore(on)/sessionstore(off) = {rate(f'on-{batch}') / rate(f'off-{batch}'):.2f}   "
+            f"extra time {on_s - off_s:.2f} s vs tokenizer alone {tokenize_s:.2f} s "
+            f"(extra - tokenizer = {on_s - off_s - tokenize_s:+.2f} s)"
+        )
+    for batch in (1, BATCH):
+        if f"pg-{batch}" in by_key:
+            print(f"  batch {batch:>3}: PG store/raw psycopg = {rate(f'pg-{batch}') / rate(f'pg-raw-{batch}'):.2f}")
+
+
+# --- profiling -----------------------------------------------------------------------------
+
+
+def profile_single_appends(messages: list[Message], workdir: Path) -> None:
+    """cProfile of single appends (counting off): where the store's time goes."""
+    store = sessionstore.open_store(workdir / "profile.db", migrate=True, token_counter=None)
+    try:
+        _timed_store_appends(store, messages[:50], 1)  # warm SQLAlchemy's statement cache
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _timed_store_appends(store, messages, 1)
+        profiler.disable()
+    finally:
+        store.close()
+    print(f"\ncProfile of {len(messages)} single appends (counting off), top 20 by cumulative time:")
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(20)
+    print("top 15 by own time:")
+    stats.sort_stats("tottime").print_stats(15)
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few messages, one repeat (< 30 s)")
+    parser.add_argument("--pg", metavar="URL", default=os.environ.get(PG_ENV), help=f"PostgreSQL URL (default: ${PG_ENV})")
+    parser.add_argument("--messages", type=int, help="messages per run (default 2000, --quick 300)")
+    parser.add_argument("--repeats", type=int, help="runs per contender, median reported (default 3, --quick 1)")
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of single appends")
+    args = parser.parse_args(argv)
+    args.messages = args.messages or (300 if args.quick else 2000)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    messages = make_messages(args.messages)
+    contenders, note = sqlite_contenders()
+    if args.pg:
+        contenders += pg_contenders(args.pg)
+    print(f"sessionstore {sessionstore.__version__} append benchmark; SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}")
+    print(f"workload (seed {SEED}): {describe_workload(messages)}")
+    print(f"{args.repeats} run(s) per contender, median reported; progress on stderr")
+    with tempfile.TemporaryDirectory(prefix="sessionstore-bench-") as tmp:
+        workdir = Path(tmp)
+        problems = run_all(contenders, messages, args.repeats, workdir)
+        tokenize_s = tokenization_seconds(messages, args.repeats)
+        print_table(contenders, len(messages))
+        if note:
+            print(f"\nNOTE: {note}")
+        else:
+            print(
+                "\nNOTE: SQLiteSession sets journal_mode=WAL and leaves synchronous at SQLite's compiled-in "
+                "default (read back above); it runs each add_items in a worker thread (asyncio.to_thread)."
+            )
+        if not args.pg:
+            print(f"\nNOTE: PostgreSQL rows skipped (pass --pg URL or set {PG_ENV}).")
+        print(f"\nTokenizer alone (TiktokenCounter over all {len(messages)} messages): {tokenize_s:.2f} s = {len(messages) / tokenize_s:.0f} msg/s")
+        print_ratios({c.key: c for c in contenders}, len(messages), tokenize_s)
+        if args.profile:
+            profile_single_appends(messages[:500], workdir)
+    if problems:
+        print("\nTOKEN COUNTING CHECK FAILED:\n  " + "\n  ".join(problems))
+        return 1
+    print("\nToken counting check: every event was tokenized exactly once, and stored counts match.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
