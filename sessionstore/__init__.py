@@ -5,8 +5,10 @@ embedded default) or PostgreSQL; what the model sees is a deterministic projecti
 
     >>> import sessionstore
     >>> store = sessionstore.open_store(":memory:")
-    >>> session = store.create_session(events=[sessionstore.SessionStarted(model="claude-sonnet-4-5")])
-    >>> store.append(session.id, [sessionstore.MessageAppended(role="user", content="hi")], expected_seq=1).seqs
+    >>> started = sessionstore.SessionStarted(model="claude-sonnet-4-5")
+    >>> session = store.create_session(events=[started])
+    >>> hello = sessionstore.MessageAppended(role="user", content="hi")
+    >>> store.append(session.id, [hello], expected_seq=1).seqs
     (2,)
 """
 

@@ -92,9 +92,7 @@ class ConcurrencyError(SessionStoreError):
     """
 
     def __init__(self, session_id: str, expected: int | None, actual: int) -> None:
-        super().__init__(
-            f"session {session_id!r}: expected last seq {expected}, but it is {actual}"
-        )
+        super().__init__(f"session {session_id!r}: expected last seq {expected}, but it is {actual}")
         self.session_id = session_id
         self.expected = expected
         self.actual = actual

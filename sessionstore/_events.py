@@ -160,10 +160,10 @@ AnyEvent = Annotated[
 _EVENT_TYPES: dict[str, type[Event]] = {}
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
-E = TypeVar("E", bound=type[Event])
+EventT = TypeVar("EventT", bound=Event)
 
 
-def register_event(cls: E) -> E:
+def register_event(cls: type[EventT]) -> type[EventT]:
     """Make an event class known to the store (usable as a class decorator).
 
     Raises:
@@ -172,7 +172,7 @@ def register_event(cls: E) -> E:
     type_name = cls.model_fields["type"].default
     if not isinstance(type_name, str):
         msg = f"{cls.__name__} needs a literal default for 'type'"
-        raise ValueError(msg)  # noqa: TRY004 - a programming error at import time
+        raise ValueError(msg)
     existing = _EVENT_TYPES.get(type_name)
     if existing is not None and existing is not cls:
         msg = f"event type {type_name!r} is already registered by {existing.__name__}"

@@ -40,7 +40,8 @@ def event_hash(
     micros = (as_utc(created_at) - _EPOCH) // _MICROSECOND
     tokens = "" if token_count is None else str(token_count)
     # \x1f separates fields and cannot occur in ids, types or numbers; the payload comes last.
-    header = f"{prev_hash}\x1f{session_id}\x1f{seq}\x1f{event_id}\x1f{type_name}\x1f{schema_version}\x1f{tokens}\x1f{micros}\x1e"
+    fields = (prev_hash, session_id, str(seq), event_id, type_name, str(schema_version), tokens, str(micros))
+    header = "\x1f".join(fields) + "\x1e"
     digest = hashlib.sha256(header.encode())
     digest.update(payload.encode())
     return digest.hexdigest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 
 from alembic import command
@@ -22,10 +23,10 @@ _MIGRATION_LOCK_KEY = 0x5E55_0001
 
 def alembic_config() -> Config:
     """An Alembic config pointing at the migration scripts shipped in the package."""
-    from . import _migrations  # noqa: PLC0415 - a data package; import only when migrating
-
+    # The top-level migrations/ folder is installed as this package (see pyproject.toml).
+    scripts = Path(str(importlib.resources.files("sessionstore._migrations")))
     config = Config()
-    config.set_main_option("script_location", str(Path(_migrations.__file__).parent))
+    config.set_main_option("script_location", str(scripts))
     return config
 
 
@@ -62,8 +63,11 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
 
 def check_schema(engine: Engine) -> None:
     """Raise ``SchemaOutOfDateError`` unless the database is at ``SCHEMA_REVISION``."""
-    with translate_errors(), engine.connect().execution_options(sessionstore_read=True) as conn:
-        with conn.begin():
-            current = current_revision(conn)
+    with (
+        translate_errors(),
+        engine.connect().execution_options(sessionstore_read=True) as conn,
+        conn.begin(),
+    ):
+        current = current_revision(conn)
     if current != SCHEMA_REVISION:
         raise SchemaOutOfDateError(engine.url.render_as_string(hide_password=True), current, SCHEMA_REVISION)

@@ -61,7 +61,7 @@ class TiktokenCounter:
 
     @cached_property
     def _encoding(self):  # type: ignore[no-untyped-def]  # tiktoken ships no type stubs
-        import tiktoken  # noqa: PLC0415 - loading the encoding costs ~0.3 s; only when first used
+        import tiktoken
 
         return tiktoken.get_encoding(self.encoding_name)
 

@@ -123,7 +123,10 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
     if args.command == "sessions":
         for info in store.list_sessions(limit=args.limit):
             lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
-            print(f"{info.id}  {info.created_at.isoformat()}  last_seq={store.last_seq(info.id)}{lineage}", file=out)
+            print(
+                f"{info.id}  {info.created_at.isoformat()}  last_seq={store.last_seq(info.id)}{lineage}",
+                file=out,
+            )
     elif args.command == "new":
         print(store.create_session(args.session_id, metadata=args.metadata).id, file=out)
     elif args.command == "append":
@@ -152,7 +155,10 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
                 print(json.dumps(line, ensure_ascii=False), file=out)
             else:
                 tokens = "-" if recorded.token_count is None else recorded.token_count
-                print(f"{recorded.seq:>6}  {recorded.type:<20} tokens={tokens:<6} {recorded.payload[:80]}", file=out)
+                print(
+                    f"{recorded.seq:>6}  {recorded.type:<20} tokens={tokens:<6} {recorded.payload[:80]}",
+                    file=out,
+                )
     elif args.command == "verify":
         report = store.verify(args.session_id)
         if not report.ok:

@@ -40,7 +40,9 @@ def _conversation() -> list[MessageAppended | UsageRecorded]:
         role="assistant",
         parent_uuid=result.message_uuid,
         api_message_id="msg_demo_2",
-        content=[{"type": "text", "text": "There are 200 handlers, handler_0 to handler_199, one per module."}],
+        content=[
+            {"type": "text", "text": "There are 200 handlers, handler_0 to handler_199, one per module."}
+        ],
         stop_reason="end_turn",
     )
     usage = UsageRecorded(input_tokens=2_480, output_tokens=24, api_message_id="msg_demo_2")
@@ -54,18 +56,26 @@ def run_demo(url: str | os.PathLike[str] | None, out: TextIO) -> int:
         print(f"database: {where}", file=out)
         session = store.create_session(
             metadata={"demo": True},
-            events=[SessionStarted(model="claude-sonnet-4-5", context_window=200_000, max_output_tokens=16_384)],
+            events=[
+                SessionStarted(model="claude-sonnet-4-5", context_window=200_000, max_output_tokens=16_384)
+            ],
         )
         print(f"session:  {session.id}", file=out)
 
         batch = _conversation()
         first = store.append(session.id, batch[:2], expected_seq=1)
         rest = store.append(session.id, batch[2:], expected_seq=first.last_seq)
-        print(f"appended: seqs {first.seqs + rest.seqs}, global positions {first.positions + rest.positions}", file=out)
+        print(
+            f"appended: seqs {first.seqs + rest.seqs}, global positions {first.positions + rest.positions}",
+            file=out,
+        )
 
         retry = store.append(session.id, batch[2:], expected_seq=first.last_seq)
-        print(f"retry of the last batch (lost acknowledgement): deduplicated={retry.deduplicated}, "
-              f"same positions={retry.positions == rest.positions}", file=out)
+        print(
+            f"retry of the last batch (lost acknowledgement): deduplicated={retry.deduplicated}, "
+            f"same positions={retry.positions == rest.positions}",
+            file=out,
+        )
         try:
             store.append(session.id, [MessageAppended(role="user", content="stale writer")], expected_seq=1)
         except ConcurrencyError as e:

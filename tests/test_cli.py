@@ -14,7 +14,9 @@ import pytest
 from sessionstore.cli import main
 
 
-def _run(*argv: str, stdin: str | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[int, str]:
+def _run(
+    *argv: str, stdin: str | None = None, monkeypatch: pytest.MonkeyPatch | None = None
+) -> tuple[int, str]:
     if stdin is not None and monkeypatch is not None:
         monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     out = io.StringIO()
@@ -31,7 +33,9 @@ def test_demo_runs_on_the_embedded_default_and_verifies(tmp_path: Path) -> None:
     assert "stale writer refused: expected 1, actual 6" in out
 
 
-def test_session_lifecycle_through_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_session_lifecycle_through_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """db upgrade, new, append (text and JSON lines), events, verify."""
     db = str(tmp_path / "cli.db")
 
@@ -40,7 +44,9 @@ def test_session_lifecycle_through_the_cli(tmp_path: Path, monkeypatch: pytest.M
     assert _run("new", "--db", db, "--id", "cli-1")[1].strip() == "cli-1"
     assert _run("append", "--db", db, "cli-1", "--text", "hello", "--expected", "0")[1].startswith("seqs [1]")
     lines = json.dumps({"type": "message_appended", "role": "assistant", "content": "hi"}) + "\n"
-    assert _run("append", "--db", db, "cli-1", "--expected", "1", stdin=lines, monkeypatch=monkeypatch)[0] == 0
+    assert (
+        _run("append", "--db", db, "cli-1", "--expected", "1", stdin=lines, monkeypatch=monkeypatch)[0] == 0
+    )
     code, out = _run("events", "--db", db, "cli-1", "--json")
     events = [json.loads(line) for line in out.splitlines()]
     assert code == 0
@@ -52,7 +58,9 @@ def test_session_lifecycle_through_the_cli(tmp_path: Path, monkeypatch: pytest.M
     assert "expected last seq 0, but it is 2" in capsys.readouterr().err
 
 
-def test_unmigrated_database_error_names_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unmigrated_database_error_names_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A configured but empty database fails with one line saying how to migrate it."""
     code, _ = _run("sessions", "--db", str(tmp_path / "empty.db"))
 
@@ -65,7 +73,9 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     script = shutil.which("sessionstore", path=str(Path(sys.executable).parent))
     assert script is not None
 
-    done = subprocess.run([script, "db", "current", "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [script, "db", "current", "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=60
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "none"

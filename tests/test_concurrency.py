@@ -218,8 +218,16 @@ class TestCrashDurability:
         stderr_path = tmp_path / "worker.stderr"
         with stderr_path.open("w") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tests._workers", "append-forever", shared_backend.url, sid,
-                 "--seed", str(random.randrange(2**31))],
+                [
+                    sys.executable,
+                    "-m",
+                    "tests._workers",
+                    "append-forever",
+                    shared_backend.url,
+                    sid,
+                    "--seed",
+                    str(random.randrange(2**31)),
+                ],
                 cwd=ROOT,
                 stdout=subprocess.PIPE,
                 stderr=stderr,

@@ -33,7 +33,10 @@ class TestTranslation:
     @pytest.mark.parametrize(
         ("statement", "constraint"),
         [
-            ("INSERT INTO sessions (id, created_at, metadata) VALUES ('dup', CURRENT_TIMESTAMP, '{}')", "pk_sessions"),
+            (
+                "INSERT INTO sessions (id, created_at, metadata) VALUES ('dup', CURRENT_TIMESTAMP, '{}')",
+                "pk_sessions",
+            ),
             (
                 "INSERT INTO sessions (id, created_at, metadata, fork_seq) "
                 "VALUES ('orphan-fork', CURRENT_TIMESTAMP, '{}', 3)",

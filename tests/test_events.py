@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, ClassVar, Literal
 
 import pytest
@@ -33,7 +34,9 @@ class TestParse:
     def test_extra_fields_are_refused(self) -> None:
         """A misspelt field is an error, not silently dropped."""
         with pytest.raises(ValidationError, match="contxt"):
-            sessionstore.parse_event({"type": "usage_recorded", "input_tokens": 1, "output_tokens": 1, "contxt": 1})
+            sessionstore.parse_event(
+                {"type": "usage_recorded", "input_tokens": 1, "output_tokens": 1, "contxt": 1}
+            )
 
 
 class TestPayload:
@@ -116,4 +119,4 @@ def test_append_then_read_round_trips_with_increasing_positions(batches: list[li
     assert [r.event for r in recorded] == appended
     assert [r.seq for r in recorded] == list(range(1, len(appended) + 1))
     positions = [r.position for r in recorded]
-    assert all(a < b for a, b in zip(positions, positions[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(positions))

@@ -16,7 +16,9 @@ def test_all_is_sorted_and_complete() -> None:
 
 def test_every_error_shares_one_root() -> None:
     """Callers can catch everything sessionstore raises with one class."""
-    errors = [getattr(sessionstore, name) for name in sessionstore.__all__ if name.endswith(("Error", "Violation"))]
+    errors = [
+        getattr(sessionstore, name) for name in sessionstore.__all__ if name.endswith(("Error", "Violation"))
+    ]
 
     assert errors
     assert all(issubclass(error, sessionstore.SessionStoreError) for error in errors)

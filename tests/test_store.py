@@ -113,7 +113,9 @@ class TestAppendAndRead:
 
 
 class TestValidation:
-    def test_one_invalid_event_in_a_batch_writes_nothing_and_names_the_field(self, store: SessionStore) -> None:
+    def test_one_invalid_event_in_a_batch_writes_nothing_and_names_the_field(
+        self, store: SessionStore
+    ) -> None:
         """A bad dict at index 1 fails the whole batch; the error names index, type and field."""
         sid = _new_session(store)
         before = store.max_position()
@@ -285,7 +287,7 @@ class TestIdempotency:
         event = MessageAppended(role="user", content="x")
         store.append(a, [event], expected_seq=1)
 
-        with pytest.raises(DuplicateEventError, match="another session|session '"):
+        with pytest.raises(DuplicateEventError, match="already stored in session"):
             store.append(b, [event], expected_seq=1)
 
 
@@ -310,7 +312,9 @@ class TestSessions:
         parent = _new_session(store)
         store.append(parent, _messages(2), expected_seq=1)
 
-        child = store.create_session("child-1", parent_session_id=parent, fork_seq=2, metadata={"k": [1, "v"]})
+        child = store.create_session(
+            "child-1", parent_session_id=parent, fork_seq=2, metadata={"k": [1, "v"]}
+        )
         loaded = store.get_session("child-1")
 
         assert loaded == child
@@ -474,7 +478,9 @@ class TestTamperEvidence:
     def test_tampered_blob_is_detected_on_read(self, store: SessionStore) -> None:
         """A blob whose bytes no longer match its hash raises instead of returning them."""
         ref = store.put_blob(b"tiny original")
-        _bypass_triggers_and_run(store, "UPDATE blobs SET data = :data WHERE sha256 = :sha", data=b"\x00", sha=ref.sha256)
+        _bypass_triggers_and_run(
+            store, "UPDATE blobs SET data = :data WHERE sha256 = :sha", data=b"\x00", sha=ref.sha256
+        )
 
         with pytest.raises(sessionstore.IntegrityCheckError, match="blob"):
             store.get_blob(ref.sha256)

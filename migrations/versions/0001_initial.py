@@ -55,7 +55,9 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "fork_seq IS NULL OR parent_session_id IS NOT NULL", name=op.f("ck_sessions_fork_needs_parent")
         ),
-        sa.CheckConstraint("fork_seq IS NULL OR fork_seq >= 0", name=op.f("ck_sessions_fork_seq_not_negative")),
+        sa.CheckConstraint(
+            "fork_seq IS NULL OR fork_seq >= 0", name=op.f("ck_sessions_fork_seq_not_negative")
+        ),
     )
     op.create_index("ix_sessions_parent_session_id", "sessions", ["parent_session_id"])
     op.create_table(
@@ -105,7 +107,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "session_id", "projection", "projection_version", "tokenizer", "seq", name=op.f("pk_snapshots")
         ),
-        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name=op.f("fk_snapshots_session_id_sessions")),
+        sa.ForeignKeyConstraint(
+            ["session_id"], ["sessions.id"], name=op.f("fk_snapshots_session_id_sessions")
+        ),
         sa.CheckConstraint("seq >= 1", name=op.f("ck_snapshots_seq_positive")),
     )
     for statement in _append_only_ddl()[0]:

@@ -22,7 +22,6 @@ from uuid import uuid4
 
 from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.sql.dml import Insert
 
 from .._errors import (
     AppendOnlyViolation,
@@ -162,7 +161,7 @@ class SqlSessionStore(SessionStore):
     """
 
     #: The dialect's ``insert`` construct (it has ``on_conflict_do_nothing``).
-    dialect_insert: ClassVar[Callable[..., Insert]]
+    dialect_insert: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
@@ -371,10 +370,10 @@ class SqlSessionStore(SessionStore):
         prepared: Sequence[_Prepared],
         now: datetime,
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        rows = []
+        rows: list[dict[str, Any]] = []
+        seqs = tuple(range(head_seq + 1, head_seq + 1 + len(prepared)))
         prev = head_hash
-        for offset, p in enumerate(prepared, start=1):
-            seq = head_seq + offset
+        for seq, p in zip(seqs, prepared, strict=True):
             digest = event_hash(
                 prev, session_id, seq, p.event_id, p.type, p.schema_version, p.token_count, now, p.payload
             )
@@ -406,7 +405,7 @@ class SqlSessionStore(SessionStore):
             if isinstance(error, IntegrityError) and error.constraint == "uq_events_session_id_seq":
                 raise ConcurrencyError(session_id, head_seq, self._head(conn, session_id)[0]) from e
             raise error from e
-        return tuple(r["seq"] for r in rows), positions
+        return seqs, positions
 
     # -- reads --
 

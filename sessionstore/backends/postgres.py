@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
+from sqlalchemy.engine import make_url
 
 from ._sql import SqlSessionStore
 
@@ -59,7 +59,7 @@ def create_postgres_engine(url: str, **engine_kwargs: Any) -> Engine:
 class PostgresSessionStore(SqlSessionStore):
     """The store on a PostgreSQL database."""
 
-    dialect_insert = staticmethod(postgres_insert)  # type: ignore[assignment]
+    dialect_insert = staticmethod(postgres_insert)
 
     def _serialize_writers(self, conn: Connection) -> None:
         conn.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")

@@ -77,4 +77,4 @@ def create_sqlite_engine(url: str, *, durability: SQLiteDurability = "full") -> 
 class SQLiteSessionStore(SqlSessionStore):
     """The store on a SQLite file (or ``:memory:`` for throwaway use)."""
 
-    dialect_insert = staticmethod(sqlite_insert)  # type: ignore[assignment]
+    dialect_insert = staticmethod(sqlite_insert)
