@@ -70,7 +70,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import sessionstore
@@ -84,13 +84,14 @@ TARGET_OURS_OVER_SQLITESESSION = 1.0
 
 # --- the workload --------------------------------------------------------------------------
 
-_WORDS = (
+_VOCABULARY = (
     "the a of to and in is for on with error value function return import self config request "
     "response session token file path line data user model tool result index cache update query "
     "table json string list dict None True False async await yield class def while if else try "
     "except raise with open read write close status ok failed warning info debug test build "
     "module package server client handler timeout retry version commit branch merge diff"
-).split()
+)
+_WORDS = tuple(_VOCABULARY.split())
 _LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
 
 
@@ -110,7 +111,8 @@ def _words(rng: random.Random, lo: int, hi: int) -> str:
 def _line(rng: random.Random) -> str:
     kind = rng.random()
     if kind < 0.4:  # a log line
-        stamp = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+        day, hour, minute = rng.randint(1, 28), rng.randint(0, 23), rng.randint(0, 59)
+        stamp = f"2025-{rng.randint(1, 12):02d}-{day:02d}T{hour:02d}:{minute:02d}"
         mod = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
         return f"{stamp} {rng.choice(_LEVELS)} {mod}: {_words(rng, 3, 12)} id={rng.randrange(10**6)}"
     if kind < 0.7:  # a line of code
@@ -277,9 +279,10 @@ def _sqlite_pragmas(conn: sqlite3.Connection) -> str:
     return f"journal_mode={journal} synchronous={sync}"
 
 
-def _store_pragmas(store: sessionstore.SessionStore) -> str:
-    with store.engine.connect() as conn:  # type: ignore[attr-defined]
-        return _sqlite_pragmas(conn.connection.dbapi_connection)  # type: ignore[arg-type]
+def _store_pragmas(store: Any) -> str:
+    """The settings of one of the store's SQLite connections (all are configured alike)."""
+    with store.engine.connect() as conn:
+        return _sqlite_pragmas(conn.connection.dbapi_connection)
 
 
 def _timed_store_appends(
@@ -311,13 +314,13 @@ def _audit(counter: AuditedCounter, store: sessionstore.SessionStore, messages: 
 
 
 def sessionstore_sqlite(
-    *, counting: bool, durability: str, batch: int
+    *, counting: bool, durability: Literal["full", "normal"], batch: int
 ) -> Callable[[list[Message], Path], Run]:
     def run(messages: list[Message], folder: Path) -> Run:
         counter = AuditedCounter().warm_up() if counting else None
         store = sessionstore.open_store(
             folder / "store.db", migrate=True, token_counter=counter, durability=durability
-        )  # type: ignore[arg-type]
+        )
         try:
             result = Run(*_timed_store_appends(store, messages, batch), pragmas=_store_pragmas(store))
             if counter is not None:
@@ -374,7 +377,7 @@ def raw_sqlite(*, durability: str, batch: int) -> Callable[[list[Message], Path]
 
 
 def sqlite_session(*, batch: int) -> Callable[[list[Message], Path], Run]:
-    from agents.memory import SQLiteSession  # noqa: PLC0415 - optional, checked by the caller
+    from agents.memory import SQLiteSession
 
     async def append_all(session: Any, messages: list[Message]) -> tuple[float, float]:
         watch = Stopwatch()
@@ -400,7 +403,7 @@ def sqlite_session(*, batch: int) -> Callable[[list[Message], Path], Run]:
 @contextmanager
 def pg_schema(base_url: str) -> Iterator[tuple[str, str]]:
     """A fresh schema: yields (SQLAlchemy URL selecting it, schema name); dropped afterwards."""
-    import psycopg  # noqa: PLC0415 - only with --pg
+    import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     raw_url = plain_pg_url(base_url)
@@ -455,7 +458,7 @@ CREATE TABLE events (
 
 
 def raw_psycopg(base_url: str, *, batch: int) -> Callable[[list[Message], Path], Run]:
-    import psycopg  # noqa: PLC0415 - only with --pg
+    import psycopg
 
     insert = _RAW_INSERT.replace("?", "%s")
 
@@ -536,7 +539,8 @@ def sqlite_contenders() -> tuple[list[Contender], str | None]:
     except ImportError as e:
         return (
             contenders,
-            f"SQLiteSession skipped: cannot import agents.memory ({e}); `pip install openai-agents` to include it",
+            f"SQLiteSession skipped: cannot import agents.memory ({e}); "
+            "`pip install openai-agents` to include it",
         )
     return contenders, None
 
@@ -595,16 +599,18 @@ def describe_workload(messages: list[Message]) -> str:
     line = f"{len(messages)} messages ({parts}); {total / 1e6:.1f} MB of content"
     if sizes:
         line += (
-            f"\n  tool_result sizes: min {sizes[0] / 1024:.1f} KB, median {sizes[len(sizes) // 2] / 1024:.1f} KB, "
-            f"mean {statistics.mean(sizes) / 1024:.1f} KB, max {sizes[-1] / 1024:.1f} KB"
+            f"\n  tool_result sizes: min {sizes[0] / 1024:.1f} KB, "
+            f"median {sizes[len(sizes) // 2] / 1024:.1f} KB, mean {statistics.mean(sizes) / 1024:.1f} KB, "
+            f"max {sizes[-1] / 1024:.1f} KB"
         )
     return line
 
 
 def print_table(contenders: list[Contender], count: int) -> None:
-    print(
-        f"\n{'contender':<34} {'durability':<10} {'batch':>5} {'msg/s':>8} {'ms/msg':>7} {'cpu ms/msg':>10}  settings (read back)"
+    header = (
+        f"{'contender':<34} {'durability':<10} {'batch':>5} {'msg/s':>8} {'ms/msg':>7} {'cpu ms/msg':>10}"
     )
+    print(f"\n{header}  settings (read back)")
     print("-" * 118)
     for c in contenders:
         rate = c.rate(count)
@@ -638,16 +644,17 @@ def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float
     if "raw-1-normal" in by_key:
         ours, raw = "off-1-normal", "raw-1-normal"
         print(
-            f"  batch   1, synchronous=NORMAL: sessionstore(off)/raw sqlite3 = {rate(ours) / rate(raw):.2f}   "
-            f"raw/ours = {rate(raw) / rate(ours):.2f} [cpu {cpu(ours) / cpu(raw):.2f}]"
+            f"  batch   1, synchronous=NORMAL: sessionstore(off)/raw sqlite3 = {rate(ours) / rate(raw):.2f}"
+            f"   raw/ours = {rate(raw) / rate(ours):.2f} [cpu {cpu(ours) / cpu(raw):.2f}]"
         )
     for batch in (1, BATCH):
         ours, theirs = f"off-{batch}", f"agents-{batch}"
         if theirs in by_key:
             ratio = rate(ours) / rate(theirs)
             print(
-                f"  batch {batch:>3}: sessionstore(off)/SQLiteSession = {ratio:.2f} [cpu {cpu(theirs) / cpu(ours):.2f}]  "
-                f"(target >= {TARGET_OURS_OVER_SQLITESESSION}: {_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
+                f"  batch {batch:>3}: sessionstore(off)/SQLiteSession = {ratio:.2f} "
+                f"[cpu {cpu(theirs) / cpu(ours):.2f}]  (target >= {TARGET_OURS_OVER_SQLITESESSION}: "
+                f"{_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
             )
     tok_wall, tok_cpu = tokenize
     for batch in (1, BATCH):
@@ -655,15 +662,17 @@ def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float
         extra_wall = count * (1 / on.rate(count) - 1 / off.rate(count))
         extra_cpu = count * (on.cpu_ms(count) - off.cpu_ms(count)) / 1000
         print(
-            f"  batch {batch:>3}: sessionstore(on)/sessionstore(off) = {on.rate(count) / off.rate(count):.2f}   "
-            f"counting added {extra_wall:.2f} s wall, {extra_cpu:.2f} s cpu; tokenizer alone {tok_wall:.2f} s wall, "
-            f"{tok_cpu:.2f} s cpu (added - tokenizer = {extra_cpu - tok_cpu:+.2f} s cpu)"
+            f"  batch {batch:>3}: sessionstore(on)/sessionstore(off) = "
+            f"{on.rate(count) / off.rate(count):.2f}   counting added {extra_wall:.2f} s wall, "
+            f"{extra_cpu:.2f} s cpu; tokenizer alone {tok_wall:.2f} s wall, {tok_cpu:.2f} s cpu "
+            f"(added - tokenizer = {extra_cpu - tok_cpu:+.2f} s cpu)"
         )
     for batch in (1, BATCH):
         ours, raw = f"pg-{batch}", f"pg-raw-{batch}"
         if ours in by_key:
             print(
-                f"  batch {batch:>3}: PG store/raw psycopg = {rate(ours) / rate(raw):.2f} [client cpu {cpu(raw) / cpu(ours):.2f}]"
+                f"  batch {batch:>3}: PG store/raw psycopg = {rate(ours) / rate(raw):.2f} "
+                f"[client cpu {cpu(raw) / cpu(ours):.2f}]"
             )
     print("  ([cpu x] is the same ratio computed from CPU time, oriented like the ratio before it.)")
 
@@ -737,7 +746,8 @@ def main(argv: list[str] | None = None) -> int:
         contenders += pg_contenders(args.pg)
     by_key = {c.key: c for c in contenders}
     print(
-        f"sessionstore {sessionstore.__version__} append benchmark; SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}"
+        f"sessionstore {sessionstore.__version__} append benchmark; "
+        f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}"
     )
     print(f"workload (seed {SEED}): {describe_workload(messages)}")
     print(f"{args.repeats} run(s) per contender, interleaved, median reported; progress on stderr")
@@ -763,7 +773,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         "\nToken counting check passed: in every counting-on run each event was tokenized exactly once, "
-        "the characters tokenized equal the messages' countable text, and the stored token_count values match."
+        "the characters tokenized equal the messages' countable text, and the stored token_count "
+        "values match."
     )
     return 0
 

