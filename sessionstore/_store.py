@@ -10,7 +10,9 @@ from __future__ import annotations
 import abc
 import json
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -288,6 +290,33 @@ class SessionStore(abc.ABC):
             KeyError: no such blob (a ``LookupError``).
             IntegrityCheckError: the stored bytes do not hash to ``sha256``.
         """
+
+    def subscribe(
+        self,
+        after_position: int = 0,
+        *,
+        stop: threading.Event | None = None,
+        poll_interval: float = 0.2,
+        batch_size: int = 500,
+    ) -> Iterator[RecordedEvent]:
+        """Yield every event after ``after_position``: history first, then live events.
+
+        A catch-up subscription: it polls the durable log, so there is no gap or duplicate at
+        the switch from history to live, and a subscriber that restarts from its own stored
+        checkpoint (the position of the last event it *processed*) misses nothing. Ends when
+        ``stop`` is set (checked between polls), or runs forever.
+        """
+        position = after_position
+        while stop is None or not stop.is_set():
+            batch = self.read_all(position, batch_size)
+            for recorded in batch:
+                yield recorded
+                position = recorded.position
+            if len(batch) < batch_size:
+                if stop is None:
+                    time.sleep(poll_interval)
+                else:
+                    stop.wait(poll_interval)
 
     def verify(self, session_id: str) -> VerifyReport:
         """Walk the session's whole hash chain and report the first bad seq, if any."""

@@ -57,7 +57,7 @@ class Backend:
 def _pg_schema_backend(base_url: str) -> Iterator[Backend]:
     """A fresh PostgreSQL schema selected through the URL's search_path; dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(sessionstore.resolve_url(base_url))
+    admin = create_engine(sessionstore.resolve_url(base_url), pool_pre_ping=True)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     sep = "&" if "?" in base_url else "?"

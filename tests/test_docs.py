@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import re
+from pathlib import Path
 
 import sessionstore
 
@@ -13,3 +15,15 @@ def test_package_docstring_example_runs() -> None:
 
     assert result.attempted >= 5
     assert result.failed == 0
+
+
+def test_readme_python_example_runs() -> None:
+    """The README's usage example runs as written on the embedded default."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+
+    assert blocks
+    for block in blocks:
+        namespace: dict[str, object] = {}
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - running our own docs
+        namespace["store"].close()  # type: ignore[attr-defined]
