@@ -251,6 +251,7 @@ class Contender:
     batch: int
     run: Callable[[list[Message], Path], Run]
     runs: list[Run] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
     def rate(self, count: int) -> float:
         """Messages per second (wall clock), median over the runs."""
@@ -556,21 +557,34 @@ def pg_contenders(url: str) -> list[Contender]:
     ]
 
 
+def run_once(c: Contender, messages: list[Message], folder: Path, attempts: int = 2) -> Run | None:
+    """One run on a fresh database; a run that fails (e.g. the server dropped the connection)
+    is tried again once, then recorded as a failure."""
+    for attempt in range(1, attempts + 1):
+        folder.mkdir()
+        try:
+            return c.run(messages, folder)
+        except Exception as e:  # reported in the output; the other rows go on
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            c.failures.append(f"attempt {attempt}: {type(e).__name__}: {first_line}")
+            print(f"  {c.key:<14} FAILED ({c.failures[-1]})", file=sys.stderr)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
 def run_all(contenders: list[Contender], messages: list[Message], repeats: int, workdir: Path) -> list[str]:
-    """Run every contender ``repeats`` times, interleaved; return the problems found."""
+    """Run every contender ``repeats`` times, interleaved; return the token-counting problems."""
     problems: list[str] = []
     for repeat in range(repeats):
         for c in contenders:
-            folder = workdir / f"{c.key}-{repeat}"
-            folder.mkdir()
-            result = c.run(messages, folder)
+            result = run_once(c, messages, workdir / f"{c.key}-{repeat}")
+            if result is None:
+                continue
             c.runs.append(result)
             problems += [f"{c.key}: {p}" for p in result.problems]
-            shutil.rmtree(folder)
-            print(
-                f"  {c.key:<14} run {repeat + 1}/{repeats}: {len(messages) / result.seconds:9.0f} msg/s",
-                file=sys.stderr,
-            )
+            rate = len(messages) / result.seconds
+            print(f"  {c.key:<14} run {repeat + 1}/{repeats}: {rate:9.0f} msg/s", file=sys.stderr)
     return problems
 
 
@@ -613,10 +627,14 @@ def print_table(contenders: list[Contender], count: int) -> None:
     print(f"\n{header}  settings (read back)")
     print("-" * 118)
     for c in contenders:
+        if not c.runs:
+            print(f"{c.label:<34} {c.durability:<10} {c.batch:>5} {'failed':>8}  {c.failures[-1]}")
+            continue
         rate = c.rate(count)
+        failed = f"  ({len(c.failures)} failed attempt(s))" if c.failures else ""
         print(
             f"{c.label:<34} {c.durability:<10} {c.batch:>5} {rate:>8.0f} {1000 / rate:>7.3f} "
-            f"{c.cpu_ms(count):>10.3f}  {c.runs[-1].pragmas}"
+            f"{c.cpu_ms(count):>10.3f}  {c.runs[-1].pragmas}{failed}"
         )
     print("(msg/s and ms/msg: wall clock; cpu ms/msg: this process's CPU, all threads; medians of the runs)")
 
@@ -625,7 +643,9 @@ def _verdict(ok: bool) -> str:
     return "meets target" if ok else "MISSES target"
 
 
-def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float, float]) -> None:
+def print_ratios(contenders: list[Contender], count: int, tokenize: tuple[float, float]) -> None:
+    by_key = {c.key: c for c in contenders if c.runs}  # ratios only between rows that ran
+
     def rate(key: str) -> float:
         return by_key[key].rate(count)
 
@@ -635,13 +655,15 @@ def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float
     print("\nRatios (wall-clock medians; same messages, same run; CPU-time ratio in brackets):")
     for batch in (1, BATCH):
         ours, raw = f"off-{batch}", f"raw-{batch}"
+        if not {ours, raw} <= by_key.keys():
+            continue
         ratio = rate(raw) / rate(ours)
         print(
             f"  batch {batch:>3}: sessionstore(off)/raw sqlite3 = {rate(ours) / rate(raw):.2f}   "
             f"raw/ours = {ratio:.2f} [cpu {cpu(ours) / cpu(raw):.2f}]  "
             f"(target raw/ours <= {TARGET_RAW_OVER_OURS}: {_verdict(ratio <= TARGET_RAW_OVER_OURS)})"
         )
-    if "raw-1-normal" in by_key:
+    if {"raw-1-normal", "off-1-normal"} <= by_key.keys():
         ours, raw = "off-1-normal", "raw-1-normal"
         print(
             f"  batch   1, synchronous=NORMAL: sessionstore(off)/raw sqlite3 = {rate(ours) / rate(raw):.2f}"
@@ -649,7 +671,7 @@ def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float
         )
     for batch in (1, BATCH):
         ours, theirs = f"off-{batch}", f"agents-{batch}"
-        if theirs in by_key:
+        if {ours, theirs} <= by_key.keys():
             ratio = rate(ours) / rate(theirs)
             print(
                 f"  batch {batch:>3}: sessionstore(off)/SQLiteSession = {ratio:.2f} "
@@ -658,6 +680,8 @@ def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float
             )
     tok_wall, tok_cpu = tokenize
     for batch in (1, BATCH):
+        if not {f"on-{batch}", f"off-{batch}"} <= by_key.keys():
+            continue
         on, off = by_key[f"on-{batch}"], by_key[f"off-{batch}"]
         extra_wall = count * (1 / on.rate(count) - 1 / off.rate(count))
         extra_cpu = count * (on.cpu_ms(count) - off.cpu_ms(count)) / 1000
@@ -669,7 +693,7 @@ def print_ratios(by_key: dict[str, Contender], count: int, tokenize: tuple[float
         )
     for batch in (1, BATCH):
         ours, raw = f"pg-{batch}", f"pg-raw-{batch}"
-        if ours in by_key:
+        if {ours, raw} <= by_key.keys():
             print(
                 f"  batch {batch:>3}: PG store/raw psycopg = {rate(ours) / rate(raw):.2f} "
                 f"[client cpu {cpu(raw) / cpu(ours):.2f}]"
@@ -721,7 +745,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def sqlite_session_note(by_key: dict[str, Contender], import_note: str | None) -> str:
     if import_note:
         return import_note
-    settings = by_key["agents-1"].runs[-1].pragmas
+    runs = by_key["agents-1"].runs or by_key["agents-100"].runs
+    settings = runs[-1].pragmas if runs else "(not read: its runs failed)"
     note = (
         "SQLiteSession (agents/memory/sqlite_session.py) sets only journal_mode=WAL; synchronous is left at "
         f"SQLite's compiled-in default, here read back as: {settings}. Each add_items runs in a worker "
@@ -765,7 +790,7 @@ def main(argv: list[str] | None = None) -> int:
             f"\nTokenizer alone (TiktokenCounter.count over all {len(messages)} messages): "
             f"{tok_wall:.2f} s wall, {tok_cpu:.2f} s cpu = {len(messages) / tok_wall:.0f} msg/s"
         )
-        print_ratios(by_key, len(messages), (tok_wall, tok_cpu))
+        print_ratios(contenders, len(messages), (tok_wall, tok_cpu))
         if args.profile:
             profile_single_appends(messages[:500], workdir)
     if problems:

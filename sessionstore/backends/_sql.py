@@ -39,7 +39,7 @@ from .._errors import (
 )
 from .._events import Event, encode_event, parse_event
 from .._hashing import GENESIS_HASH, as_utc, event_hash
-from .._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions
+from .._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
 from .._store import (
     ANY,
     AppendResult,
@@ -48,6 +48,7 @@ from .._store import (
     RecordedEvent,
     SessionInfo,
     SessionStore,
+    SnapshotRecord,
     chain_problem,
     check_session_id,
 )
@@ -497,6 +498,55 @@ class SqlSessionStore(SessionStore):
             msg = f"blob {sha256} does not match its hash"
             raise IntegrityCheckError(msg)
         return data
+
+    # -- snapshots --
+
+    def put_snapshot(self, snapshot: SnapshotRecord) -> None:
+        """See ``SessionStore.put_snapshot``."""
+        statement = (
+            type(self)
+            .dialect_insert(snapshots)
+            .values(
+                session_id=snapshot.session_id,
+                projection=snapshot.projection,
+                projection_version=snapshot.projection_version,
+                tokenizer=snapshot.tokenizer,
+                seq=snapshot.seq,
+                state=snapshot.state,
+                created_at=_utcnow(),
+            )
+            .on_conflict_do_nothing()
+        )
+        with self._write(events_lock=False) as conn:
+            conn.execute(statement)
+
+    def latest_snapshot(
+        self,
+        session_id: str,
+        projection: str,
+        projection_version: int,
+        tokenizer: str,
+        max_seq: int | None = None,
+    ) -> SnapshotRecord | None:
+        """See ``SessionStore.latest_snapshot``."""
+        query = (
+            select(snapshots.c.seq, snapshots.c.state)
+            .where(
+                snapshots.c.session_id == session_id,
+                snapshots.c.projection == projection,
+                snapshots.c.projection_version == projection_version,
+                snapshots.c.tokenizer == tokenizer,
+            )
+            .order_by(snapshots.c.seq.desc())
+            .limit(1)
+        )
+        if max_seq is not None:
+            query = query.where(snapshots.c.seq <= max_seq)
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None
+        return SnapshotRecord(session_id, projection, projection_version, tokenizer, int(row.seq), row.state)
 
     def close(self) -> None:
         """Dispose of the engine's connection pool."""
