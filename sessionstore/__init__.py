@@ -14,6 +14,7 @@ embedded default) or PostgreSQL; what the model sees is a deterministic projecti
 
 from __future__ import annotations
 
+from ._api_context import INTERRUPTED_TOOL_RESULT, LEADING_USER_MARKER
 from ._config import default_database_path, resolve_url
 from ._errors import (
     AppendOnlyViolation,
@@ -34,6 +35,7 @@ from ._errors import (
 from ._events import (
     AnyEvent,
     ContentBlock,
+    ContextConfigured,
     Event,
     MessageAppended,
     QuerySource,
@@ -45,6 +47,8 @@ from ._events import (
 )
 from ._migrate import SCHEMA_REVISION
 from ._open import open_store
+from ._projection import Projection, fold, register_projection
+from ._session import DEFAULT_CALIBRATION, Session, SessionConfig
 from ._store import (
     ANY,
     AppendResult,
@@ -53,9 +57,22 @@ from ._store import (
     RecordedEvent,
     SessionInfo,
     SessionStore,
+    SnapshotRecord,
     VerifyReport,
 )
 from ._tokens import TiktokenCounter, TokenCounter
+from ._transcript import TranscriptEntry
+from ._validate import InvalidRequestError, RequestProblem, request_problems, validate_request
+from ._window import (
+    DEFAULT_MODEL_LIMITS,
+    ModelLimits,
+    TokenState,
+    TokenWindow,
+    WindowConfig,
+    model_limits,
+    token_state,
+    token_window,
+)
 from .backends import PostgresSessionStore, SQLiteSessionStore
 
 __version__ = "0.1.0"
@@ -68,37 +85,60 @@ __all__ = [
     "BlobRef",
     "ConcurrencyError",
     "ContentBlock",
+    "ContextConfigured",
+    "DEFAULT_CALIBRATION",
+    "DEFAULT_MODEL_LIMITS",
     "DatabaseError",
     "DuplicateEventError",
     "Event",
     "ExpectedSeq",
+    "INTERRUPTED_TOOL_RESULT",
     "IntegrityCheckError",
     "IntegrityError",
+    "InvalidRequestError",
+    "LEADING_USER_MARKER",
     "MessageAppended",
+    "ModelLimits",
     "OperationalError",
     "PostgresSessionStore",
     "ProgrammingError",
+    "Projection",
     "QuerySource",
     "RecordedEvent",
+    "RequestProblem",
     "SCHEMA_REVISION",
     "SQLiteSessionStore",
     "SchemaOutOfDateError",
+    "Session",
+    "SessionConfig",
     "SessionExistsError",
     "SessionInfo",
     "SessionNotFoundError",
     "SessionStarted",
     "SessionStore",
     "SessionStoreError",
+    "SnapshotRecord",
     "TiktokenCounter",
     "TokenCounter",
+    "TokenState",
+    "TokenWindow",
+    "TranscriptEntry",
     "UnknownEventTypeError",
     "UsageRecorded",
     "ValidationError",
     "VerifyReport",
+    "WindowConfig",
     "default_database_path",
+    "fold",
+    "model_limits",
     "open_store",
     "parse_event",
     "register_event",
+    "register_projection",
     "register_upcaster",
+    "request_problems",
     "resolve_url",
+    "token_state",
+    "token_window",
+    "validate_request",
 ]

@@ -21,6 +21,8 @@ from sqlalchemy import create_engine, text
 import sessionstore
 from sessionstore import SessionStore
 
+from .messages_api import MessagesAPIServer
+
 PG_URL = os.environ.get("SESSIONSTORE_TEST_PG_URL")
 REQUIRE_PG = os.environ.get("SESSIONSTORE_REQUIRE_PG") == "1"
 
@@ -131,3 +133,10 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never touch the user's real embedded database."""
     monkeypatch.setenv("SESSIONSTORE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SESSIONSTORE_URL", raising=False)
+
+
+@pytest.fixture
+def messages_api() -> Iterator[MessagesAPIServer]:
+    """A Messages API server on loopback for the real anthropic SDK."""
+    with MessagesAPIServer() as server:
+        yield server

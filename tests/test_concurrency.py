@@ -240,9 +240,11 @@ class TestCrashDurability:
             # after a random few milliseconds: the kill lands anywhere in that append (before
             # it, mid-transaction, mid-commit, or between commit and acknowledgement).
             got_enough = collector.wait_for(
-                lambda lines: sum(line.startswith("ack ") for line in lines) >= 50
-                and lines[-1].startswith("begin ")
-                and len(lines[-1].split()) > 2,
+                lambda lines: (
+                    sum(line.startswith("ack ") for line in lines) >= 50
+                    and lines[-1].startswith("begin ")
+                    and len(lines[-1].split()) > 2
+                ),
                 timeout=60,
             )
             time.sleep(random.uniform(0, 0.01))

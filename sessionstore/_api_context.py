@@ -1,0 +1,310 @@
+"""The API context view: the ``{system, tools, messages}`` request for ``client.messages.create``.
+
+Normalization, applied incrementally as events arrive (each rule is one named step below):
+
+* ``_content_blocks``: string content becomes one text block; empty or whitespace-only text
+  blocks are dropped (the API rejects them); every other block is kept verbatim, thinking
+  blocks with their signatures.
+* ``_skip``: meta entries and sidechain (sub-agent) entries are not sent.
+* ``_add_assistant``: streamed chunks of one API round (same ``api_message_id``) form one
+  assistant message, even when the round's tool results were written between its chunks;
+  consecutive assistant messages are merged so roles alternate.
+* ``_add_user``: consecutive user messages are merged; tool_result blocks go first in their
+  message; a tool_result that answers no open tool_use of the preceding assistant message
+  (an orphan, or a duplicate) is dropped.
+* ``_close_interrupted_tools``: a tool_use still unanswered when the next API round starts gets
+  a synthetic error result (``INTERRUPTED_TOOL_RESULT``) so the request stays valid.
+* ``materialize``: the same repair for the tail, and a leading assistant message gets a
+  synthetic user message (``LEADING_USER_MARKER``) before it, since requests start with a user.
+
+Later pipeline stages (persisted tool results, snip, micro-compact, collapse, compact boundary)
+each add one step here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from ._events import ContextConfigured, MessageAppended, SessionStarted, UsageRecorded
+from ._projection import Projection, register_projection
+from ._store import RecordedEvent
+
+__all__ = [
+    "INTERRUPTED_TOOL_RESULT",
+    "LEADING_USER_MARKER",
+    "ApiContextProjection",
+    "ApiContextState",
+    "materialize",
+    "request_bytes",
+]
+
+#: Content of the synthetic tool_result that answers a tool call with no recorded result.
+INTERRUPTED_TOOL_RESULT = "[Tool call interrupted: no result was recorded]"
+#: Text of the synthetic user message placed before a leading assistant message.
+LEADING_USER_MARKER = "[Earlier conversation not shown]"
+
+Block = dict[str, Any]
+Message = dict[str, Any]
+_NOT_CACHEABLE = frozenset({"thinking", "redacted_thinking"})
+_CACHE_CONTROL = {"type": "ephemeral"}
+
+
+@dataclass
+class ApiContextState:
+    """What the model will see, kept normalized, plus the token accounting that goes with it.
+
+    ``message_tokens[i]`` is the stored (raw) token count of everything merged into
+    ``messages[i]``. ``usage_total`` is the latest API-reported context size (input + cache
+    creation + cache read + output) and ``tokens_since_usage`` the raw count of what was added
+    to the view after it.
+    """
+
+    system: str | list[Block] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    context_tokens: int = 0
+    messages: list[Message] = field(default_factory=list)
+    message_tokens: list[int] = field(default_factory=list)
+    open_tool_ids: list[str] = field(default_factory=list)
+    last_assistant_index: int = -1
+    last_assistant_api_id: str | None = None
+    model: str | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    usage_total: int | None = None
+    usage_api_id: str | None = None
+    tokens_since_usage: int = 0
+
+    @property
+    def view_tokens(self) -> int:
+        """Raw token count of everything in the view: system, tools and messages."""
+        return self.context_tokens + sum(self.message_tokens)
+
+
+# --- normalization steps -----------------------------------------------------------------
+
+
+def _content_blocks(content: str | list[Block]) -> list[Block]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content.strip() else []
+    return [b for b in content if not (b.get("type") == "text" and not str(b.get("text", "")).strip())]
+
+
+def _skip(event: MessageAppended) -> bool:
+    return event.is_meta or event.is_sidechain
+
+
+def _leading_results(content: list[Block]) -> int:
+    """How many tool_result blocks open ``content``."""
+    count = 0
+    for block in content:
+        if block.get("type") != "tool_result":
+            break
+        count += 1
+    return count
+
+
+def _interrupted(tool_use_id: str) -> Block:
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": INTERRUPTED_TOOL_RESULT,
+        "is_error": True,
+    }
+
+
+def _with_results_first(message: Message, results: list[Block]) -> Message:
+    content = list(message["content"])
+    at = _leading_results(content)
+    content[at:at] = results
+    return {"role": message["role"], "content": content}
+
+
+def _close_interrupted_tools(state: ApiContextState) -> None:
+    """Answer every still-open tool_use with a synthetic error result, before a new round."""
+    if not state.open_tool_ids:
+        return
+    results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
+    state.open_tool_ids.clear()
+    if state.messages and state.messages[-1]["role"] == "user":
+        state.messages[-1] = _with_results_first(state.messages[-1], results)
+    else:
+        state.messages.append({"role": "user", "content": results})
+        state.message_tokens.append(0)
+
+
+def _extend(state: ApiContextState, index: int, blocks: list[Block], tokens: int) -> None:
+    # A new dict, never an in-place edit: requests handed out earlier share message dicts.
+    message = state.messages[index]
+    state.messages[index] = {"role": message["role"], "content": [*message["content"], *blocks]}
+    state.message_tokens[index] += tokens
+
+
+def _only_tool_results_after(state: ApiContextState, index: int) -> bool:
+    return all(
+        message["role"] == "user" and _leading_results(message["content"]) == len(message["content"])
+        for message in state.messages[index + 1 :]
+    )
+
+
+def _add_assistant(state: ApiContextState, event: MessageAppended, blocks: list[Block], tokens: int) -> None:
+    index = state.last_assistant_index
+    same_round = (
+        event.api_message_id is not None
+        and event.api_message_id == state.last_assistant_api_id
+        and index >= 0
+        and _only_tool_results_after(state, index)
+    )
+    if same_round:
+        _extend(state, index, blocks, tokens)
+    else:
+        _close_interrupted_tools(state)
+        if state.messages and state.messages[-1]["role"] == "assistant":
+            _extend(state, len(state.messages) - 1, blocks, tokens)
+        else:
+            state.messages.append({"role": "assistant", "content": blocks})
+            state.message_tokens.append(tokens)
+        state.last_assistant_index = len(state.messages) - 1
+        state.last_assistant_api_id = event.api_message_id
+    state.open_tool_ids.extend(str(b.get("id")) for b in blocks if b.get("type") == "tool_use")
+
+
+def _add_user(state: ApiContextState, blocks: list[Block], tokens: int) -> None:
+    results: list[Block] = []
+    others: list[Block] = []
+    for block in blocks:
+        if block.get("type") != "tool_result":
+            others.append(block)
+        elif block.get("tool_use_id") in state.open_tool_ids:
+            state.open_tool_ids.remove(block["tool_use_id"])
+            results.append(block)
+    if not results and not others:
+        return
+    if state.messages and state.messages[-1]["role"] == "user":
+        merged = _with_results_first(state.messages[-1], results)
+        merged["content"].extend(others)
+        state.messages[-1] = merged
+        state.message_tokens[-1] += tokens
+    else:
+        state.messages.append({"role": "user", "content": results + others})
+        state.message_tokens.append(tokens)
+
+
+# --- the projection ------------------------------------------------------------------------
+
+
+@register_projection
+class ApiContextProjection(Projection[ApiContextState]):
+    """Folds a session's events into the normalized request state."""
+
+    name: ClassVar[str] = "api_context"
+    version: ClassVar[int] = 1
+
+    def initial(self) -> ApiContextState:
+        """An empty conversation."""
+        return ApiContextState()
+
+    def apply(self, state: ApiContextState, event: RecordedEvent) -> ApiContextState:
+        """Add one event's effect on what the model sees."""
+        decoded = event.event
+        tokens = event.token_count or 0
+        if isinstance(decoded, MessageAppended):
+            if _skip(decoded):
+                return state
+            blocks = _content_blocks(decoded.content)
+            if not blocks:
+                return state
+            if decoded.role == "assistant":
+                _add_assistant(state, decoded, blocks, tokens)
+            else:
+                _add_user(state, blocks, tokens)
+            # An assistant message the latest usage already reports is not new context.
+            if decoded.api_message_id is None or decoded.api_message_id != state.usage_api_id:
+                state.tokens_since_usage += tokens
+        elif isinstance(decoded, UsageRecorded):
+            state.usage_total = decoded.total_tokens
+            state.usage_api_id = decoded.api_message_id
+            state.tokens_since_usage = 0
+        elif isinstance(decoded, ContextConfigured):
+            state.tokens_since_usage += tokens - state.context_tokens
+            state.system = decoded.system
+            state.tools = list(decoded.tools)
+            state.context_tokens = tokens
+        elif isinstance(decoded, SessionStarted):
+            state.model = decoded.model
+            state.context_window = decoded.context_window
+            state.max_output_tokens = decoded.max_output_tokens
+        return state
+
+    def dump(self, state: ApiContextState) -> str:
+        """The state as JSON."""
+        return json.dumps(asdict(state), ensure_ascii=False, separators=(",", ":"))
+
+    def load(self, text: str) -> ApiContextState:
+        """A state from ``dump``'s JSON (raises on unknown or missing keys)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            msg = "api_context snapshot is not a JSON object"
+            raise TypeError(msg)
+        return ApiContextState(**data)
+
+
+# --- the request -----------------------------------------------------------------------------
+
+
+def _cached_block(block: Block) -> Block:
+    return {**block, "cache_control": dict(_CACHE_CONTROL)}
+
+
+def _cache_last_message(messages: list[Message]) -> None:
+    """Put a breakpoint on the last cacheable block of the last message (copying, never mutating)."""
+    last = messages[-1]
+    content = list(last["content"])
+    for i in range(len(content) - 1, -1, -1):
+        if content[i].get("type") not in _NOT_CACHEABLE:
+            content[i] = _cached_block(content[i])
+            messages[-1] = {"role": last["role"], "content": content}
+            return
+
+
+def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[str, Any]:
+    """The request (``system``, ``tools``, ``messages``) for the state, without model or max_tokens.
+
+    The result shares unchanged blocks with the state: treat it as read-only.
+
+    Args:
+        cache_control: add prompt-cache breakpoints on the system prompt, the last tool and
+            the last message's last cacheable block (three of the API's four).
+    """
+    messages = list(state.messages)
+    if state.open_tool_ids:
+        results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
+        if messages and messages[-1]["role"] == "user":
+            messages[-1] = _with_results_first(messages[-1], results)
+        else:
+            messages.append({"role": "user", "content": results})
+    if messages and messages[0]["role"] == "assistant":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_MARKER}]})
+    request: dict[str, Any] = {}
+    if state.system:
+        system: str | list[Block] = state.system
+        if cache_control:
+            blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+            blocks[-1] = _cached_block(blocks[-1])
+            system = blocks
+        request["system"] = system
+    if state.tools:
+        tools = list(state.tools)
+        if cache_control:
+            tools[-1] = _cached_block(tools[-1])
+        request["tools"] = tools
+    if cache_control and messages:
+        _cache_last_message(messages)
+    request["messages"] = messages
+    return request
+
+
+def request_bytes(request: dict[str, Any]) -> bytes:
+    """The canonical serialization of a request: the bytes compared for byte-stability."""
+    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,134 @@
+"""Projections: pure, versioned folds over a session's events, with disposable snapshots.
+
+A projection turns the log into a view (the transcript, the request for the model, token
+accounting). ``apply`` may update the state in place for speed, but must be a pure function of
+(state, event): no I/O, no clock, no randomness, no model call. That is what makes a view the
+same whether it was rebuilt from scratch, updated incrementally, or restored from a snapshot and
+the tail — and so keeps the prompt-cache prefix byte-stable across resume.
+
+Snapshots are keyed by (session, projection name, projection version, tokenizer, seq). A
+snapshot of another version, or one that fails to load, is ignored and the view is folded from
+the first event instead; deleting every snapshot changes no result, only the time it takes.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable
+from typing import ClassVar, Generic, TypeVar
+
+from ._store import RecordedEvent, SessionStore, SnapshotRecord
+
+__all__ = ["Projection", "fold", "projection_class", "rebuild", "register_projection", "save_snapshot"]
+
+S = TypeVar("S")
+_log = logging.getLogger(__name__)
+
+
+class Projection(abc.ABC, Generic[S]):
+    """A named, versioned fold. Bump ``version`` whenever ``apply`` or the state's shape changes."""
+
+    name: ClassVar[str]
+    version: ClassVar[int]
+
+    @abc.abstractmethod
+    def initial(self) -> S:
+        """The state before any event."""
+
+    @abc.abstractmethod
+    def apply(self, state: S, event: RecordedEvent) -> S:
+        """The state after ``event`` (may update ``state`` in place and return it)."""
+
+    @abc.abstractmethod
+    def dump(self, state: S) -> str:
+        """Serialize ``state`` to JSON text for a snapshot (deterministic)."""
+
+    @abc.abstractmethod
+    def load(self, text: str) -> S:
+        """Rebuild a state from ``dump``'s text; raise on anything malformed."""
+
+
+_PROJECTIONS: dict[tuple[str, int], type[Projection[object]]] = {}
+
+P = TypeVar("P", bound=type[Projection])  # type: ignore[type-arg]
+
+
+def register_projection(cls: P) -> P:
+    """Register a projection class by (name, version); usable as a class decorator."""
+    key = (cls.name, cls.version)
+    existing = _PROJECTIONS.get(key)
+    if existing is not None and existing is not cls:
+        msg = f"projection {cls.name!r} version {cls.version} is already registered by {existing.__name__}"
+        raise ValueError(msg)
+    _PROJECTIONS[key] = cls
+    return cls
+
+
+def projection_class(name: str, version: int) -> type[Projection[object]]:
+    """The registered class for (name, version).
+
+    Raises:
+        KeyError: nothing is registered under that key.
+    """
+    return _PROJECTIONS[(name, version)]
+
+
+def fold(projection: Projection[S], events: Iterable[RecordedEvent], state: S | None = None) -> S:
+    """Apply ``events`` in order to ``state`` (or to the initial state)."""
+    current = projection.initial() if state is None else state
+    for recorded in events:
+        current = projection.apply(current, recorded)
+    return current
+
+
+def rebuild(
+    store: SessionStore,
+    session_id: str,
+    projection: Projection[S],
+    *,
+    tokenizer: str,
+    use_snapshots: bool = True,
+) -> tuple[S, int]:
+    """The projection's state for the whole session, and the last seq folded into it.
+
+    Starts from the latest snapshot of exactly this projection version and tokenizer when
+    one exists and loads; otherwise folds from seq 1.
+    """
+    state: S | None = None
+    from_seq = 1
+    if use_snapshots:
+        snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer)
+        if snapshot is not None:
+            try:
+                state = projection.load(snapshot.state)
+                from_seq = snapshot.seq + 1
+            except Exception:  # noqa: BLE001 - any unreadable snapshot means "fold from scratch"
+                _log.warning(
+                    "ignoring unreadable %s snapshot of session %s at seq %d",
+                    projection.name,
+                    session_id,
+                    snapshot.seq,
+                    exc_info=True,
+                )
+    tail = store.read(session_id, from_seq)
+    state = fold(projection, tail, state)
+    last_seq = tail[-1].seq if tail else from_seq - 1
+    return state, last_seq
+
+
+def save_snapshot(
+    store: SessionStore,
+    session_id: str,
+    projection: Projection[S],
+    state: S,
+    seq: int,
+    *,
+    tokenizer: str,
+) -> None:
+    """Persist ``state`` (the fold of seqs 1..``seq``) as a snapshot."""
+    store.put_snapshot(
+        SnapshotRecord(
+            session_id, projection.name, projection.version, tokenizer, seq, projection.dump(state)
+        )
+    )

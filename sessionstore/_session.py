@@ -1,0 +1,248 @@
+"""The live session: projections kept warm in memory, updated by what each turn appends.
+
+A ``Session`` is built once (latest snapshot + replay of the tail) and then applies only the
+events appended after it, so the cost of a turn is proportional to what the turn added, not to
+the history. It snapshots itself every ``snapshot_every`` events so the next process resumes
+cheaply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
+from ._events import ContentBlock, ContextConfigured, Event, SessionStarted
+from ._projection import fold, rebuild, save_snapshot
+from ._store import AppendResult, ExpectedSeq, SessionInfo, SessionStore
+from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
+from ._window import (
+    DEFAULT_MODEL_LIMITS,
+    ModelLimits,
+    TokenState,
+    WindowConfig,
+    model_limits,
+    token_state,
+    token_window,
+)
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = ["DEFAULT_CALIBRATION", "Session", "SessionConfig"]
+
+#: Claude tokens per cl100k token, measured on real Claude Code transcripts
+#: (bench/calibration.py; docs/projections.md). Applied to estimates, never to API-reported usage.
+DEFAULT_CALIBRATION = 1.17
+#: Tokenizer key of snapshots taken by a store that counts no tokens.
+NO_TOKENIZER = "none"
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How a live session measures and caches its context.
+
+    Args:
+        window: the context-window switches (overrides, disables).
+        calibration: Claude tokens per stored (cl100k) token for the estimated part of "used".
+        default_limits: limits for a model the registry does not know.
+        cache_control: add prompt-cache breakpoints to every request.
+        snapshot_every: persist projection snapshots every this many events (0: never).
+    """
+
+    window: WindowConfig = field(default_factory=WindowConfig)
+    calibration: float = DEFAULT_CALIBRATION
+    default_limits: ModelLimits = DEFAULT_MODEL_LIMITS
+    cache_control: bool = False
+    snapshot_every: int = 1000
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.calibration) and self.calibration > 0):
+            msg = f"calibration must be a positive finite number, got {self.calibration!r}"
+            raise ValueError(msg)
+        if self.snapshot_every < 0:
+            msg = f"snapshot_every must be >= 0, got {self.snapshot_every!r}"
+            raise ValueError(msg)
+
+
+class Session:
+    """One session's log with its views (API request, transcript, token state) kept current.
+
+    Not thread-safe: use one ``Session`` per thread or task. Other processes may append to
+    the same session; ``refresh()`` picks their events up, and ``append`` with the default
+    ``expected_seq`` fails with ``ConcurrencyError`` if they wrote since the last refresh.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        config: SessionConfig | None = None,
+        *,
+        use_snapshots: bool = True,
+    ) -> None:
+        self.store = store
+        self.id = session_id
+        self.config = config or SessionConfig()
+        counter = getattr(store, "token_counter", None)
+        self.tokenizer = counter.name if counter is not None else NO_TOKENIZER
+        self._api_projection = ApiContextProjection()
+        self._transcript_projection = TranscriptProjection()
+        self._api, api_seq = rebuild(
+            store, session_id, self._api_projection, tokenizer=self.tokenizer, use_snapshots=use_snapshots
+        )
+        self._transcript, transcript_seq = rebuild(
+            store,
+            session_id,
+            self._transcript_projection,
+            tokenizer=self.tokenizer,
+            use_snapshots=use_snapshots,
+        )
+        self.last_seq = min(api_seq, transcript_seq)
+        if api_seq != transcript_seq:  # snapshots taken at different points: bring both to the head
+            self._catch_up_unequal(api_seq, transcript_seq)
+        self._last_snapshot_seq = self.last_seq
+
+    @classmethod
+    def create(
+        cls,
+        store: SessionStore,
+        session_id: str | None = None,
+        *,
+        model: str | None = None,
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
+        system: str | list[ContentBlock] | None = None,
+        tools: Sequence[dict[str, Any]] = (),
+        metadata: dict[str, Any] | None = None,
+        config: SessionConfig | None = None,
+    ) -> Session:
+        """Create a session (SessionStarted, and ContextConfigured if system or tools) and open it."""
+        events: list[Event] = [
+            SessionStarted(model=model, context_window=context_window, max_output_tokens=max_output_tokens)
+        ]
+        if system is not None or tools:
+            events.append(ContextConfigured(system=system, tools=list(tools)))
+        info: SessionInfo = store.create_session(session_id, metadata=metadata, events=events)
+        return cls(store, info.id, config)
+
+    def _catch_up_unequal(self, api_seq: int, transcript_seq: int) -> None:
+        tail = self.store.read(self.id, min(api_seq, transcript_seq) + 1)
+        self._api = fold(self._api_projection, (e for e in tail if e.seq > api_seq), self._api)
+        self._transcript = fold(
+            self._transcript_projection, (e for e in tail if e.seq > transcript_seq), self._transcript
+        )
+        self.last_seq = max(api_seq, transcript_seq, tail[-1].seq if tail else 0)
+
+    # -- keeping current --
+
+    def refresh(self) -> int:
+        """Apply events appended since the last refresh (by anyone); returns how many."""
+        tail = self.store.read(self.id, self.last_seq + 1)
+        if not tail:
+            return 0
+        self._api = fold(self._api_projection, tail, self._api)
+        self._transcript = fold(self._transcript_projection, tail, self._transcript)
+        self.last_seq = tail[-1].seq
+        every = self.config.snapshot_every
+        if every and self.last_seq // every > self._last_snapshot_seq // every:
+            self.snapshot()
+        return len(tail)
+
+    def append(
+        self, events: Sequence[Event | dict[str, Any]], *, expected_seq: ExpectedSeq | None = None
+    ) -> AppendResult:
+        """Append ``events`` after what this session has seen, then apply them.
+
+        Args:
+            expected_seq: defaults to ``last_seq``, so a write by someone else since the
+                last refresh raises ``ConcurrencyError`` instead of interleaving.
+        """
+        result = self.store.append(self.id, events, self.last_seq if expected_seq is None else expected_seq)
+        self.refresh()
+        return result
+
+    def snapshot(self) -> None:
+        """Persist both projections at ``last_seq`` (the fold of events re-read from the store)."""
+        if self.last_seq < 1:
+            return
+        save_snapshot(
+            self.store, self.id, self._api_projection, self._api, self.last_seq, tokenizer=self.tokenizer
+        )
+        save_snapshot(
+            self.store,
+            self.id,
+            self._transcript_projection,
+            self._transcript,
+            self.last_seq,
+            tokenizer=self.tokenizer,
+        )
+        self._last_snapshot_seq = self.last_seq
+
+    # -- views --
+
+    @property
+    def api_state(self) -> ApiContextState:
+        """The normalized API-context state (read-only by convention)."""
+        return self._api
+
+    @property
+    def transcript(self) -> list[TranscriptEntry]:
+        """Every event of the session, in order."""
+        return list(self._transcript.entries)
+
+    @property
+    def transcript_state(self) -> TranscriptState:
+        """The transcript projection's state (read-only by convention)."""
+        return self._transcript
+
+    def request(self, *, cache_control: bool | None = None) -> dict[str, Any]:
+        """The ``{system, tools, messages}`` to send next (add ``model`` and ``max_tokens``).
+
+        Args:
+            cache_control: override the config's prompt-cache breakpoints for this call.
+        """
+        use_cache = self.config.cache_control if cache_control is None else cache_control
+        return materialize(self._api, cache_control=use_cache)
+
+    def request_bytes(self, *, cache_control: bool | None = None) -> bytes:
+        """The request, canonically serialized: identical bytes for an identical log."""
+        return request_bytes(self.request(cache_control=cache_control))
+
+    def limits(self) -> ModelLimits:
+        """The model's limits: the registry's, with SessionStarted's explicit numbers on top."""
+        return model_limits(
+            self._api.model,
+            default=self.config.default_limits,
+            context_window=self._api.context_window,
+            max_output_tokens=self._api.max_output_tokens,
+        )
+
+    def used_tokens(self) -> int:
+        """Tokens in the context now: the latest API usage plus the calibrated estimate after it.
+
+        With no usage recorded yet, the calibrated estimate of the whole view.
+        """
+        calibration = self.config.calibration
+        if self._api.usage_total is None:
+            return math.ceil(self._api.view_tokens * calibration)
+        return max(0, self._api.usage_total + math.ceil(self._api.tokens_since_usage * calibration))
+
+    def token_state(self) -> TokenState:
+        """Every number and flag of the context window for the current context."""
+        return token_state(self.used_tokens(), token_window(self.limits(), self.config.window))
+
+    def count_tokens_exact(self, client: anthropic.Anthropic, model: str | None = None) -> int:
+        """Input tokens of the next request as the API counts them (one count_tokens call).
+
+        Raises:
+            ValueError: no model given and the session names none.
+        """
+        chosen = model or self._api.model
+        if chosen is None:
+            msg = "count_tokens needs a model: pass model= or start the session with one"
+            raise ValueError(msg)
+        result = client.messages.count_tokens(model=chosen, **self.request(cache_control=False))
+        return int(result.input_tokens)

@@ -1,0 +1,57 @@
+"""A local HTTP server speaking the subset of Anthropic's Messages API the tests use.
+
+The real ``anthropic`` SDK talks to it over loopback; nothing is mocked inside the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class MessagesAPIServer:
+    """Serves ``POST /v1/messages/count_tokens``; records every request it receives."""
+
+    def __init__(self, count_tokens_result: int = 1234) -> None:
+        self.count_tokens_result = count_tokens_result
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                path = self.path.split("?", 1)[0]
+                server.requests.append({"path": path, "body": body, "headers": dict(self.headers)})
+                if path == "/v1/messages/count_tokens":
+                    self._reply(200, {"input_tokens": server.count_tokens_result})
+                else:
+                    error = {"type": "not_found_error", "message": f"no route {path}"}
+                    self._reply(404, {"type": "error", "error": error})
+
+            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("request-id", "req_test")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                """Keep test output quiet."""
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> MessagesAPIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)

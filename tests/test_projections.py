@@ -1,0 +1,419 @@
+"""Projections: the API request is the same however it was computed, and always valid."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sessionstore
+from sessionstore import (
+    ContextConfigured,
+    Event,
+    MessageAppended,
+    Session,
+    SessionConfig,
+    SessionStarted,
+    UsageRecorded,
+    validate_request,
+)
+from sessionstore._api_context import ApiContextProjection
+from sessionstore._projection import fold, save_snapshot
+from sessionstore._transcript import TranscriptProjection
+
+
+@st.composite
+def messy_logs(draw: st.DrawFn) -> list[Event]:
+    """Random sessions: streamed chunks, parallel and interrupted tool calls, orphans, meta, usage."""
+    events: list[Event] = [SessionStarted(model="claude-sonnet-4-5")]
+    issued: list[str] = []
+    api_id: str | None = None
+    for step in range(draw(st.integers(0, 25))):
+        kind = draw(
+            st.sampled_from(
+                [
+                    "user",
+                    "user",
+                    "result",
+                    "result",
+                    "assistant",
+                    "assistant",
+                    "same_round",
+                    "meta",
+                    "side",
+                    "usage",
+                    "config",
+                ]
+            )
+        )
+        if kind == "user":
+            text = draw(st.sampled_from(["please continue", "   ", "", "fix the bug in a.py"]))
+            events.append(MessageAppended(role="user", content=text))
+        elif kind == "result":
+            known = draw(st.sampled_from([*issued, "toolu_unknown"])) if issued else "toolu_unknown"
+            content: Any = draw(st.sampled_from(["ok", "", [{"type": "text", "text": "line 1"}]]))
+            events.append(
+                MessageAppended(
+                    role="user", content=[{"type": "tool_result", "tool_use_id": known, "content": content}]
+                )
+            )
+        elif kind in ("assistant", "same_round"):
+            if kind == "assistant" or api_id is None:
+                api_id = f"msg_{step}"
+            blocks: list[dict[str, Any]] = []
+            for i in range(draw(st.integers(1, 3))):
+                choice = draw(st.sampled_from(["text", "tool", "tool", "thinking", "empty"]))
+                if choice == "tool":
+                    tool_id = f"toolu_{step}_{i}"
+                    issued.append(tool_id)
+                    blocks.append(
+                        {"type": "tool_use", "id": tool_id, "name": "Read", "input": {"path": f"f{i}.py"}}
+                    )
+                elif choice == "thinking":
+                    blocks.append({"type": "thinking", "thinking": "hmm", "signature": f"sig{step}"})
+                else:
+                    blocks.append({"type": "text", "text": "" if choice == "empty" else f"answer {step}"})
+            events.append(MessageAppended(role="assistant", content=blocks, api_message_id=api_id))
+        elif kind == "meta":
+            events.append(
+                MessageAppended(role="user", content="<system-reminder>meta</system-reminder>", is_meta=True)
+            )
+        elif kind == "side":
+            events.append(MessageAppended(role="assistant", content="sub-agent says hi", is_sidechain=True))
+        elif kind == "usage":
+            events.append(
+                UsageRecorded(input_tokens=draw(st.integers(0, 5000)), output_tokens=7, api_message_id=api_id)
+            )
+        else:
+            events.append(
+                ContextConfigured(
+                    system=f"system v{step}", tools=[{"name": "Read", "input_schema": {"type": "object"}}]
+                )
+            )
+    return events
+
+
+def _store() -> sessionstore.SessionStore:
+    return sessionstore.open_store(":memory:")
+
+
+def _append_in_batches(
+    store: sessionstore.SessionStore, sid: str, events: list[Event], cuts: list[int]
+) -> Iterator[int]:
+    """Append ``events`` split at ``cuts``; yield the seq after each batch."""
+    bounds = sorted({0, len(events), *(c for c in cuts if 0 < c < len(events))})
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        yield store.append(sid, events[start:end], expected_seq=start).last_seq
+
+
+_PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_NO_AUTO_SNAPSHOTS = SessionConfig(snapshot_every=0)
+
+
+def _snapshot_prefix(
+    store: sessionstore.SessionStore, sid: str, k: int, tokenizer: str, *, both: bool
+) -> None:
+    """Persist the fold of seqs 1..k as snapshots (of one or both projections)."""
+    prefix = store.read(sid, 1, k)
+    projections: list[Any] = (
+        [ApiContextProjection(), TranscriptProjection()] if both else [ApiContextProjection()]
+    )
+    for projection in projections:
+        save_snapshot(store, sid, projection, fold(projection, prefix), k, tokenizer=tokenizer)
+
+
+@_PROPERTY
+@given(events=messy_logs(), data=st.data())
+def test_full_fold_equals_snapshot_plus_tail_equals_incremental(
+    events: list[Event], data: st.DataObject
+) -> None:
+    """Full rebuild, snapshot + tail and incremental updates give the same request bytes; it is valid."""
+    k = data.draw(st.integers(1, len(events)), label="snapshot seq")
+    both = data.draw(st.booleans(), label="snapshot both projections")
+    cuts = data.draw(st.lists(st.integers(1, len(events)), max_size=4), label="batch cuts")
+    with _store() as store:
+        sid = store.create_session().id
+        live = Session(store, sid, _NO_AUTO_SNAPSHOTS)
+        for _ in _append_in_batches(store, sid, events, cuts):
+            live.refresh()
+        rebuilt = Session(store, sid, _NO_AUTO_SNAPSHOTS, use_snapshots=False)
+        _snapshot_prefix(store, sid, k, live.tokenizer, both=both)
+        resumed = Session(store, sid, _NO_AUTO_SNAPSHOTS)
+
+        full = rebuilt.request_bytes(cache_control=True)
+        assert resumed.request_bytes(cache_control=True) == full
+        assert live.request_bytes(cache_control=True) == full
+        assert resumed.used_tokens() == live.used_tokens() == rebuilt.used_tokens()
+        assert [e.seq for e in resumed.transcript] == list(range(1, len(events) + 1))
+        request = live.request(cache_control=True)
+        if request["messages"]:
+            validate_request(request)
+
+
+def _session(*events: Event, **config: Any) -> Session:
+    store = _store()
+    sid = store.create_session(events=[SessionStarted(model="claude-sonnet-4-5"), *events]).id
+    return Session(store, sid, SessionConfig(snapshot_every=0, **config))
+
+
+def _tool_use(tool_id: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_id, "name": "Bash", "input": {"command": "ls"}}
+
+
+def _result(tool_id: str, text: str = "ok") -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
+
+
+class TestNormalization:
+    def test_streamed_chunks_of_one_round_form_one_message_even_around_results(self) -> None:
+        """Chunks sharing an API id merge, with the results written between them moved after."""
+        session = _session(
+            MessageAppended(role="user", content="go"),
+            MessageAppended(role="assistant", content=[_tool_use("t1")], api_message_id="msg_1"),
+            MessageAppended(role="user", content=[_result("t1")]),
+            MessageAppended(role="assistant", content=[_tool_use("t2")], api_message_id="msg_1"),
+            MessageAppended(role="user", content=[_result("t2")]),
+        )
+
+        messages = session.request()["messages"]
+
+        assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+        assert [b["id"] for b in messages[1]["content"]] == ["t1", "t2"]
+        assert [b["tool_use_id"] for b in messages[2]["content"]] == ["t1", "t2"]
+
+    def test_interrupted_tool_call_gets_a_synthetic_error_result(self) -> None:
+        """A tool_use with no result, followed by a new round, is answered deterministically."""
+        session = _session(
+            MessageAppended(role="user", content="go"),
+            MessageAppended(role="assistant", content=[_tool_use("t1")], api_message_id="msg_1"),
+            MessageAppended(role="user", content="never mind, stop"),
+            MessageAppended(role="assistant", content="Stopped.", api_message_id="msg_2"),
+        )
+
+        messages = session.request()["messages"]
+
+        assert messages[2]["content"][0] == {
+            "type": "tool_result",
+            "tool_use_id": "t1",
+            "content": sessionstore.INTERRUPTED_TOOL_RESULT,
+            "is_error": True,
+        }
+        assert messages[2]["content"][1] == {"type": "text", "text": "never mind, stop"}
+        validate_request(session.request())
+
+    def test_pending_tool_call_at_the_tail_is_closed_only_in_the_request(self) -> None:
+        """The state keeps the call open (a result may still come); the request answers it."""
+        session = _session(
+            MessageAppended(role="user", content="go"),
+            MessageAppended(role="assistant", content=[_tool_use("t1")], api_message_id="msg_1"),
+        )
+
+        before = session.request()["messages"]
+        session.append([MessageAppended(role="user", content=[_result("t1", "real output")])])
+        after = session.request()["messages"]
+
+        assert before[-1]["content"][0]["content"] == sessionstore.INTERRUPTED_TOOL_RESULT
+        assert after[-1]["content"] == [_result("t1", "real output")]
+
+    def test_orphan_and_duplicate_results_are_dropped_and_results_go_first(self) -> None:
+        """Results answering nothing are not sent; a result arriving after text is moved before it."""
+        session = _session(
+            MessageAppended(role="user", content=[_result("ghost")]),
+            MessageAppended(role="user", content="start"),
+            MessageAppended(role="assistant", content=[_tool_use("t1")], api_message_id="msg_1"),
+            MessageAppended(role="user", content="also this"),
+            MessageAppended(role="user", content=[_result("t1"), _result("t1", "again")]),
+        )
+
+        messages = session.request()["messages"]
+
+        assert messages[0] == {"role": "user", "content": [{"type": "text", "text": "start"}]}
+        assert messages[2]["content"] == [_result("t1"), {"type": "text", "text": "also this"}]
+
+    def test_meta_sidechain_and_empty_text_are_not_sent(self) -> None:
+        """Meta entries, sub-agent chunks and whitespace text never reach the request."""
+        session = _session(
+            MessageAppended(role="user", content="<command-name>/clear</command-name>", is_meta=True),
+            MessageAppended(role="user", content="hello"),
+            MessageAppended(role="assistant", content="side", is_sidechain=True),
+            MessageAppended(
+                role="assistant", content=[{"type": "text", "text": "  "}, {"type": "text", "text": "hi"}]
+            ),
+        )
+
+        assert session.request()["messages"] == [
+            {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        ]
+        assert [e.type for e in session.transcript].count("message_appended") == 4
+
+    def test_leading_assistant_message_gets_a_user_marker(self) -> None:
+        """Requests start with a user message."""
+        session = _session(MessageAppended(role="assistant", content="I was saying"))
+
+        assert session.request()["messages"][0] == {
+            "role": "user",
+            "content": [{"type": "text", "text": sessionstore.LEADING_USER_MARKER}],
+        }
+
+    def test_thinking_blocks_keep_their_signatures(self) -> None:
+        """Thinking is sent back verbatim, signature included."""
+        thinking = {"type": "thinking", "thinking": "consider", "signature": "EqQBCkYIARgCIkB"}
+        session = _session(
+            MessageAppended(role="user", content="q"),
+            MessageAppended(
+                role="assistant", content=[thinking, {"type": "text", "text": "a"}], api_message_id="m"
+            ),
+        )
+
+        assert session.request()["messages"][1]["content"][0] == thinking
+
+
+class TestCacheControl:
+    def test_breakpoints_on_system_tools_and_last_cacheable_block(self) -> None:
+        """Three breakpoints, never on a thinking block; the state itself is not modified."""
+        session = _session(
+            ContextConfigured(
+                system="be brief",
+                tools=[{"name": "A", "input_schema": {}}, {"name": "B", "input_schema": {}}],
+            ),
+            MessageAppended(role="user", content="q"),
+            MessageAppended(
+                role="assistant",
+                content=[
+                    {"type": "text", "text": "a"},
+                    {"type": "thinking", "thinking": "t", "signature": "s"},
+                ],
+                api_message_id="m",
+            ),
+        )
+        marker = {"type": "ephemeral"}
+
+        request = session.request(cache_control=True)
+        plain = session.request()
+
+        assert request["system"] == [{"type": "text", "text": "be brief", "cache_control": marker}]
+        assert request["tools"][-1]["cache_control"] == marker
+        assert "cache_control" not in request["tools"][0]
+        assert request["messages"][-1]["content"][0]["cache_control"] == marker
+        assert "cache_control" not in request["messages"][-1]["content"][1]
+        assert plain["system"] == "be brief"
+        assert "cache_control" not in plain["messages"][-1]["content"][0]
+        validate_request(request)
+
+
+class TestTokenAccounting:
+    def test_used_is_latest_usage_plus_calibrated_estimate_after_it(self) -> None:
+        """Usage anchors the count; only what came after it is estimated (and calibrated)."""
+        session = _session(calibration=1.5)
+        session.append([MessageAppended(role="user", content="hello world")])  # 2 tokens
+        before_usage = session.used_tokens()
+        session.append(
+            [
+                MessageAppended(role="assistant", content="hi", api_message_id="msg_1"),
+                UsageRecorded(
+                    input_tokens=100,
+                    cache_read_input_tokens=20,
+                    cache_creation_input_tokens=5,
+                    output_tokens=3,
+                    api_message_id="msg_1",
+                ),
+            ]
+        )
+        at_usage = session.used_tokens()
+        session.append([MessageAppended(role="user", content="hello world hello world")])  # 4 tokens
+
+        assert before_usage == 3  # ceil(2 * 1.5)
+        assert at_usage == 128
+        assert session.used_tokens() == 128 + 6
+
+    def test_streamed_chunk_after_its_usage_is_not_counted_twice(self) -> None:
+        """A chunk of the round the usage already reports adds nothing to the estimate."""
+        session = _session(calibration=1.0)
+        session.append(
+            [
+                MessageAppended(role="user", content="q"),
+                UsageRecorded(input_tokens=50, output_tokens=10, api_message_id="msg_1"),
+                MessageAppended(role="assistant", content="a long streamed answer", api_message_id="msg_1"),
+            ]
+        )
+
+        assert session.used_tokens() == 60
+
+    def test_token_state_uses_the_model_registry_and_session_limits(self) -> None:
+        """SessionStarted's explicit numbers win over the registry; the state has every flag."""
+        store = _store()
+        session = Session.create(store, model="claude-sonnet-4-5", max_output_tokens=16_384)
+
+        state = session.token_state().to_dict()
+
+        assert state["effective_window"] == 183_616
+        assert state["autocompact_threshold"] == 170_616
+        assert state["blocking_limit"] == 180_616
+        assert state["percent_left"] == 100
+        assert state["at_blocking_limit"] is False
+
+
+class TestSnapshots:
+    def test_stale_version_and_corrupt_snapshots_fall_back_to_a_full_fold(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A snapshot of another version is never read; an unreadable one is ignored with a warning."""
+        store = _store()
+        session = Session.create(store, system="s")
+        session.append([MessageAppended(role="user", content=f"m{i}") for i in range(5)])
+        expected = session.request_bytes()
+        for version, state in ((99, "{}"), (ApiContextProjection.version, "{not json")):
+            store.put_snapshot(
+                sessionstore.SnapshotRecord(session.id, "api_context", version, session.tokenizer, 4, state)
+            )
+
+        resumed = Session(store, session.id)
+
+        assert resumed.request_bytes() == expected
+        assert "ignoring unreadable api_context snapshot" in caplog.text
+
+    def test_automatic_snapshots_make_resume_skip_the_prefix(self) -> None:
+        """Every snapshot_every events a snapshot is written; resume reads only the tail after it."""
+        store = _store()
+        session = Session.create(store, config=SessionConfig(snapshot_every=10))
+        for i in range(25):
+            session.append([MessageAppended(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")])
+        snap = store.latest_snapshot(
+            session.id, "api_context", ApiContextProjection.version, session.tokenizer
+        )
+        deleted_all = Session(store, session.id, use_snapshots=False)
+
+        assert snap is not None
+        assert snap.seq == 20
+        assert (
+            Session(store, session.id).request_bytes()
+            == session.request_bytes()
+            == deleted_all.request_bytes()
+        )
+
+    def test_racing_snapshotters_both_succeed(self) -> None:
+        """Writing the same snapshot key twice is tolerated."""
+        store = _store()
+        session = Session.create(store)
+        session.append([MessageAppended(role="user", content="x")])
+
+        session.snapshot()
+        session.snapshot()
+
+        assert Session(store, session.id).request_bytes() == session.request_bytes()
+
+
+def test_exact_count_through_the_sdk_uses_count_tokens(messages_api: Any) -> None:
+    """count_tokens_exact sends the request to the Messages API's count endpoint."""
+    import anthropic
+
+    session = _session(MessageAppended(role="user", content="count me"))
+    client = anthropic.Anthropic(api_key="test-key", base_url=messages_api.url, max_retries=0)
+
+    assert session.count_tokens_exact(client) == messages_api.count_tokens_result
+    assert messages_api.requests[-1]["path"] == "/v1/messages/count_tokens"
+    assert messages_api.requests[-1]["body"]["messages"] == session.request()["messages"]
+    assert messages_api.requests[-1]["body"]["model"] == "claude-sonnet-4-5"
