@@ -247,12 +247,12 @@ class AuditedCounter(TiktokenCounter):
 
 @dataclass
 class Run:
-    """What one timed run reports besides its time."""
+    """One timed run: wall and CPU seconds, and what it checked or read back."""
 
     seconds: float
     cpu_seconds: float
     problems: list[str] = field(default_factory=list)
-    pragmas: str = ""
+    settings: str = ""  # durability settings read back from a live connection
     counter_cpu_seconds: float = 0.0  # CPU inside the token counter (counting-on runs)
 
 
@@ -338,7 +338,7 @@ def sessionstore_sqlite(
             folder / "store.db", migrate=True, token_counter=counter, durability=durability
         )
         try:
-            result = Run(*_timed_store_appends(store, messages, batch), pragmas=_store_pragmas(store))
+            result = Run(*_timed_store_appends(store, messages, batch), settings=_store_pragmas(store))
             if counter is not None:
                 result.problems = _audit(counter, store, messages)
                 result.counter_cpu_seconds = counter.cpu_seconds
@@ -386,7 +386,7 @@ def raw_sqlite(*, durability: str, batch: int) -> Callable[[list[Message], Path]
                 conn.executemany(_RAW_INSERT, rows)
                 conn.execute("COMMIT")
                 seq += len(rows)
-            return Run(*watch.read(), pragmas=_sqlite_pragmas(conn))
+            return Run(*watch.read(), settings=_sqlite_pragmas(conn))
         finally:
             conn.close()
 
@@ -407,7 +407,7 @@ def sqlite_session(*, batch: int) -> Callable[[list[Message], Path], Run]:
         try:
             times = asyncio.run(append_all(session, messages))
             # Its connections are configured alike (per thread); ask one of them.
-            return Run(*times, pragmas=_sqlite_pragmas(session._get_connection()))
+            return Run(*times, settings=_sqlite_pragmas(session._get_connection()))
         finally:
             session.close()
 
@@ -447,7 +447,7 @@ def sessionstore_pg(base_url: str, *, batch: int) -> Callable[[list[Message], Pa
             try:
                 return Run(
                     *_timed_store_appends(store, messages, batch),
-                    pragmas="synchronous_commit=" + _pg_sync(store),
+                    settings="synchronous_commit=" + _pg_sync(store),
                 )
             finally:
                 store.close()
@@ -496,7 +496,7 @@ def raw_psycopg(base_url: str, *, batch: int) -> Callable[[list[Message], Path],
                 seq += len(rows)
             times = watch.read()
             sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-            return Run(*times, pragmas=f"synchronous_commit={sync}")
+            return Run(*times, settings=f"synchronous_commit={sync}")
 
     return run
 
@@ -650,7 +650,7 @@ def print_table(contenders: list[Contender], count: int) -> None:
         failed = f"  ({len(c.failures)} failed attempt(s))" if c.failures else ""
         print(
             f"{c.label:<34} {c.durability:<10} {c.batch:>5} {rate:>8.0f} {1000 / rate:>7.3f} "
-            f"{c.cpu_ms(count):>10.3f}  {c.runs[-1].pragmas}{failed}"
+            f"{c.cpu_ms(count):>10.3f}  {c.runs[-1].settings}{failed}"
         )
     print("(msg/s and ms/msg: wall clock; cpu ms/msg: this process's CPU, all threads; medians of the runs)")
 
@@ -763,7 +763,7 @@ def sqlite_session_note(by_key: dict[str, Contender], import_note: str | None) -
     if import_note:
         return import_note
     runs = by_key["agents-1"].runs or by_key["agents-100"].runs
-    settings = runs[-1].pragmas if runs else "(not read: its runs failed)"
+    settings = runs[-1].settings if runs else "(not read: its runs failed)"
     note = (
         "SQLiteSession (agents/memory/sqlite_session.py) sets only journal_mode=WAL; synchronous is left at "
         f"SQLite's compiled-in default, here read back as: {settings}. Each add_items runs in a worker "

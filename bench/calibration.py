@@ -35,7 +35,7 @@ How a transcript is walked
   ``tool_use``. Anything else off the chain (an abandoned rewind branch) is dropped and counted.
 * Order: the thread's entries are taken in file order. The script checks, per file, that every
   parent precedes its child in the file; when that holds (it does for the whole corpus: the
-  "order violations" column is 0) file order is a valid linearisation of the chain, so the two
+  ``ord!`` column is 0) file order is a valid linearisation of the chain, so the two
   walks are equivalent.
 * Sub-agent files (``agent-*.jsonl``, ``isSidechain`` on every line) are their own thread and
   are measured like main files; their rows are marked ``(sub-agent)``. Sidechain copies inside a
@@ -79,21 +79,26 @@ Pairs that are skipped, and why (each reason is counted in the report)
   to the transcript: in the corpus, one 2.0.60 skill whose files the harness loaded (+44k tokens
   for 528 counted).
 
-Smaller unrecorded additions (system reminders, a short ``@file``) cannot be told apart and
+Smaller unrecorded additions (a short ``@file``, hook output in 2.0.x) cannot be told apart and
 stay in; they show as a tail of high ratios, which is one reason the ratio is summarised by its
-median and percentiles.
+median and percentiles. (The ``<system-reminder>`` Claude Code appends to Read results *is*
+recorded, inside the tool result, and is counted.)
 
 What is reported
 ----------------
-Per file, per model, per content kind, per size (tiktoken count) and overall:
+Per file, per model, per content kind, with/without thinking in call ``k``'s response, per size
+(tiktoken count) and overall:
 
 * the number of pairs, and the median, 10th and 90th percentiles of the ratio;
-* the pooled ratio ``sum(growth) / sum(tiktoken)``;
-* the mean absolute percentage error, ``mean(|estimate - growth| / growth)`` (MAPE), of three
-  estimates: the uncalibrated count, the count times the overall median ratio, and the linear
-  model below;
-* the cumulative error ``(sum(estimate) - sum(growth)) / sum(growth)`` of the same three (what
-  a running context total would be off by; negative = undercount).
+* the pooled ratio ``sum(growth) / sum(tiktoken)`` (the ratio weighted by size);
+* for four estimates of the growth (``raw``: the uncalibrated count; ``xmed``: raw times the
+  overall median ratio; ``xpool``: raw times the overall pooled ratio; ``fit``: the model
+  below), three errors: MAPE ``mean(|estimate - growth| / growth)`` (every pair weighs alike),
+  WAPE ``sum(|estimate - growth|) / sum(growth)`` (every token weighs alike) and bias
+  ``(sum(estimate) - sum(growth)) / sum(growth)`` (what a running context total would be off
+  by; negative = undercount);
+* the same errors leave-one-file-out: each file scored with the median, pooled ratio and fit of
+  the *other* files, an honest out-of-sample check for numbers fitted on a small corpus.
 
 Kind: the part of a pair that holds most of its tiktoken tokens: ``tool results``, ``assistant
 output`` (text, thinking, tool calls) or ``user text`` (prompts, skill bodies, command output);
@@ -105,9 +110,20 @@ turn markers, tool-call/result wrapping, ``tool_use`` ids). The script fits
     growth ~= a * tiktoken + b * messages
 
 (``messages`` = 1 for call ``k``'s response + one per user entry, i.e. one per
-``MessageAppended`` a session store would hold), minimising the squared *relative* error so
-small and large pairs weigh alike, and reports ``a``, ``b`` and the fit's errors (in-sample: the
-corpus is small).
+``MessageAppended`` a session store would hold, with the response's chunks merged), minimising
+the squared *relative* error so small and large pairs weigh alike, and reports ``a`` and ``b``.
+It also fits ``b`` per content block instead of per message (``blocks`` = the response's blocks +
+the user entries' blocks, a string content being one), which matches a store that keeps one
+event per streamed chunk.
+
+Result on the corpus (6 transcripts, Claude Code 2.0.60-2.1.150, 126 pairs)
+---------------------------------------------------------------------------
+Re-run for current numbers; at the time of writing: per-pair ratio median 1.38x (p10 1.10x, p90
+2.04x), but it falls with size (1.65x under 500 tokens, 1.10x at 5,000+): a fixed cost per
+message, not a proportional one. The pooled ratio is 1.17x. ``growth ~= 1.133 x tiktoken + 56 x
+messages`` has MAPE 10.6% (11.1% leave-one-file-out) against 29.5% uncalibrated, 18.5% for x1.38
+and 20.3% for x1.17; token-weighted (WAPE) 8.5% / 14.3% / 22.0% / 10.7%. Claude Opus 4.7 (new
+tokenizer; 3 usable pairs) runs ~1.59x and needs its own factor.
 """
 
 from __future__ import annotations
@@ -121,7 +137,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sessionstore import MessageAppended, TiktokenCounter
 
@@ -130,9 +146,9 @@ MIN_TOKENS = 50
 #: A pair whose growth exceeds UNRECORDED_FACTOR x tiktoken + UNRECORDED_EXCESS holds context the
 #: transcript does not record (see "Pairs that are skipped").
 UNRECORDED_FACTOR = 3.0
+UNRECORDED_EXCESS = 1000
 #: A model's own (a, b) fit is printed only with at least this many pairs.
 MIN_PAIRS_TO_FIT = 10
-UNRECORDED_EXCESS = 1000
 #: What SPEC.md claims (median, 10th percentile, 90th percentile); printed beside the measurement.
 SPEC_CLAIM = (1.17, 1.05, 1.6)
 
@@ -140,26 +156,33 @@ _COUNTABLE_BLOCKS = {"text", "thinking", "tool_use", "tool_result"}
 _COMPACTION_SUBTYPES = {"compact_boundary", "microcompact_boundary"}
 _KINDS = ("tool results", "assistant output", "user text", "mixed")
 _SIZES = ((50, 500), (500, 5000), (5000, None))
+#: How pairs are grouped in the report, in order.
+_GROUPS = ("file", "model", "kind", "thinking", "size", "all")
 
 Entry = dict[str, Any]
 
 # --- reading a transcript ------------------------------------------------------------------
 
 
-def read_entries(path: Path) -> list[Entry]:
-    """Every JSON line of ``path`` in file order; blank lines and a truncated last line skipped."""
+def read_entries(path: Path) -> tuple[list[Entry], dict[int, int]]:
+    """Every JSON line of ``path`` in file order, and each entry's 1-based line number by ``id``.
+
+    Blank lines and a truncated last line (a crash can leave one) are skipped.
+    """
     entries: list[Entry] = []
+    lines: dict[int, int] = {}
     with path.open(encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:  # a crash can leave the last line half-written
+            except json.JSONDecodeError:
                 continue
             if isinstance(entry, dict):
                 entries.append(entry)
-    return entries
+                lines[id(entry)] = number
+    return entries, lines
 
 
 @dataclass
@@ -184,14 +207,16 @@ def _tool_result_ids(entry: Entry) -> list[str]:
 
 
 def main_thread(entries: Sequence[Entry]) -> tuple[list[Entry], ThreadCheck]:
-    """The entries of the thread that ends at the file's last entry, in file order."""
+    """The entries of the thread that ends at the file's last (main-thread) entry, in file order."""
     check = ThreadCheck()
     position = {e["uuid"]: i for i, e in enumerate(entries) if isinstance(e.get("uuid"), str)}
     check.entries_with_uuid = len(position)
     if not position:
         return [], check
+    # The leaf: the last entry, or the last main-thread one when the file mixes in sidechain lines.
+    main_line = [u for u in position if not entries[position[u]].get("isSidechain")]
     chain: set[str] = set()
-    current: str | None = max(position, key=position.__getitem__)
+    current: str | None = max(main_line or position, key=position.__getitem__)
     while current is not None and current in position and current not in chain:
         chain.add(current)
         entry = entries[position[current]]
@@ -211,10 +236,10 @@ def main_thread(entries: Sequence[Entry]) -> tuple[list[Entry], ThreadCheck]:
 
     thread: list[Entry] = []
     for entry in entries:
-        uuid = entry.get("uuid")
-        if not isinstance(uuid, str):
+        key = entry.get("uuid")
+        if not isinstance(key, str):
             continue
-        if uuid not in chain:
+        if key not in chain:
             ids = _tool_result_ids(entry) if entry.get("type") == "user" else []
             same_call = (
                 entry.get("type") == "assistant"
@@ -270,6 +295,7 @@ class Pair:
     growth: int  # API: prompt(k+1) - prompt(k)
     tiktoken: int  # cl100k count of call k's response + the user entries after it
     messages: int  # 1 + number of user entries
+    blocks: int  # content blocks of call k's response + of the user entries (a string: 1)
     tool_calls: int
     assistant_tokens: int
     tool_result_tokens: int
@@ -294,10 +320,6 @@ class FileReport:
     chunk_prompt_mismatches: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     pairs: list[Pair] = field(default_factory=list)
-
-
-def _line_numbers(entries: Sequence[Entry]) -> dict[int, int]:
-    return {id(e): i + 1 for i, e in enumerate(entries)}
 
 
 def api_calls(thread: Sequence[Entry], lines: dict[int, int]) -> tuple[list[Call], int]:
@@ -375,15 +397,15 @@ def _hidden_thinking(blocks: Iterable[dict[str, Any]]) -> bool:
 def measure_pair(counter: TiktokenCounter, file: str, call: Call, following: Call, min_tokens: int) -> Pair:
     """Count what lies between ``call`` and ``following`` and decide whether the pair is usable."""
 
-    def count(role: str, content: str | list[dict[str, Any]]) -> int:
-        return counter.count(MessageAppended(role=role, content=content)) or 0  # type: ignore[arg-type]
+    def count(role: Literal["user", "assistant"], content: str | list[dict[str, Any]]) -> int:
+        return counter.count(MessageAppended(role=role, content=content)) or 0
 
     assistant_tokens = count("assistant", call.blocks) if call.blocks else 0
     tool_result_tokens = user_text_tokens = 0
     user_blocks: list[dict[str, Any]] = []
     total = assistant_tokens
     for entry in call.user_entries:
-        content = (entry.get("message") or {}).get("content", "")
+        content = (entry.get("message") or {}).get("content") or ""
         if isinstance(content, list):
             content = [b for b in content if isinstance(b, dict)]
             user_blocks.extend(content)
@@ -431,6 +453,11 @@ def measure_pair(counter: TiktokenCounter, file: str, call: Call, following: Cal
         growth=growth,
         tiktoken=total,
         messages=1 + len(call.user_entries),
+        blocks=len(call.blocks)
+        + sum(
+            len(c) if isinstance(c := (e.get("message") or {}).get("content"), list) else 1
+            for e in call.user_entries
+        ),
         tool_calls=sum(1 for b in call.blocks if b.get("type") == "tool_use"),
         assistant_tokens=assistant_tokens,
         tool_result_tokens=tool_result_tokens,
@@ -443,9 +470,9 @@ def measure_pair(counter: TiktokenCounter, file: str, call: Call, following: Cal
 
 def measure_file(counter: TiktokenCounter, path: Path, min_tokens: int) -> FileReport:
     """Every pair of consecutive API calls on the file's thread."""
-    entries = read_entries(path)
+    entries, lines = read_entries(path)
     thread, check = main_thread(entries)
-    calls, mismatches = api_calls(thread, _line_numbers(entries))
+    calls, mismatches = api_calls(thread, lines)
     models = sorted({c.model for c in calls})
     report = FileReport(file=path.name, models=models, check=check, calls=len(calls))
     report.chunk_prompt_mismatches = mismatches
@@ -471,11 +498,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def fit_relative(pairs: Sequence[Pair]) -> tuple[float, float]:
-    """``(a, b)`` minimising sum(((a*tiktoken + b*messages) - growth) / growth)**2."""
+def fit_relative(pairs: Sequence[Pair], unit: str = "messages") -> tuple[float, float]:
+    """``(a, b)`` minimising sum(((a*tiktoken + b*pair.<unit>) - growth) / growth)**2."""
     sxx = sxy = syy = sxg = syg = 0.0
     for p in pairs:
-        x, y, g = p.tiktoken / p.growth, p.messages / p.growth, 1.0
+        x, y, g = p.tiktoken / p.growth, getattr(p, unit) / p.growth, 1.0
         sxx += x * x
         sxy += x * y
         syy += y * y
@@ -569,7 +596,11 @@ def leave_one_file_out(by_file: dict[str, list[Pair]]) -> dict[str, dict[str, fl
     result = {}
     for name, scored in held_out.items():
         lookup = {id(p): value for p, value in scored}
-        result[name] = errors([p for p, _ in scored], lambda p, lookup=lookup: lookup[id(p)])
+
+        def held_out_estimate(p: Pair, lookup: dict[int, float] = lookup) -> float:
+            return lookup[id(p)]
+
+        result[name] = errors([p for p, _ in scored], held_out_estimate)
     return result
 
 
@@ -593,7 +624,7 @@ def run(paths: Sequence[Path], min_tokens: int = MIN_TOKENS) -> dict[str, Any]:
     calibration = Calibration.of(used)
     estimators = calibration.estimators()
 
-    groups: dict[str, list[Summary]] = {"file": [], "model": [], "kind": [], "size": [], "all": []}
+    groups: dict[str, list[Summary]] = {name: [] for name in _GROUPS}
     for r in reports:
         label = _short(r.file) + (" (sub-agent)" if r.check.sidechain else "")
         groups["file"].append(summarise(label, [p for p in r.pairs if p.skip is None], estimators))
@@ -603,6 +634,10 @@ def run(paths: Sequence[Path], min_tokens: int = MIN_TOKENS) -> dict[str, Any]:
         selected = [p for p in used if p.kind == kind]
         if selected:
             groups["kind"].append(summarise(kind, selected, estimators))
+    for label, flag in (("response has thinking", True), ("response without thinking", False)):
+        selected = [p for p in used if p.thinking is flag]
+        if selected:
+            groups["thinking"].append(summarise(label, selected, estimators))
     for low, high in _SIZES:
         label = f"tiktoken {low}-{high - 1}" if high else f"tiktoken >= {low}"
         selected = [p for p in used if p.tiktoken >= low and (high is None or p.tiktoken < high)]
@@ -625,6 +660,7 @@ def run(paths: Sequence[Path], min_tokens: int = MIN_TOKENS) -> dict[str, Any]:
         "calibration": asdict(calibration),
         "per_model": per_model,
         "leave_one_file_out": leave_one_file_out(by_file),
+        "fit_per_block": _fit_per_block(used),
         "files": [
             {
                 "file": r.file,
@@ -643,37 +679,44 @@ def run(paths: Sequence[Path], min_tokens: int = MIN_TOKENS) -> dict[str, Any]:
     }
 
 
+def _fit_per_block(pairs: Sequence[Pair]) -> dict[str, float]:
+    """The alternative overhead model: ``a * tiktoken + b * content blocks``, with its errors."""
+    a, b = fit_relative(pairs, unit="blocks")
+    return {"a": a, "b": b, **errors(pairs, lambda p: a * p.tiktoken + b * p.blocks)}
+
+
 def _short(file: str) -> str:
-    """``owner__repo__name.jsonl`` -> ``name``, at most 32 characters."""
+    """``owner__repo__name.jsonl`` -> ``name``, at most 24 characters."""
     name = file.removesuffix(".jsonl").split("__")[-1]
-    return name if len(name) <= 32 else name[:31] + "…"
+    return name if len(name) <= 24 else name[:23] + "…"
 
 
 # --- printing ----------------------------------------------------------------------------------
 
 
 def _pct(x: float) -> str:
-    return "     -" if math.isnan(x) else f"{x * 100:5.1f}%"
+    return "-" if math.isnan(x) else f"{x * 100:.1f}%"
 
 
 def _signed(x: float) -> str:
-    return "      -" if math.isnan(x) else f"{x * 100:+6.1f}%"
+    return "-" if math.isnan(x) else f"{x * 100:+.1f}%"
 
 
 def _x(x: float) -> str:
-    return "     -" if math.isnan(x) else f"{x:6.3f}"
+    return "-" if math.isnan(x) else f"{x:.3f}"
 
 
-def _row(label: str, cells: Sequence[str], tail: str = "") -> str:
-    return f"{label:44}" + "".join(f" {c.strip():>8}" for c in cells) + tail + "\n"
+def _row(label: str, cells: Sequence[object], tail: str = "") -> str:
+    return f"{label:36}" + "".join(f" {c!s:>7}" for c in cells) + tail + "\n"
 
 
 def print_report(result: dict[str, Any], show_pairs: bool) -> None:
+    """The text report: threads, ratios, errors, per-model numbers, the comparison with the spec."""
     out = sys.stdout.write
-    median = result["calibration_median"]
-    fit = result["fit"]
-    out(f"cl100k ({result['encoding']}) vs Claude, from the prompt growth between consecutive API calls\n")
-    out(f"corpus: {len(result['files'])} files; pairs with tiktoken < {result['min_tokens']} are skipped\n\n")
+    cal = result["calibration"]
+    groups = result["groups"]
+    out(f"cl100k ({result['encoding']}) vs Claude: prompt growth between consecutive API calls\n")
+    out(f"{len(result['files'])} transcripts; pairs under {result['min_tokens']} tiktoken tokens skipped\n\n")
 
     out("Threads and pairs per file\n")
     out(_row("file", ("uuid", "chain", "+att", "drop", "ord!", "calls", "pairs", "used"), "  skipped"))
@@ -682,65 +725,98 @@ def print_report(result: dict[str, Any], show_pairs: bool) -> None:
         skipped = ", ".join(f"{k} {v}" for k, v in f["skipped"].items()) or "-"
         label = _short(f["file"]) + (" (sub-agent)" if t["sidechain"] else "")
         numbers = (t["entries_with_uuid"], t["on_chain"], t["attached"], t["dropped"], t["order_violations"])
-        numbers += (f["api_calls"], f["pairs_total"], f["pairs_used"])
-        out(_row(label, tuple(str(n) for n in numbers), f"  {skipped}"))
-    mism = sum(f["chunk_prompt_mismatches"] for f in result["files"])
+        out(_row(label, (*numbers, f["api_calls"], f["pairs_total"], f["pairs_used"]), f"  {skipped}"))
+    mismatches = sum(f["chunk_prompt_mismatches"] for f in result["files"])
     out(
-        "(uuid: entries with a uuid; chain: on the parentUuid chain of the last entry; +att: parallel "
-        "tool results/chunks attached;\n drop: off the thread; ord!: parents after their child in the "
-        f"file; chunks whose prompt size differs from their call's: {mism})\n\n"
+        "uuid: entries with a uuid; chain: on the parentUuid chain of the last entry; +att: parallel\n"
+        "tool results / chunks attached to it; drop: off the thread; ord!: parents that come after\n"
+        f"their child in the file. Chunks whose prompt size differs from their call's: {mismatches}.\n\n"
     )
 
-    out("Ratio API growth / tiktoken count\n")
+    out("Ratio API growth / tiktoken count (pooled = sum of growth / sum of tiktoken)\n")
     out(_row("group", ("pairs", "median", "p10", "p90", "pooled")))
-    for name in ("file", "model", "kind", "size", "all"):
-        for s in result["groups"][name]:
-            ratios = tuple(_x(s[k]) for k in ("median", "p10", "p90", "pooled"))
-            out(_row(s["label"], (str(s["pairs"]), *ratios)))
+    for name in _GROUPS:
+        for s in groups[name]:
+            out(_row(s["label"], (s["pairs"], *(_x(s[k]) for k in ("median", "p10", "p90", "pooled")))))
         out("\n")
 
     out(
-        "Errors against the API growth: raw = uncalibrated; "
-        f"xmed = raw x {median:.3f} (the overall median);\n"
-        f"fit = {fit['a']:.3f} x raw + {fit['b_per_message']:.1f} x messages. "
-        "MAPE = mean |est-growth|/growth;\n"
-        "cum = (sum est - sum growth) / sum growth (negative = undercount).\n"
+        "Errors of four estimates against the API growth:\n"
+        f"  raw = tiktoken; xmed = raw x {cal['median']:.3f} (overall median ratio); "
+        f"xpool = raw x {cal['pooled']:.3f} (pooled ratio);\n"
+        f"  fit = {cal['a']:.3f} x raw + {cal['b']:.1f} x messages.\n"
+        "MAPE = mean(|est - growth| / growth) per pair. WAPE = sum|est - growth| / sum(growth), i.e.\n"
+        "weighted by size. bias = (sum est - sum growth) / sum growth (negative = undercount).\n"
     )
-    out(_row("group", ("pairs", "MAPE raw", "xmed", "fit", "cum raw", "xmed", "fit")))
-    for name in ("file", "model", "kind", "size", "all"):
-        for s in result["groups"][name]:
-            errors = tuple(_pct(s[k]) for k in ("mape_raw", "mape_median", "mape_fit"))
-            errors += tuple(_signed(s[k]) for k in ("cum_raw", "cum_median", "cum_fit"))
-            out(_row(s["label"], (str(s["pairs"]), *errors)))
+    out(f"{'':44} {'------------ MAPE -------------':>31} {'------------ WAPE -------------':>31}\n")
+    out(_row("group", ("pairs", *(("raw", "xmed", "xpool", "fit") * 2))))
+    for name in _GROUPS:
+        for s in groups[name]:
+            cells = [_pct(s["errors"][e][m]) for m in ("mape", "wape") for e in ESTIMATES]
+            out(_row(s["label"], (s["pairs"], *cells)))
+        out("\n")
+    out(_row("bias", ("pairs", "raw", "xmed", "xpool", "fit")))
+    for name in _GROUPS:
+        for s in groups[name]:
+            out(_row(s["label"], (s["pairs"], *(_signed(s["errors"][e]["bias"]) for e in ESTIMATES))))
         out("\n")
 
-    out("Per model (own median and fit)\n")
+    lofo = result["leave_one_file_out"]
+    out("Leave one file out (each file scored with numbers fitted on the other files)\n")
+    out(_row("", ("raw", "xmed", "xpool", "fit")))
+    for metric in ("mape", "wape", "bias"):
+        fmt = _signed if metric == "bias" else _pct
+        out(_row(metric.upper() if metric != "bias" else "bias", [fmt(lofo[e][metric]) for e in ESTIMATES]))
+
+    out("\nPer model (its own numbers)\n")
     for model, m in result["per_model"].items():
         fitted = (
-            f"fit a {m['fit_a']:.3f}, b {m['fit_b']:.1f} tokens/message"
+            f"fit {m['a']:.3f} x raw + {m['b']:.1f} x messages"
             if m["pairs"] >= MIN_PAIRS_TO_FIT
-            else f"(fewer than {MIN_PAIRS_TO_FIT} pairs: no fit)"
+            else f"(no fit under {MIN_PAIRS_TO_FIT} pairs)"
         )
-        out(f"  {model:32} pairs {m['pairs']:4}  median {m['median']:.3f}  {fitted}\n")
-    overall = result["groups"]["all"][0]
+        out(
+            f"  {model:28} pairs {m['pairs']:4}  median {m['median']:.3f}  "
+            f"pooled {m['pooled']:.3f}  {fitted}\n"
+        )
+
+    overall = groups["all"][0]
     spec = result["spec_claim"]
     out(
-        f"\nSPEC.md claims median {spec['median']:.2f}x (p10 {spec['p10']:.2f}x, p90 {spec['p90']:.2f}x); "
-        f"measured {overall['median']:.2f}x (p10 {overall['p10']:.2f}x, p90 {overall['p90']:.2f}x), "
-        f"pooled {overall['pooled']:.2f}x.\n"
+        f"\nSPEC.md claims: median {spec['median']:.2f}x, p10 {spec['p10']:.2f}x, p90 {spec['p90']:.2f}x.\n"
+        f"Measured:       median {overall['median']:.2f}x, p10 {overall['p10']:.2f}x, "
+        f"p90 {overall['p90']:.2f}x over {overall['pairs']} pairs; pooled {overall['pooled']:.2f}x.\n"
     )
+    errs = overall["errors"]
     out(
-        f"Fit: growth ~= {fit['a']:.3f} x tiktoken + {fit['b_per_message']:.1f} x messages "
-        f"(MAPE {overall['mape_fit'] * 100:.1f}% vs {overall['mape_median'] * 100:.1f}% for x{median:.3f} "
-        f"and {overall['mape_raw'] * 100:.1f}% uncalibrated).\n"
+        f"Fit: growth ~= {cal['a']:.3f} x tiktoken + {cal['b']:.1f} x messages: MAPE "
+        f"{_pct(errs['fit']['mape'])} (x{cal['median']:.3f}: {_pct(errs['xmedian']['mape'])}, "
+        f"x{cal['pooled']:.3f}: {_pct(errs['xpooled']['mape'])}, raw: {_pct(errs['raw']['mape'])}).\n"
+    )
+
+    block = result["fit_per_block"]
+    out(
+        f"Per content block instead: growth ~= {block['a']:.3f} x tiktoken + {block['b']:.1f} x blocks: "
+        f"MAPE {_pct(block['mape'])}, WAPE {_pct(block['wape'])}.\n"
     )
 
     if show_pairs:
         out("\nPairs (line = file line of call k)\n")
         out(_row("file", ("line", "growth", "tiktok", "ratio", "msgs"), "  kind / skip reason"))
         for p in result["pairs"]:
-            cells = (str(p["line"]), str(p["growth"]), str(p["tiktoken"]), _x(p["ratio"]), str(p["messages"]))
-            out(_row(_short(p["file"]), cells, f"  {p['kind']}{' / ' + p['skip'] if p['skip'] else ''}"))
+            listed = (p["line"], p["growth"], p["tiktoken"], _x(p["ratio"]), p["messages"])
+            out(_row(_short(p["file"]), listed, f"  {p['kind']}{' / ' + p['skip'] if p['skip'] else ''}"))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NaN replaced by None, so the JSON output is strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -758,7 +834,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no transcripts found ({', '.join(missing) or args.paths or DEFAULT_CORPUS})")
     result = run(paths, args.min_tokens)
     if args.json:
-        json.dump(result, sys.stdout, indent=2, allow_nan=True)
+        json.dump(_plain(result), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print_report(result, args.pairs)

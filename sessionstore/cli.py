@@ -8,6 +8,7 @@ exits with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,8 @@ from ._config import create_engine_for_url, resolve_url
 from ._errors import SessionStoreError
 from ._events import MessageAppended
 from ._open import open_store
-from ._store import ANY, ExpectedSeq, SessionStore
+from ._session import Session
+from ._store import ANY, ExpectedSeq, SessionInfo, SessionStore
 from .demo import run_demo
 
 __all__ = ["main"]
@@ -75,6 +77,22 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check a session's hash chain")
     _add_db(verify)
     verify.add_argument("session_id")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    context = commands.add_parser("context", help="the request the model would get next, and its token state")
+    _add_db(context)
+    context.add_argument("session_id")
+    context.add_argument("--json", action="store_true", help='print {"request": ..., "tokens": ...}')
+    context.add_argument("--cache-control", action="store_true", help="add prompt-cache breakpoints")
+
+    show = commands.add_parser("show", help="a readable transcript of everything in the session")
+    _add_db(show)
+    show.add_argument("session_id")
+    show.add_argument("--json", action="store_true", help="one JSON object per entry")
+
+    sessions.add_argument("--json", action="store_true", help="one JSON object per session")
+    new.add_argument("--json", action="store_true", help="print the session as JSON")
+    append.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
 
 
@@ -122,13 +140,19 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
 def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     if args.command == "sessions":
         for info in store.list_sessions(limit=args.limit):
+            if args.json:
+                _print_json(out, {**_session_json(info), "last_seq": store.last_seq(info.id)})
+                continue
             lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
             print(
                 f"{info.id}  {info.created_at.isoformat()}  last_seq={store.last_seq(info.id)}{lineage}",
                 file=out,
             )
     elif args.command == "new":
-        print(store.create_session(args.session_id, metadata=args.metadata).id, file=out)
+        info = store.create_session(args.session_id, metadata=args.metadata)
+        print(json.dumps(_session_json(info)) if args.json else info.id, file=out)
+    elif args.command in ("context", "show"):
+        return _run_views(args, store, out)
     elif args.command == "append":
         batch: list[Any]
         if args.text is not None:
@@ -136,8 +160,11 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         else:
             batch = _read_json_lines(sys.stdin)
         result = store.append(args.session_id, batch, _expected(args.expected))
-        note = " (already stored: nothing written)" if result.deduplicated else ""
-        print(f"seqs {list(result.seqs)} positions {list(result.positions)}{note}", file=out)
+        if args.json:
+            _print_json(out, dataclasses.asdict(result))
+        else:
+            note = " (already stored: nothing written)" if result.deduplicated else ""
+            print(f"seqs {list(result.seqs)} positions {list(result.positions)}{note}", file=out)
     elif args.command == "events":
         for recorded in store.read(args.session_id):
             if args.json:
@@ -161,10 +188,78 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
                 )
     elif args.command == "verify":
         report = store.verify(args.session_id)
+        if args.json:
+            _print_json(out, {**dataclasses.asdict(report), "ok": report.ok})
+            return 0 if report.ok else 2
         if not report.ok:
             print(f"{args.session_id}: BROKEN at seq {report.first_bad_seq}: {report.reason}", file=out)
             return 2
         print(f"{args.session_id}: ok ({report.events_checked} events)", file=out)
+    return 0
+
+
+def _print_json(out: TextIO, value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False), file=out)
+
+
+def _session_json(info: SessionInfo) -> dict[str, Any]:
+    return {**dataclasses.asdict(info), "created_at": info.created_at.isoformat()}
+
+
+def _describe(payload: dict[str, Any]) -> str:
+    """One line for a transcript entry's payload."""
+    content = payload.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            kind = block.get("type")
+            if kind == "text":
+                parts.append(str(block.get("text", "")))
+            elif kind == "tool_use":
+                parts.append(f"[tool_use {block.get('name')} {json.dumps(block.get('input'))}]")
+            elif kind == "tool_result":
+                inner = block.get("content")
+                size = len(inner) if isinstance(inner, str) else len(json.dumps(inner))
+                parts.append(f"[tool_result {block.get('tool_use_id')}: {size} chars]")
+            else:
+                parts.append(f"[{kind}]")
+        return " ".join(parts)
+    return json.dumps({k: v for k, v in payload.items() if v not in (None, [], {})}, ensure_ascii=False)
+
+
+def _run_views(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    session = Session(store, args.session_id)
+    if args.command == "context":
+        request = session.request(cache_control=args.cache_control)
+        tokens = session.token_state().to_dict()
+        if args.json:
+            _print_json(out, {"request": request, "tokens": tokens})
+        else:
+            print(json.dumps(request, ensure_ascii=False, indent=2), file=out)
+            print(
+                f"\nused {tokens['used']} of {tokens['effective_window']} tokens "
+                f"({tokens['percent_left']}% left before auto-compact)",
+                file=out,
+            )
+        return 0
+    for entry in session.transcript:
+        if args.json:
+            _print_json(
+                out,
+                {
+                    "seq": entry.seq,
+                    "type": entry.type,
+                    "token_count": entry.token_count,
+                    "payload": entry.payload,
+                },
+            )
+            continue
+        role = entry.payload.get("role", "")
+        flags = "".join(f" ({f})" for f in ("is_meta", "is_sidechain") if entry.payload.get(f))
+        line = _describe(entry.payload).replace("\n", " ")
+        print(f"{entry.seq:>6}  {entry.type:<18} {role:<9}{flags} {line[:160]}", file=out)
     return 0
 
 

@@ -13,6 +13,8 @@ from typing import TextIO
 from ._errors import ConcurrencyError
 from ._events import MessageAppended, SessionStarted, UsageRecorded
 from ._open import open_store
+from ._session import Session
+from ._validate import validate_request
 
 __all__ = ["run_demo"]
 
@@ -94,4 +96,21 @@ def run_demo(url: str | os.PathLike[str] | None, out: TextIO) -> int:
         report = store.verify(session.id)
         print(f"\ntokens counted at append: {total}", file=out)
         print(f"hash chain: {'ok' if report.ok else 'BROKEN'} ({report.events_checked} events)", file=out)
+
+        live = Session(store, session.id)
+        request = live.request(cache_control=True)
+        validate_request(request)
+        tokens = live.token_state()
+        roles = " -> ".join(m["role"] for m in request["messages"])
+        print(
+            f"\nnext request: {len(request['messages'])} messages ({roles}), valid, "
+            f"{len(live.request_bytes())} bytes",
+            file=out,
+        )
+        print(
+            f"tokens: used {tokens.used} (last API usage + estimate since), "
+            f"auto-compact at {tokens.window.autocompact_threshold}, "
+            f"blocking at {tokens.window.blocking_limit}, {tokens.percent_left}% left",
+            file=out,
+        )
         return 0 if report.ok else 2

@@ -31,6 +31,7 @@ def test_demo_runs_on_the_embedded_default_and_verifies(tmp_path: Path) -> None:
     assert "hash chain: ok (6 events)" in out
     assert "deduplicated=True" in out
     assert "stale writer refused: expected 1, actual 6" in out
+    assert "next request: 4 messages (user -> assistant -> user -> assistant), valid" in out
 
 
 def test_session_lifecycle_through_the_cli(
@@ -79,3 +80,43 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "none"
+
+
+def test_context_and_show_print_the_views_as_json(tmp_path: Path) -> None:
+    """`context --json` prints the request and token state; `show --json` every entry."""
+    db = str(tmp_path / "views.db")
+    _run("db", "upgrade", "--db", db)
+    _run("new", "--db", db, "--id", "v-1")
+    _run("append", "--db", db, "v-1", "--text", "hello there")
+    _run("append", "--db", db, "v-1", "--text", "hi!", "--role", "assistant")
+
+    code, out = _run("context", "--db", db, "v-1", "--json")
+    shown = [json.loads(line) for line in _run("show", "--db", db, "v-1", "--json")[1].splitlines()]
+    readable = _run("show", "--db", db, "v-1")[1]
+
+    payload = json.loads(out)
+    assert code == 0
+    assert payload["request"]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hello there"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "hi!"}]},
+    ]
+    assert payload["tokens"]["used"] > 0
+    assert payload["tokens"]["effective_window"] == 180_000
+    assert [entry["seq"] for entry in shown] == [1, 2]
+    assert "hello there" in readable
+
+
+def test_every_printing_command_takes_json(tmp_path: Path) -> None:
+    """sessions, new, append and verify print JSON with --json."""
+    db = str(tmp_path / "j.db")
+    _run("db", "upgrade", "--db", db)
+
+    created = json.loads(_run("new", "--db", db, "--id", "j-1", "--json")[1])
+    appended = json.loads(_run("append", "--db", db, "j-1", "--text", "x", "--json")[1])
+    listed = json.loads(_run("sessions", "--db", db, "--json")[1])
+    verified = json.loads(_run("verify", "--db", db, "j-1", "--json")[1])
+
+    assert created["id"] == "j-1"
+    assert appended["seqs"] == [1]
+    assert listed["last_seq"] == 1
+    assert verified["ok"] is True

@@ -343,7 +343,22 @@ def test_result_one_turn_late_names_where_its_tool_use_is() -> None:
         ("tool_use_without_result", "messages[1].content[0]"),
         ("tool_result_without_tool_use", "messages[4].content[0]"),
     ]
-    assert "that tool_use is at messages[1].content[0]" in problems[1].message
+    assert "the tool_use is at messages[1].content[0]" in problems[1].message
+
+
+def test_messages_say_missing_rather_than_none() -> None:
+    """An absent field reads as missing; a present but wrong one shows its value."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "read_file"}
+    problems = request_problems(_req(_user("q"), _assistant([use]), _user([_result("toolu_1")])))
+    assert [p.message for p in problems] == [
+        "messages[1].content[0].input: must be an object, but it is missing"
+    ]
+
+    problems = request_problems(_req({"role": "system", "content": "Be brief."}))
+    assert problems[0].message == (
+        "messages[0].role: must be 'user' or 'assistant', got str 'system' "
+        "(a system prompt goes in the top-level `system` argument)"
+    )
 
 
 def test_cache_control_ttl_and_nested_breakpoints() -> None:
