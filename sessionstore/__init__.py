@@ -48,7 +48,7 @@ from ._events import (
 from ._migrate import SCHEMA_REVISION
 from ._open import open_store
 from ._projection import Projection, fold, register_projection
-from ._session import DEFAULT_CALIBRATION, Session, SessionConfig
+from ._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION, Session, SessionConfig
 from ._store import (
     ANY,
     AppendResult,
@@ -86,6 +86,7 @@ __all__ = [
     "ConcurrencyError",
     "ContentBlock",
     "ContextConfigured",
+    "DEFAULT_BLOCK_OVERHEAD",
     "DEFAULT_CALIBRATION",
     "DEFAULT_MODEL_LIMITS",
     "DatabaseError",

@@ -58,7 +58,8 @@ class ApiContextState:
     ``message_tokens[i]`` is the stored (raw) token count of everything merged into
     ``messages[i]``. ``usage_total`` is the latest API-reported context size (input + cache
     creation + cache read + output) and ``tokens_since_usage`` the raw count of what was added
-    to the view after it.
+    to the view after it. Content blocks are counted too (``view_blocks``,
+    ``blocks_since_usage``): each costs a roughly fixed overhead a text count cannot see.
     """
 
     system: str | list[Block] | None = None
@@ -75,6 +76,8 @@ class ApiContextState:
     usage_total: int | None = None
     usage_api_id: str | None = None
     tokens_since_usage: int = 0
+    view_blocks: int = 0
+    blocks_since_usage: int = 0
 
     @property
     def view_tokens(self) -> int:
@@ -219,13 +222,16 @@ class ApiContextProjection(Projection[ApiContextState]):
                 _add_assistant(state, decoded, blocks, tokens)
             else:
                 _add_user(state, blocks, tokens)
+            state.view_blocks += len(blocks)
             # An assistant message the latest usage already reports is not new context.
             if decoded.api_message_id is None or decoded.api_message_id != state.usage_api_id:
                 state.tokens_since_usage += tokens
+                state.blocks_since_usage += len(blocks)
         elif isinstance(decoded, UsageRecorded):
             state.usage_total = decoded.total_tokens
             state.usage_api_id = decoded.api_message_id
             state.tokens_since_usage = 0
+            state.blocks_since_usage = 0
         elif isinstance(decoded, ContextConfigured):
             state.tokens_since_usage += tokens - state.context_tokens
             state.system = decoded.system

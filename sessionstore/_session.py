@@ -31,11 +31,13 @@ from ._window import (
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["DEFAULT_CALIBRATION", "Session", "SessionConfig"]
+__all__ = ["DEFAULT_BLOCK_OVERHEAD", "DEFAULT_CALIBRATION", "Session", "SessionConfig"]
 
-#: Claude tokens per cl100k token, measured on real Claude Code transcripts
+#: Claude tokens per cl100k token, and Claude tokens per content block (role markers, tool-call
+#: framing, ids), fitted on real Claude Code transcripts: growth ~= 1.126 x cl100k + 35.7 x blocks
 #: (bench/calibration.py; docs/projections.md). Applied to estimates, never to API-reported usage.
-DEFAULT_CALIBRATION = 1.17
+DEFAULT_CALIBRATION = 1.126
+DEFAULT_BLOCK_OVERHEAD = 35.7
 #: Tokenizer key of snapshots taken by a store that counts no tokens.
 NO_TOKENIZER = "none"
 
@@ -47,6 +49,7 @@ class SessionConfig:
     Args:
         window: the context-window switches (overrides, disables).
         calibration: Claude tokens per stored (cl100k) token for the estimated part of "used".
+        block_overhead: Claude tokens added per content block beyond its text, likewise.
         default_limits: limits for a model the registry does not know.
         cache_control: add prompt-cache breakpoints to every request.
         snapshot_every: persist projection snapshots every this many events (0: never).
@@ -54,6 +57,7 @@ class SessionConfig:
 
     window: WindowConfig = field(default_factory=WindowConfig)
     calibration: float = DEFAULT_CALIBRATION
+    block_overhead: float = DEFAULT_BLOCK_OVERHEAD
     default_limits: ModelLimits = DEFAULT_MODEL_LIMITS
     cache_control: bool = False
     snapshot_every: int = 1000
@@ -61,6 +65,9 @@ class SessionConfig:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.calibration) and self.calibration > 0):
             msg = f"calibration must be a positive finite number, got {self.calibration!r}"
+            raise ValueError(msg)
+        if not (math.isfinite(self.block_overhead) and self.block_overhead >= 0):
+            msg = f"block_overhead must be a finite number >= 0, got {self.block_overhead!r}"
             raise ValueError(msg)
         if self.snapshot_every < 0:
             msg = f"snapshot_every must be >= 0, got {self.snapshot_every!r}"
@@ -220,15 +227,19 @@ class Session:
             max_output_tokens=self._api.max_output_tokens,
         )
 
+    def estimate(self, raw_tokens: int, blocks: int) -> int:
+        """Claude tokens for ``raw_tokens`` stored (cl100k) tokens in ``blocks`` content blocks."""
+        return math.ceil(raw_tokens * self.config.calibration + blocks * self.config.block_overhead)
+
     def used_tokens(self) -> int:
         """Tokens in the context now: the latest API usage plus the calibrated estimate after it.
 
         With no usage recorded yet, the calibrated estimate of the whole view.
         """
-        calibration = self.config.calibration
-        if self._api.usage_total is None:
-            return math.ceil(self._api.view_tokens * calibration)
-        return max(0, self._api.usage_total + math.ceil(self._api.tokens_since_usage * calibration))
+        api = self._api
+        if api.usage_total is None:
+            return self.estimate(api.view_tokens, api.view_blocks)
+        return max(0, api.usage_total + self.estimate(api.tokens_since_usage, api.blocks_since_usage))
 
     def token_state(self) -> TokenState:
         """Every number and flag of the context window for the current context."""

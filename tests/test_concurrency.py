@@ -374,61 +374,63 @@ class TestZeroEventAppend:
     def test_empty_append_racing_a_writer_reports_the_current_head_and_never_conflicts_it(
         self, shared_store: SessionStore
     ) -> None:
-        """append([], ANY) during real appends returns the head of that moment and writes nothing."""
-        appends = 150
+        """append([], ANY) racing a real append returns the head before or after it and writes nothing."""
+        rounds = 150
         sid = shared_store.create_session().id
+        # Per round: the writer appends one event expecting seq r while two probes append
+        # nothing, all released together. The head is r when the round starts and r + 1
+        # when it ends, so every empty append must report r or r + 1.
+        barrier = threading.Barrier(3, timeout=60)
         errors: list[str] = []
         observed: list[int] = []
-        writer_done = threading.Event()
 
         def write() -> None:
             try:
-                for expected in range(appends):
-                    shared_store.append(
-                        sid, [MessageAppended(role="user", content=str(expected))], expected_seq=expected
+                for r in range(rounds):
+                    barrier.wait()
+                    result = shared_store.append(
+                        sid, [MessageAppended(role="user", content=str(r))], expected_seq=r
                     )
+                    if result.seqs != (r + 1,):
+                        errors.append(f"writer round {r}: {result}")
             except BaseException as e:
                 errors.append(f"writer: {e!r}")
-            finally:
-                writer_done.set()
+                barrier.abort()
 
-        def probe() -> None:
-            seen: list[int] = []  # this probe's heads, in the order it got them
+        def probe(name: str) -> None:
             try:
-                while not writer_done.is_set():
-                    low = shared_store.last_seq(sid)
+                for r in range(rounds):
+                    barrier.wait()
                     result = shared_store.append(sid, [], expected_seq=ANY)
-                    high = shared_store.last_seq(sid)
-                    if not (low <= result.last_seq <= high) or result.seqs or result.positions:
-                        errors.append(f"empty append gave {result} between heads {low} and {high}")
-                    if seen and result.last_seq < seen[-1]:
-                        errors.append(f"head went back from {seen[-1]} to {result.last_seq}")
-                    seen.append(result.last_seq)
+                    if result.last_seq not in (r, r + 1) or result.seqs or result.positions:
+                        errors.append(f"{name} round {r}: empty append gave {result}")
+                    observed.append(result.last_seq)
+                    # Expecting the head just reported: succeeds, or conflicts only forwards.
                     try:
                         exact = shared_store.append(sid, [], expected_seq=result.last_seq)
                         if exact.last_seq != result.last_seq:
-                            errors.append(f"empty append at {result.last_seq} gave {exact}")
-                    except ConcurrencyError as e:  # the writer moved on meanwhile: only forwards
-                        if not (e.expected == result.last_seq < e.actual):
-                            errors.append(f"conflict went backwards: {e}")
-                    # An empty append takes the write lock too; on SQLite, whose busy handler is
-                    # not fair, probes in a tight loop would starve the writer.
-                    time.sleep(0.001)
+                            errors.append(f"{name} round {r}: empty append at {result.last_seq} gave {exact}")
+                    except ConcurrencyError as e:
+                        if (e.expected, e.actual) != (r, r + 1):
+                            errors.append(f"{name} round {r}: conflict {e.expected} -> {e.actual}")
             except BaseException as e:
-                errors.append(f"probe: {e!r}")
-            observed.extend(seen)
+                errors.append(f"{name}: {e!r}")
+                barrier.abort()
 
-        threads = [_start(write, name="writer"), _start(probe, name="probe-1"), _start(probe, name="probe-2")]
+        threads = [
+            _start(write, name="writer"),
+            *(_start(probe, f"probe-{i}", name=f"probe-{i}") for i in (1, 2)),
+        ]
         _join_all(threads, timeout=100)
 
         assert not errors, errors[:10]
-        assert len(set(observed)) > 2, f"probes saw too few distinct heads to prove anything: {set(observed)}"
-        assert shared_store.last_seq(sid) == appends
+        assert len(observed) == 2 * rounds
+        assert shared_store.last_seq(sid) == rounds
         final = shared_store.append(sid, [], expected_seq=ANY)
-        assert final.last_seq == appends and final.seqs == () and not final.deduplicated
-        # Nothing was written by any empty append.
-        assert len(shared_store.read_all(after_position=0, limit=10**6)) == appends
-        assert [r.seq for r in shared_store.read(sid)] == list(range(1, appends + 1))
+        assert (final.last_seq, final.seqs, final.positions, final.deduplicated) == (rounds, (), (), False)
+        # No empty append wrote anything.
+        assert len(shared_store.read_all(after_position=0, limit=10**6)) == rounds
+        assert [r.seq for r in shared_store.read(sid)] == list(range(1, rounds + 1))
 
 
 # --- PostgreSQL locking ----------------------------------------------------------------------

@@ -307,7 +307,7 @@ class TestCacheControl:
 class TestTokenAccounting:
     def test_used_is_latest_usage_plus_calibrated_estimate_after_it(self) -> None:
         """Usage anchors the count; only what came after it is estimated (and calibrated)."""
-        session = _session(calibration=1.5)
+        session = _session(calibration=1.5, block_overhead=10)
         session.append([MessageAppended(role="user", content="hello world")])  # 2 tokens
         before_usage = session.used_tokens()
         session.append(
@@ -325,13 +325,13 @@ class TestTokenAccounting:
         at_usage = session.used_tokens()
         session.append([MessageAppended(role="user", content="hello world hello world")])  # 4 tokens
 
-        assert before_usage == 3  # ceil(2 * 1.5)
+        assert before_usage == 3 + 10  # ceil(2 tokens * 1.5 + 1 block * 10)
         assert at_usage == 128
-        assert session.used_tokens() == 128 + 6
+        assert session.used_tokens() == 128 + 6 + 10
 
     def test_streamed_chunk_after_its_usage_is_not_counted_twice(self) -> None:
         """A chunk of the round the usage already reports adds nothing to the estimate."""
-        session = _session(calibration=1.0)
+        session = _session(calibration=1.0, block_overhead=0)
         session.append(
             [
                 MessageAppended(role="user", content="q"),

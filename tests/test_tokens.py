@@ -11,21 +11,36 @@ import sessionstore
 from sessionstore import MessageAppended, TiktokenCounter
 
 
+_NO_NETWORK = """
+import socket
+
+def _refuse(*args, **kwargs):
+    raise OSError("network disabled in this test")
+
+socket.socket.connect = _refuse
+socket.socket.connect_ex = _refuse
+socket.create_connection = _refuse
+socket.getaddrinfo = _refuse
+"""
+
+
 def test_counting_needs_no_network(tmp_path: Path) -> None:
-    """With an empty tiktoken cache and every proxy pointing nowhere, counting still works."""
-    env = {
-        **os.environ,
-        "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache"),
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "HTTP_PROXY": "http://127.0.0.1:9",
-        "NO_PROXY": "",
-    }
-    code = "import sessionstore; print(sessionstore.TiktokenCounter().count_text('hello world'))"
+    """With sockets blocked and an empty tiktoken cache, counting still works."""
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache")}
+    code = (
+        _NO_NETWORK + "import sessionstore; print(sessionstore.TiktokenCounter().count_text('hello world'))"
+    )
+    proof = _NO_NETWORK + "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9/')"
 
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    blocked = subprocess.run(
+        [sys.executable, "-c", proof], env=env, capture_output=True, text=True, timeout=60
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"
+    assert blocked.returncode != 0
+    assert "network disabled" in blocked.stderr
 
 
 def test_message_counts_every_block_the_model_reads() -> None:
