@@ -103,7 +103,7 @@ def rebuild(
             try:
                 state = projection.load(snapshot.state)
                 from_seq = snapshot.seq + 1
-            except Exception:  # noqa: BLE001 - any unreadable snapshot means "fold from scratch"
+            except Exception:
                 _log.warning(
                     "ignoring unreadable %s snapshot of session %s at seq %d",
                     projection.name,

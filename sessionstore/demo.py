@@ -100,7 +100,7 @@ def run_demo(url: str | os.PathLike[str] | None, out: TextIO) -> int:
         live = Session(store, session.id)
         request = live.request(cache_control=True)
         validate_request(request)
-        tokens = live.token_state()
+        state = live.token_state()
         roles = " -> ".join(m["role"] for m in request["messages"])
         print(
             f"\nnext request: {len(request['messages'])} messages ({roles}), valid, "
@@ -108,9 +108,9 @@ def run_demo(url: str | os.PathLike[str] | None, out: TextIO) -> int:
             file=out,
         )
         print(
-            f"tokens: used {tokens.used} (last API usage + estimate since), "
-            f"auto-compact at {tokens.window.autocompact_threshold}, "
-            f"blocking at {tokens.window.blocking_limit}, {tokens.percent_left}% left",
+            f"tokens: used {state.used} (last API usage + estimate since), "
+            f"auto-compact at {state.window.autocompact_threshold}, "
+            f"blocking at {state.window.blocking_limit}, {state.percent_left}% left",
             file=out,
         )
         return 0 if report.ok else 2

@@ -25,5 +25,5 @@ def test_readme_python_example_runs() -> None:
     assert blocks
     for block in blocks:
         namespace: dict[str, object] = {}
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - running our own docs
+        exec(compile(block, "README.md", "exec"), namespace)
         namespace["store"].close()  # type: ignore[attr-defined]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,7 +106,7 @@ def _append_in_batches(
 ) -> Iterator[int]:
     """Append ``events`` split at ``cuts``; yield the seq after each batch."""
     bounds = sorted({0, len(events), *(c for c in cuts if 0 < c < len(events))})
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         yield store.append(sid, events[start:end], expected_seq=start).last_seq
 
 

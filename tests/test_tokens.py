@@ -10,7 +10,6 @@ from pathlib import Path
 import sessionstore
 from sessionstore import MessageAppended, TiktokenCounter
 
-
 _NO_NETWORK = """
 import socket
 
