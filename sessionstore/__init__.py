@@ -5,7 +5,7 @@ embedded default) or PostgreSQL; what the model sees is a deterministic projecti
 
     >>> import sessionstore
     >>> store = sessionstore.open_store(":memory:")
-    >>> started = sessionstore.SessionStarted(model="claude-sonnet-4-5")
+    >>> started = sessionstore.SessionStarted(model="claude-sonnet-5-5")
     >>> session = store.create_session(events=[started])
     >>> hello = sessionstore.MessageAppended(role="user", content="hi")
     >>> store.append(session.id, [hello], expected_seq=1).seqs
@@ -14,8 +14,16 @@ embedded default) or PostgreSQL; what the model sees is a deterministic projecti
 
 from __future__ import annotations
 
-from ._api_context import INTERRUPTED_TOOL_RESULT, LEADING_USER_MARKER
+from ._api_context import CLEARED_PLACEHOLDER, INTERRUPTED_TOOL_RESULT, LEADING_USER_MARKER
 from ._config import default_database_path, resolve_url
+from ._context_events import (
+    ContextEditReverted,
+    ContextServed,
+    MicrocompactApplied,
+    ServerEditsApplied,
+    SnipApplied,
+    ToolResultPersisted,
+)
 from ._errors import (
     AppendOnlyViolation,
     ConcurrencyError,
@@ -47,6 +55,24 @@ from ._events import (
 )
 from ._migrate import SCHEMA_REVISION
 from ._open import open_store
+from ._pipeline import (
+    COMPACTABLE_TOOLS,
+    CONTEXT_MANAGEMENT_BETA,
+    STAGE_ORDER,
+    BlockingLimitError,
+    BudgetConfig,
+    MicrocompactConfig,
+    Pipeline,
+    PipelineConfig,
+    PreparedRequest,
+    SnipConfig,
+    StageReport,
+    microcompact,
+    persisted_preview,
+    record_applied_edits,
+    revert,
+    snip,
+)
 from ._projection import Projection, fold, register_projection
 from ._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION, Session, SessionConfig
 from ._store import (
@@ -83,9 +109,16 @@ __all__ = [
     "AppendOnlyViolation",
     "AppendResult",
     "BlobRef",
+    "BlockingLimitError",
+    "BudgetConfig",
+    "CLEARED_PLACEHOLDER",
+    "COMPACTABLE_TOOLS",
+    "CONTEXT_MANAGEMENT_BETA",
     "ConcurrencyError",
     "ContentBlock",
     "ContextConfigured",
+    "ContextEditReverted",
+    "ContextServed",
     "DEFAULT_BLOCK_OVERHEAD",
     "DEFAULT_CALIBRATION",
     "DEFAULT_MODEL_LIMITS",
@@ -99,9 +132,14 @@ __all__ = [
     "InvalidRequestError",
     "LEADING_USER_MARKER",
     "MessageAppended",
+    "MicrocompactApplied",
+    "MicrocompactConfig",
     "ModelLimits",
     "OperationalError",
+    "Pipeline",
+    "PipelineConfig",
     "PostgresSessionStore",
+    "PreparedRequest",
     "ProgrammingError",
     "Projection",
     "QuerySource",
@@ -109,7 +147,9 @@ __all__ = [
     "RequestProblem",
     "SCHEMA_REVISION",
     "SQLiteSessionStore",
+    "STAGE_ORDER",
     "SchemaOutOfDateError",
+    "ServerEditsApplied",
     "Session",
     "SessionConfig",
     "SessionExistsError",
@@ -119,10 +159,14 @@ __all__ = [
     "SessionStore",
     "SessionStoreError",
     "SnapshotRecord",
+    "SnipApplied",
+    "SnipConfig",
+    "StageReport",
     "TiktokenCounter",
     "TokenCounter",
     "TokenState",
     "TokenWindow",
+    "ToolResultPersisted",
     "TranscriptEntry",
     "UnknownEventTypeError",
     "UsageRecorded",
@@ -131,14 +175,19 @@ __all__ = [
     "WindowConfig",
     "default_database_path",
     "fold",
+    "microcompact",
     "model_limits",
     "open_store",
     "parse_event",
+    "persisted_preview",
+    "record_applied_edits",
     "register_event",
     "register_projection",
     "register_upcaster",
     "request_problems",
     "resolve_url",
+    "revert",
+    "snip",
     "token_state",
     "token_window",
     "validate_request",

@@ -17,21 +17,38 @@ Normalization, applied incrementally as events arrive (each rule is one named st
 * ``materialize``: the same repair for the tail, and a leading assistant message gets a
   synthetic user message (``LEADING_USER_MARKER``) before it, since requests start with a user.
 
-Later pipeline stages (persisted tool results, snip, micro-compact, collapse, compact boundary)
-each add one step here.
+Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReverted``:
+
+* ``ToolResultPersisted``: the result's content becomes the recorded preview string.
+* ``MicrocompactApplied``: the listed results' content becomes ``CLEARED_PLACEHOLDER``.
+* ``SnipApplied``: messages that began before ``keep_from_seq`` leave the request, and so do
+  the tool results opening the first kept message (their calls were snipped).
+* ``ContextServed``: results served un-replaced become frozen (the budget stage never touches
+  them again).
+
+Collapse and the compact boundary will each add one step here.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ._events import ContextConfigured, MessageAppended, SessionStarted, UsageRecorded
+from ._context_events import (
+    ContextEditReverted,
+    ContextServed,
+    MicrocompactApplied,
+    SnipApplied,
+    ToolResultPersisted,
+)
+from ._events import ContextConfigured, Event, MessageAppended, SessionStarted, UsageRecorded
 from ._projection import Projection, register_projection
 from ._store import RecordedEvent
 
 __all__ = [
+    "CLEARED_PLACEHOLDER",
     "INTERRUPTED_TOOL_RESULT",
     "LEADING_USER_MARKER",
     "ApiContextProjection",
@@ -42,6 +59,8 @@ __all__ = [
 
 #: Content of the synthetic tool_result that answers a tool call with no recorded result.
 INTERRUPTED_TOOL_RESULT = "[Tool call interrupted: no result was recorded]"
+#: What a micro-compacted tool result's content becomes.
+CLEARED_PLACEHOLDER = "[Old tool result content cleared]"
 #: Text of the synthetic user message placed before a leading assistant message.
 LEADING_USER_MARKER = "[Earlier conversation not shown]"
 
@@ -78,11 +97,41 @@ class ApiContextState:
     tokens_since_usage: int = 0
     view_blocks: int = 0
     blocks_since_usage: int = 0
+    query_source: str = "main"
+    #: Seq of the first event that contributed to each message (ascending).
+    message_first_seq: list[int] = field(default_factory=list)
+    #: Timestamp (ISO 8601) of the latest main-thread assistant message.
+    last_assistant_time: str | None = None
+    tool_names: dict[str, str] = field(default_factory=dict)
+    #: tool_use_id -> index of the message holding its result; insertion order = arrival order.
+    result_index: dict[str, int] = field(default_factory=dict)
+    #: Results never served un-replaced and never replaced: the budget stage may still act.
+    fresh_results: dict[str, int] = field(default_factory=dict)
+    #: Results served un-replaced (ContextServed): never touched again, to keep the cached prefix.
+    frozen_results: dict[str, int] = field(default_factory=dict)
+    #: tool_use_id -> {"by": event id, "original": the block before replacement}.
+    replaced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Replacements whose result is not in the view yet: tool_use_id -> {"by", "content"}.
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Active (unreverted) edits: event id -> {"type", "tokens", "blocks", "ids" | "seq"}.
+    edits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reverted: dict[str, str] = field(default_factory=dict)
+    #: Messages that began before this seq are snipped (0: nothing snipped).
+    snip_keep_from: int = 0
+    removed_tokens: int = 0
+    removed_blocks: int = 0
+    removed_tokens_at_usage: int = 0
+    removed_blocks_at_usage: int = 0
 
     @property
     def view_tokens(self) -> int:
         """Raw token count of everything in the view: system, tools and messages."""
-        return self.context_tokens + sum(self.message_tokens)
+        return self.context_tokens + sum(self.message_tokens) - self.removed_tokens
+
+    @property
+    def first_visible(self) -> int:
+        """Index of the first message not snipped."""
+        return bisect.bisect_left(self.message_first_seq, self.snip_keep_from) if self.snip_keep_from else 0
 
 
 # --- normalization steps -----------------------------------------------------------------
@@ -124,7 +173,13 @@ def _with_results_first(message: Message, results: list[Block]) -> Message:
     return {"role": message["role"], "content": content}
 
 
-def _close_interrupted_tools(state: ApiContextState) -> None:
+def _new_message(state: ApiContextState, role: str, blocks: list[Block], tokens: int, seq: int) -> None:
+    state.messages.append({"role": role, "content": blocks})
+    state.message_tokens.append(tokens)
+    state.message_first_seq.append(seq)
+
+
+def _close_interrupted_tools(state: ApiContextState, seq: int) -> None:
     """Answer every still-open tool_use with a synthetic error result, before a new round."""
     if not state.open_tool_ids:
         return
@@ -133,8 +188,7 @@ def _close_interrupted_tools(state: ApiContextState) -> None:
     if state.messages and state.messages[-1]["role"] == "user":
         state.messages[-1] = _with_results_first(state.messages[-1], results)
     else:
-        state.messages.append({"role": "user", "content": results})
-        state.message_tokens.append(0)
+        _new_message(state, "user", results, 0, seq)
 
 
 def _extend(state: ApiContextState, index: int, blocks: list[Block], tokens: int) -> None:
@@ -151,7 +205,9 @@ def _only_tool_results_after(state: ApiContextState, index: int) -> bool:
     )
 
 
-def _add_assistant(state: ApiContextState, event: MessageAppended, blocks: list[Block], tokens: int) -> None:
+def _add_assistant(
+    state: ApiContextState, event: MessageAppended, blocks: list[Block], tokens: int, seq: int
+) -> None:
     index = state.last_assistant_index
     same_round = (
         event.api_message_id is not None
@@ -162,25 +218,33 @@ def _add_assistant(state: ApiContextState, event: MessageAppended, blocks: list[
     if same_round:
         _extend(state, index, blocks, tokens)
     else:
-        _close_interrupted_tools(state)
+        _close_interrupted_tools(state, seq)
         if state.messages and state.messages[-1]["role"] == "assistant":
             _extend(state, len(state.messages) - 1, blocks, tokens)
         else:
-            state.messages.append({"role": "assistant", "content": blocks})
-            state.message_tokens.append(tokens)
+            _new_message(state, "assistant", blocks, tokens, seq)
         state.last_assistant_index = len(state.messages) - 1
         state.last_assistant_api_id = event.api_message_id
-    state.open_tool_ids.extend(str(b.get("id")) for b in blocks if b.get("type") == "tool_use")
+    for block in blocks:
+        if block.get("type") == "tool_use":
+            tool_id = str(block.get("id"))
+            state.open_tool_ids.append(tool_id)
+            state.tool_names[tool_id] = str(block.get("name", ""))
 
 
-def _add_user(state: ApiContextState, blocks: list[Block], tokens: int) -> None:
+def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int) -> None:
     results: list[Block] = []
     others: list[Block] = []
     for block in blocks:
         if block.get("type") != "tool_result":
             others.append(block)
         elif block.get("tool_use_id") in state.open_tool_ids:
-            state.open_tool_ids.remove(block["tool_use_id"])
+            tool_id = str(block["tool_use_id"])
+            state.open_tool_ids.remove(tool_id)
+            pending = state.pending.pop(tool_id, None)
+            if pending is not None:
+                state.replaced[tool_id] = {"by": pending["by"], "original": block}
+                block = {**block, "content": pending["content"]}
             results.append(block)
     if not results and not others:
         return
@@ -190,8 +254,110 @@ def _add_user(state: ApiContextState, blocks: list[Block], tokens: int) -> None:
         state.messages[-1] = merged
         state.message_tokens[-1] += tokens
     else:
-        state.messages.append({"role": "user", "content": results + others})
-        state.message_tokens.append(tokens)
+        _new_message(state, "user", results + others, tokens, seq)
+    index = len(state.messages) - 1
+    for block in results:
+        tool_id = str(block["tool_use_id"])
+        state.result_index[tool_id] = index
+        if tool_id not in state.replaced:
+            state.fresh_results[tool_id] = index
+
+
+# --- context edits: persisted results, micro-compaction, snip, revert ------------------------
+
+
+def _set_result_content(state: ApiContextState, tool_use_id: str, content: object) -> Block | None:
+    """Swap the content of a result in the view; returns the block it replaced."""
+    index = state.result_index[tool_use_id]
+    message = state.messages[index]
+    content_blocks: list[Block] = list(message["content"])
+    for i, block in enumerate(content_blocks):
+        if block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
+            content_blocks[i] = {**block, "content": content}
+            state.messages[index] = {"role": message["role"], "content": content_blocks}
+            return block
+    return None  # pragma: no cover - result_index always points at the message holding it
+
+
+def _replace_results(state: ApiContextState, event_id: str, contents: dict[str, object]) -> list[str]:
+    """Replace results' content (or remember it for results not in the view yet)."""
+    done: list[str] = []
+    for tool_use_id, content in contents.items():
+        if tool_use_id in state.replaced or tool_use_id in state.pending:
+            continue  # the first replacement stands; a revert restores the original
+        state.fresh_results.pop(tool_use_id, None)
+        if tool_use_id in state.result_index:
+            original = _set_result_content(state, tool_use_id, content)
+            state.replaced[tool_use_id] = {"by": event_id, "original": original}
+        else:
+            state.pending[tool_use_id] = {"by": event_id, "content": content}
+        done.append(tool_use_id)
+    return done
+
+
+def _record_edit(state: ApiContextState, event_id: str, edit: dict[str, Any]) -> None:
+    state.edits[event_id] = edit
+    state.removed_tokens += edit["tokens"]
+    state.removed_blocks += edit["blocks"]
+
+
+def _revert(state: ApiContextState, event_id: str, reverted_by: str) -> None:
+    edit = state.edits.pop(event_id, None)
+    if edit is None:
+        return  # the pipeline refuses such reverts before writing them; a no-op keeps folds total
+    state.removed_tokens -= edit["tokens"]
+    state.removed_blocks -= edit["blocks"]
+    state.reverted[event_id] = reverted_by
+    if edit["type"] == "snip_applied":
+        seqs = [e["seq"] for e in state.edits.values() if e["type"] == "snip_applied"]
+        state.snip_keep_from = max(seqs, default=0)
+        return
+    for tool_use_id in edit["ids"]:
+        if state.pending.pop(tool_use_id, None) is not None:
+            continue
+        replaced = state.replaced.pop(tool_use_id, None)
+        if replaced is not None and replaced["original"] is not None:
+            _set_result_content(state, tool_use_id, replaced["original"].get("content"))
+            if tool_use_id not in state.frozen_results:
+                state.fresh_results[tool_use_id] = state.result_index[tool_use_id]
+
+
+def _apply_edit(state: ApiContextState, event_id: str, edit: Event) -> None:
+    if isinstance(edit, ToolResultPersisted):
+        ids = _replace_results(state, event_id, {edit.tool_use_id: edit.preview})
+        freed = edit.tokens_freed if ids else 0
+        _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
+    elif isinstance(edit, MicrocompactApplied):
+        ids = _replace_results(state, event_id, dict.fromkeys(edit.cleared_tool_use_ids, CLEARED_PLACEHOLDER))
+        freed = edit.tokens_freed if ids else 0
+        _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
+    elif isinstance(edit, SnipApplied):
+        blocks = sum(len(m["content"]) for m in state.messages[: _index_of_seq(state, edit.keep_from_seq)])
+        blocks -= sum(len(m["content"]) for m in state.messages[: state.first_visible])
+        _record_edit(
+            state,
+            event_id,
+            {
+                "type": edit.type,
+                "tokens": edit.tokens_freed,
+                "blocks": max(0, blocks),
+                "seq": edit.keep_from_seq,
+            },
+        )
+        state.snip_keep_from = max(state.snip_keep_from, edit.keep_from_seq)
+    elif isinstance(edit, ContextEditReverted):
+        _revert(state, edit.target_event_id, event_id)
+    elif isinstance(edit, ContextServed):
+        for tool_use_id in edit.unreplaced_tool_results:
+            index = state.fresh_results.pop(tool_use_id, None)
+            state.frozen_results[tool_use_id] = index if index is not None else -1
+
+
+def _index_of_seq(state: ApiContextState, seq: int) -> int:
+    return bisect.bisect_left(state.message_first_seq, seq)
+
+
+_EDIT_TYPES = (ToolResultPersisted, MicrocompactApplied, SnipApplied, ContextEditReverted, ContextServed)
 
 
 # --- the projection ------------------------------------------------------------------------
@@ -219,9 +385,11 @@ class ApiContextProjection(Projection[ApiContextState]):
             if not blocks:
                 return state
             if decoded.role == "assistant":
-                _add_assistant(state, decoded, blocks, tokens)
+                _add_assistant(state, decoded, blocks, tokens, event.seq)
+                moment = decoded.timestamp or event.created_at
+                state.last_assistant_time = moment.isoformat()
             else:
-                _add_user(state, blocks, tokens)
+                _add_user(state, blocks, tokens, event.seq)
             state.view_blocks += len(blocks)
             # An assistant message the latest usage already reports is not new context.
             if decoded.api_message_id is None or decoded.api_message_id != state.usage_api_id:
@@ -232,6 +400,8 @@ class ApiContextProjection(Projection[ApiContextState]):
             state.usage_api_id = decoded.api_message_id
             state.tokens_since_usage = 0
             state.blocks_since_usage = 0
+            state.removed_tokens_at_usage = state.removed_tokens
+            state.removed_blocks_at_usage = state.removed_blocks
         elif isinstance(decoded, ContextConfigured):
             state.tokens_since_usage += tokens - state.context_tokens
             state.system = decoded.system
@@ -241,6 +411,9 @@ class ApiContextProjection(Projection[ApiContextState]):
             state.model = decoded.model
             state.context_window = decoded.context_window
             state.max_output_tokens = decoded.max_output_tokens
+            state.query_source = decoded.query_source
+        elif isinstance(decoded, _EDIT_TYPES):
+            _apply_edit(state, event.event_id, decoded)
         return state
 
     def dump(self, state: ApiContextState) -> str:
@@ -283,7 +456,12 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
         cache_control: add prompt-cache breakpoints on the system prompt, the last tool and
             the last message's last cacheable block (three of the API's four).
     """
-    messages = list(state.messages)
+    first = state.first_visible
+    messages = state.messages[first:]
+    if first and messages and messages[0]["role"] == "user":
+        # A snip cut here: the results opening this message answer calls that were snipped.
+        content = messages[0]["content"]
+        messages[0] = {"role": "user", "content": content[_leading_results(content) :]}
     if state.open_tool_ids:
         results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
         if messages and messages[-1]["role"] == "user":

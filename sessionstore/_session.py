@@ -238,8 +238,11 @@ class Session:
         """
         api = self._api
         if api.usage_total is None:
-            return self.estimate(api.view_tokens, api.view_blocks)
-        return max(0, api.usage_total + self.estimate(api.tokens_since_usage, api.blocks_since_usage))
+            return max(0, self.estimate(api.view_tokens, api.view_blocks - api.removed_blocks))
+        # Edits after the latest usage shrink the context it reported; reverts grow it back.
+        tokens = api.tokens_since_usage - (api.removed_tokens - api.removed_tokens_at_usage)
+        blocks = api.blocks_since_usage - (api.removed_blocks - api.removed_blocks_at_usage)
+        return max(0, api.usage_total + self.estimate(tokens, blocks))
 
     def token_state(self) -> TokenState:
         """Every number and flag of the context window for the current context."""

@@ -24,6 +24,7 @@ class TranscriptEntry:
     type: str
     payload: dict[str, Any]
     token_count: int | None
+    event_id: str
 
     @property
     def child_session_id(self) -> str | None:
@@ -52,12 +53,14 @@ class TranscriptProjection(Projection[TranscriptState]):
 
     def apply(self, state: TranscriptState, event: RecordedEvent) -> TranscriptState:
         """Append the event as an entry."""
-        state.entries.append(TranscriptEntry(event.seq, event.type, event.payload_dict(), event.token_count))
+        state.entries.append(
+            TranscriptEntry(event.seq, event.type, event.payload_dict(), event.token_count, event.event_id)
+        )
         return state
 
     def dump(self, state: TranscriptState) -> str:
         """The entries as a JSON array."""
-        rows = [[e.seq, e.type, e.payload, e.token_count] for e in state.entries]
+        rows = [[e.seq, e.type, e.payload, e.token_count, e.event_id] for e in state.entries]
         return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
     def load(self, text: str) -> TranscriptState:
@@ -66,4 +69,6 @@ class TranscriptProjection(Projection[TranscriptState]):
         if not isinstance(rows, list):
             msg = "transcript snapshot is not a JSON array"
             raise TypeError(msg)
-        return TranscriptState([TranscriptEntry(int(s), str(t), dict(p), c) for s, t, p, c in rows])
+        return TranscriptState(
+            [TranscriptEntry(int(s), str(t), dict(p), c, str(i)) for s, t, p, c, i in rows]
+        )

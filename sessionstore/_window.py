@@ -97,6 +97,18 @@ DEFAULT_MODEL_LIMITS = ModelLimits(context_window=200_000, max_output_tokens=32_
 # "Models overview" page of Anthropic's docs). Keys are model ids without a date suffix;
 # lookup takes the longest key that is the whole id or a "-"-separated prefix of it.
 _MODEL_TABLE: dict[str, ModelLimits] = {
+    # Current lineup (Anthropic's models overview, late 2026): 1M-token windows, 128K output.
+    "claude-fable-5": ModelLimits(1_000_000, 128_000),
+    "claude-mythos-5": ModelLimits(1_000_000, 128_000),
+    "claude-opus-5": ModelLimits(1_000_000, 128_000),
+    "claude-sonnet-5": ModelLimits(1_000_000, 128_000),
+    "claude-haiku-5": ModelLimits(1_000_000, 128_000),
+    "claude-mythos-preview": ModelLimits(1_000_000, 128_000),
+    "claude-opus-4-8": ModelLimits(1_000_000, 128_000),
+    "claude-opus-4-7": ModelLimits(1_000_000, 128_000),
+    "claude-opus-4-6": ModelLimits(1_000_000, 128_000),
+    "claude-sonnet-4-6": ModelLimits(1_000_000, 128_000),
+    # Earlier models.
     "claude-opus-4-5": ModelLimits(200_000, 64_000),
     "claude-opus-4-1": ModelLimits(200_000, 32_000),
     "claude-opus-4": ModelLimits(200_000, 32_000),
@@ -111,9 +123,10 @@ _MODEL_TABLE: dict[str, ModelLimits] = {
 }
 # Claude Code's short aliases; they move to the newest model of each family (also data).
 _ALIASES: dict[str, str] = {
-    "opus": "claude-opus-4-5",
-    "sonnet": "claude-sonnet-4-5",
-    "haiku": "claude-haiku-4-5",
+    "opus": "claude-opus-5-5",
+    "sonnet": "claude-sonnet-5-5",
+    "haiku": "claude-haiku-5-5",
+    "fable": "claude-fable-5-2",
 }
 # Longest first, so "claude-opus-4-5" wins over its prefix "claude-opus-4".
 _KEYS_LONGEST_FIRST = sorted(_MODEL_TABLE, key=len, reverse=True)

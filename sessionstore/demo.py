@@ -58,9 +58,7 @@ def run_demo(url: str | os.PathLike[str] | None, out: TextIO) -> int:
         print(f"database: {where}", file=out)
         session = store.create_session(
             metadata={"demo": True},
-            events=[
-                SessionStarted(model="claude-sonnet-4-5", context_window=200_000, max_output_tokens=16_384)
-            ],
+            events=[SessionStarted(model="claude-sonnet-5-5")],
         )
         print(f"session:  {session.id}", file=out)
 

@@ -12,11 +12,22 @@ from typing import Any
 
 
 class MessagesAPIServer:
-    """Serves ``POST /v1/messages/count_tokens``; records every request it receives."""
+    """Serves ``POST /v1/messages`` (non-streaming) and ``/v1/messages/count_tokens``; records requests."""
 
     def __init__(self, count_tokens_result: int = 1234) -> None:
         self.count_tokens_result = count_tokens_result
         self.requests: list[dict[str, Any]] = []
+        #: What ``POST /v1/messages`` answers next (a Message JSON); tests set it.
+        self.next_message: dict[str, Any] = {
+            "id": "msg_local_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "ok"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 1},
+        }
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -27,6 +38,8 @@ class MessagesAPIServer:
                 server.requests.append({"path": path, "body": body, "headers": dict(self.headers)})
                 if path == "/v1/messages/count_tokens":
                     self._reply(200, {"input_tokens": server.count_tokens_result})
+                elif path == "/v1/messages":
+                    self._reply(200, server.next_message)
                 else:
                     error = {"type": "not_found_error", "message": f"no route {path}"}
                     self._reply(404, {"type": "error", "error": error})

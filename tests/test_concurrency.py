@@ -11,6 +11,7 @@ defaults to 200, the process race to 100).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
@@ -114,7 +115,7 @@ class TestWriterRaces:
     def test_threads_sharing_one_store_get_one_winner_and_clean_conflicts_per_round(
         self, shared_store: SessionStore
     ) -> None:
-        """4 threads racing with the same expected_seq: one wins, the rest get ConcurrencyError, nothing else."""
+        """4 threads racing on one expected_seq: one wins, the rest get ConcurrencyError and nothing else."""
         n_threads, rounds = 4, _rounds(200)
         sid = shared_store.create_session().id
         barrier = threading.Barrier(n_threads, timeout=60)
@@ -137,9 +138,7 @@ class TestWriterRaces:
     def test_processes_get_one_winner_and_clean_conflicts_per_round(
         self, shared_backend: Backend, shared_store: SessionStore
     ) -> None:
-        """3 processes, each with its own store, racing with the same expected_seq: same outcome as threads."""
-        import multiprocessing
-
+        """3 processes, each with its own store, racing on one expected_seq: same outcome as threads."""
         n_procs, rounds = 3, _rounds(100)
         sid = shared_store.create_session().id
         ctx = multiprocessing.get_context("spawn")
@@ -295,6 +294,8 @@ class TestCrashDurability:
 
 @pytest.mark.timeout(120)
 class TestTailingReader:
+    """PostgreSQL takes positions at INSERT time: only writers serialized in commit order keep tails whole."""
+
     def test_tailing_read_all_sees_every_position_once_in_order_under_concurrent_writers(
         self, shared_backend: Backend
     ) -> None:
@@ -448,7 +449,7 @@ def _wait_until_blocked_by(store: SessionStore, holder_pid: int, timeout: float)
         while time.monotonic() < deadline:
             rows = observer.execute(query, {"holder": holder_pid}).all()
             if rows:
-                return rows
+                return list(rows)
             time.sleep(0.02)
     return []
 
@@ -463,7 +464,7 @@ class TestPostgresEventsLock:
         store = pg_backend.open()
         try:
             sid = store.create_session().id
-            holder = store.engine.connect()  # type: ignore[attr-defined]
+            holder = store.engine.connect()
             tx = holder.begin()
             holder.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
             holder_pid = holder.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
@@ -500,7 +501,7 @@ class TestPostgresEventsLock:
         try:
             sid = store.create_session().id
             store.append(sid, [MessageAppended(role="user", content=str(i)) for i in range(3)], 0)
-            holder = store.engine.connect()  # type: ignore[attr-defined]
+            holder = store.engine.connect()
             tx = holder.begin()
             holder.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
             reads: dict[str, Any] = {}

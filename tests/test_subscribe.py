@@ -49,18 +49,21 @@ def test_store_recovers_after_the_server_drops_its_connections(pg_backend: Any) 
     try:
         sid = store.create_session().id
         store.append(sid, [MessageAppended(role="user", content="before")], expected_seq=0)
+        engine = store.engine  # type: ignore[attr-defined]
+        pooled = [engine.connect() for _ in range(2)]  # the store's own connections, nobody else's
+        pids = [conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() for conn in pooled]
+        for conn in pooled:
+            conn.rollback()
+            conn.close()
         with admin.engine.begin() as conn:  # type: ignore[attr-defined]
             killed = conn.execute(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                    "AND backend_type = 'client backend'"
-                )
+                text("SELECT count(pg_terminate_backend(pid)) FROM unnest(CAST(:pids AS int[])) AS pid"),
+                {"pids": pids},
             ).scalar_one()
 
         result = store.append(sid, [MessageAppended(role="user", content="after")], expected_seq=1)
 
-        assert killed >= 1
+        assert killed == 2
         assert result.seqs == (2,)
         assert [r.event.content for r in store.read(sid)] == ["before", "after"]  # type: ignore[attr-defined]
     finally:

@@ -95,9 +95,11 @@ class TestModelLimits:
             ("claude-sonnet-4-0", 64_000),
             ("claude-3-7-sonnet-latest", 64_000),
             ("claude-3-5-sonnet-latest", 8_192),
-            ("sonnet", 64_000),
-            ("opus", 64_000),
-            ("haiku", 64_000),
+            ("sonnet", 128_000),
+            ("opus", 128_000),
+            ("haiku", 128_000),
+            ("claude-opus-4-7", 128_000),
+            ("claude-opus-5-5-20261001", 128_000),
             # Cloud ids: Bedrock (with and without a region) and Vertex.
             ("anthropic.claude-3-5-sonnet-20241022-v2:0", 8_192),
             ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", 64_000),
@@ -110,8 +112,9 @@ class TestModelLimits:
     def test_dated_ids_and_aliases_resolve(self, model: str, max_output: int) -> None:
         """Ids are normalized before lookup; claude-opus-4-5 is never taken for claude-opus-4."""
         limits = model_limits(model)
+        window = 1_000_000 if max_output == 128_000 else 200_000  # the current lineup has 1M windows
 
-        assert limits == ModelLimits(200_000, max_output)
+        assert limits == ModelLimits(window, max_output)
 
     @pytest.mark.parametrize(
         "model",

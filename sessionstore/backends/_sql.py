@@ -297,17 +297,21 @@ class SqlSessionStore(SessionStore):
             msg = f"expected_seq must be an int >= 0 or ANY, got {expected_seq!r}"
             raise ValidationError(msg, field="expected_seq")
         prepared = self._prepare(events)
+        if not prepared:
+            # Nothing to write: a read answers it, without queueing behind (or blocking) writers.
+            with self._read() as conn:
+                head_seq = self._head(conn, session_id)[0]
+            if expected_seq != ANY and expected_seq != head_seq:
+                raise ConcurrencyError(session_id, expected_seq, head_seq)
+            return AppendResult(session_id, (), (), head_seq)
         now = _utcnow()
         with self._write() as conn:
-            if prepared:
-                replay = self._stored_result(conn, session_id, prepared)
-                if replay is not None:
-                    return replay
+            replay = self._stored_result(conn, session_id, prepared)
+            if replay is not None:
+                return replay
             head_seq, head_hash = self._head(conn, session_id)
             if expected_seq != ANY and expected_seq != head_seq:
                 raise ConcurrencyError(session_id, expected_seq, head_seq)
-            if not prepared:
-                return AppendResult(session_id, (), (), head_seq)
             seqs, positions = self._insert_events(conn, session_id, head_seq, head_hash, prepared, now)
         return AppendResult(session_id, seqs, positions, seqs[-1])
 
@@ -401,10 +405,11 @@ class SqlSessionStore(SessionStore):
                 positions = tuple(int(p) for p in conn.execute(statement, rows).scalars())
         except sa_exc.IntegrityError as e:
             # A backstop: writers are serialized, so only a writer that bypasses the store
-            # can collide here. Report it as the domain error it is.
+            # can collide here. Report it as the domain error it is. The transaction is dead
+            # (PostgreSQL aborts it), so the head cannot be re-read: it is at least one further.
             error = _translate(e)
             if isinstance(error, IntegrityError) and error.constraint == "uq_events_session_id_seq":
-                raise ConcurrencyError(session_id, head_seq, self._head(conn, session_id)[0]) from e
+                raise ConcurrencyError(session_id, head_seq, head_seq + 1) from e
             raise error from e
         return seqs, positions
 

@@ -1,0 +1,1057 @@
+"""Per-turn cost and cold-resume cost of the live ``Session`` against the floors that matter.
+
+Usage::
+
+    python bench/projection.py [--quick] [--sizes 200,2000,10000] [--turns K] [--repeats R] [--profile]
+
+The workload
+------------
+One deterministic (seeded) Claude-Code-like conversation. A *turn* is a user prompt, then 1-3
+API rounds. Each round is one assistant message (a thinking block with signature in 30% of
+rounds, a text block, and 1-3 ``tool_use`` blocks on every round but the last, which has none
+and ends the turn: so 0-3 tool calls per round), a ``UsageRecorded`` for that round, and, when
+it called tools, one user message with the ``tool_result`` blocks (each 200 B - 20 KB,
+log-uniform: median ~2 KB, mean ~4.3 KB). About 6 events and ~11 KB of content per turn.
+Histories of 200, 2,000 and 10,000 turns (``--quick``: 200 and 1,000) are each built in a
+fresh SQLite file in a temporary folder (WAL, ``synchronous=FULL``, the defaults).
+
+Setup, not timed: the history is appended with ``store.append`` in batches of 500 events by a
+store opened with ``token_counter=None`` (tokenizing ~110 MB would take minutes and is not what
+is measured here). The store is then reopened with the default token counter (tiktoken
+cl100k), so every measured turn is tokenized on append like in production; the history's
+events simply carry no counts. Reopening builds the first ``Session`` by a full fold (there is
+no snapshot for the counting tokenizer yet); two warm-up turns follow.
+
+(a) Per turn, at each history size, over ``--turns`` turns (median; max also shown):
+
+* ``append``: ``session.append(turn_events)``: validation, tokenizing, the hash chain, one
+  SQLite transaction, then ``refresh()`` (read the new rows, decode, fold both projections;
+  with the default ``SessionConfig`` this also takes an automatic snapshot every 1,000 events,
+  which shows in the max column and is costed separately in table (b)).
+* ``bytes``: ``session.request_bytes()``: ``materialize`` plus the canonical ``json.dumps``.
+* ``turn`` = ``append`` + ``bytes``: what a caller pays to record a turn and get the next
+  request's bytes. (``request()`` alone is shown for information; ``request_bytes`` calls it.)
+* ``dumps`` (the floor): ``json.dumps(request, ensure_ascii=False, separators=(",", ":"))``
+  ``.encode()`` of the same request dict: the stdlib producing the very same bytes and nothing
+  else. Any way of sending the request has to produce them.
+* ``turn/dumps``: how many times the floor a turn costs. Target: <= 3.
+* ``refresh`` and ``fold``: the incremental update alone, in microseconds per turn.
+  ``refresh`` is ``Session.refresh()`` (read the tail from SQLite, decode, fold),
+  ``fold`` only the ``apply`` calls of the two projections (event decoding included). Neither
+  includes the store append or serialization. Target: flat as the history grows (the
+  largest size within 2x of the smallest).
+
+(b) Cold resume at each size (median of ``--repeats``, contenders interleaved; every contender
+ends with the request bytes, which are checked to be identical across all three):
+
+* ``snapshot``: ``session.snapshot()`` at the head first (its time is the ``snap write``
+  column), then, with a freshly opened store (opening it is not timed, its cost is printed
+  once), ``Session(store, sid)`` + ``request_bytes()``.
+* ``rebuild``: the same with ``use_snapshots=False``: the full fold of the log.
+* ``JSONL``: the same conversation written as a Claude Code transcript (one JSON object per
+  line: envelope ``type/uuid/parentUuid/sessionId/timestamp/cwd/version/gitBranch/...``,
+  ``message`` with ``id/model/usage`` on assistant lines, one content block per assistant line
+  as Claude Code streams them, one line per tool result with the ``toolUseResult`` duplicate,
+  plus the ``file-history-snapshot`` and ``system/turn_duration`` lines Claude Code also
+  writes). Resuming from it: read the file, ``json.loads`` every line, walk the ``parentUuid``
+  chain from the last entry to the root, then normalize with sessionstore's own fold: each
+  user/assistant entry becomes a ``MessageAppended`` built with ``model_construct`` (no
+  validation) wrapped in a stand-in for ``RecordedEvent`` and folded by
+  ``ApiContextProjection`` (``sessionstore._projection.fold``), then ``materialize`` and
+  ``request_bytes``. Only the API view is built from the JSONL (the Session also rebuilds its
+  transcript view).
+* ``JSONL/snapshot``: how many times faster the snapshot resume is. Target at the largest
+  full-run size (10,000 turns): >= 10. ``rebuild/snapshot``: what the snapshot saves.
+* ``snap MB``: the two snapshot rows (api_context + transcript); ``JSONL MB``: the file.
+
+``--profile`` prints cProfile top functions for one turn and for each resume path at the
+largest size. ``--quick`` runs in under a minute, the full run in a few minutes on 2 cores.
+The script exits 1 if the three resume paths, the live session and the floor disagree on the
+bytes; a missed target is reported, not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import cProfile
+import gc
+import io
+import itertools
+import json
+import os
+import platform
+import pstats
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sessionstore
+from sessionstore import (
+    ContextConfigured,
+    Event,
+    MessageAppended,
+    RecordedEvent,
+    Session,
+    SessionConfig,
+    SessionStarted,
+    UsageRecorded,
+    open_store,
+)
+from sessionstore._api_context import ApiContextProjection, materialize, request_bytes
+from sessionstore._projection import fold
+from sessionstore._transcript import TranscriptProjection
+
+SEED = 20250617
+FULL_SIZES = (200, 2_000, 10_000)
+QUICK_SIZES = (200, 1_000)
+SETUP_BATCH = 500
+WARMUP_TURNS = 2
+TARGET_TURN_OVER_DUMPS = 3.0
+TARGET_JSONL_OVER_SNAPSHOT = 10.0
+TARGET_FOLD_GROWTH = 2.0
+
+MODEL = "claude-sonnet-4-5-20250929"
+CC_VERSION = "2.1.42"
+CWD = "/home/dev/projects/orders-service"
+BRANCH = "main"
+JSONL_SESSION = "jsonl-resume"
+
+# --- the workload ----------------------------------------------------------------------------
+
+_VOCABULARY = (
+    "the a of to and in is for on with error value function return import self config request "
+    "response session token file path line data user model tool result index cache update query "
+    "table json string list dict None True False async await yield class def while if else try "
+    "except raise with open read write close status ok failed warning info debug test build "
+    "module package server client handler timeout retry version commit branch merge diff"
+)
+_WORDS = tuple(_VOCABULARY.split())
+_ACCENTED = ("café", "naïve", "→", "résumé", "✓", "\u2013")  # a little non-ASCII, as in real output
+_LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
+_TOOL_NAMES = ("Bash", "Read", "Edit", "Grep", "Write")
+
+SYSTEM_PROMPT = (
+    "You are an interactive CLI tool that helps users with software engineering tasks. "
+    "Use the instructions below and the tools available to you to assist the user.\n\n"
+    + "\n".join(
+        f"# Rule {i}\n- Be concise; prefer editing existing files; run the tests after every change; "
+        f"never commit unless asked; explain non-obvious commands before running them ({i})."
+        for i in range(24)
+    )
+)
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "input_schema": {"type": "object", "properties": properties, "required": required},
+    }
+
+
+_STR = {"type": "string"}
+TOOLS = [
+    _tool(
+        "Bash",
+        "Executes a bash command with an optional timeout.",
+        {"command": _STR, "description": _STR},
+        ["command"],
+    ),
+    _tool(
+        "Read",
+        "Reads a file from the local filesystem.",
+        {"file_path": _STR, "offset": {"type": "integer"}},
+        ["file_path"],
+    ),
+    _tool(
+        "Edit",
+        "Performs exact string replacements in files.",
+        {"file_path": _STR, "old_string": _STR, "new_string": _STR, "replace_all": {"type": "boolean"}},
+        ["file_path", "old_string", "new_string"],
+    ),
+    _tool(
+        "Grep",
+        "Searches file contents with ripgrep.",
+        {"pattern": _STR, "path": _STR, "output_mode": _STR},
+        ["pattern"],
+    ),
+    _tool(
+        "Write",
+        "Writes a file to the local filesystem.",
+        {"file_path": _STR, "content": _STR},
+        ["file_path", "content"],
+    ),
+]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    block: dict[str, Any]  # the tool_use block
+    result: dict[str, Any]  # the tool_result block
+    tool_use_result: Any  # Claude Code's structured duplicate (``toolUseResult``)
+
+
+@dataclass(frozen=True)
+class Round:
+    api_id: str
+    request_id: str
+    blocks: list[dict[str, Any]]  # [thinking?] text, tool_use*
+    calls: list[ToolCall]
+    stop_reason: str
+    usage: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Turn:
+    index: int
+    prompt: str
+    rounds: list[Round]
+
+
+class Workload:
+    """Deterministic turns (seeded); ``turn()`` gives the next one."""
+
+    def __init__(self, seed: int = SEED) -> None:
+        self.rng = random.Random(seed)
+        self.pool = self._pool(1_500_000)
+        self.turns_made = 0
+        self.context_chars = len(SYSTEM_PROMPT) + len(json.dumps(TOOLS))
+
+    def _line(self) -> str:
+        rng = self.rng
+        kind = rng.random()
+        if kind < 0.4:
+            day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+            stamp = f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+            where = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
+            words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 12)))
+            return f"{stamp} {rng.choice(_LEVELS)} {where}: {words} id={rng.randrange(10**6)}"
+        if kind < 0.7:
+            indent = "    " * rng.randint(0, 3)
+            call = f"{rng.choice(_WORDS)}({rng.choice(_WORDS)}, {rng.randrange(1000)})"
+            return f"{indent}{rng.choice(_WORDS)}_{rng.choice(_WORDS)} = {call}"
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 20))]
+        if rng.random() < 0.1:
+            words.append(rng.choice(_ACCENTED))
+        return " ".join(words).capitalize() + "."
+
+    def _pool(self, size: int) -> str:
+        lines: list[str] = []
+        length = 0
+        while length < size:
+            line = self._line()
+            lines.append(line)
+            length += len(line) + 1
+        return "\n".join(lines)
+
+    def text(self, size: int) -> str:
+        start = self.rng.randrange(len(self.pool) - size - 1)
+        return self.pool[start : start + size]
+
+    def _id(self, prefix: str, bits: int = 96) -> str:
+        return f"{prefix}{self.rng.getrandbits(bits):0{bits // 4}x}"
+
+    def _tool_call(self) -> ToolCall:
+        rng = self.rng
+        name = rng.choice(_TOOL_NAMES)
+        tool_id = self._id("toolu_01")
+        path = f"{CWD}/src/{rng.choice(_WORDS)}/{rng.choice(_WORDS)}.py"
+        output = self.text(int(200 * 100 ** rng.random()))  # 200 B - 20 KB, log-uniform
+        tool_input: dict[str, Any]
+        structured: Any
+        if name == "Bash":
+            tool_input = {
+                "command": f"pytest -q tests/test_{rng.choice(_WORDS)}.py",
+                "description": "Run the tests",
+            }
+            structured = {"stdout": output, "stderr": "", "interrupted": False, "isImage": False}
+        elif name == "Read":
+            tool_input = {"file_path": path}
+            lines = output.count("\n") + 1
+            structured = {
+                "type": "text",
+                "file": {
+                    "filePath": path,
+                    "content": output,
+                    "numLines": lines,
+                    "startLine": 1,
+                    "totalLines": lines,
+                },
+            }
+        elif name == "Edit":
+            old, new = self.text(rng.randint(40, 600)), self.text(rng.randint(40, 600))
+            tool_input = {"file_path": path, "old_string": old, "new_string": new}
+            structured = {
+                "filePath": path,
+                "oldString": old,
+                "newString": new,
+                "originalFile": output,
+                "structuredPatch": [],
+                "userModified": False,
+                "replaceAll": False,
+            }
+        elif name == "Grep":
+            tool_input = {"pattern": rng.choice(_WORDS), "path": CWD, "output_mode": "content"}
+            structured = {
+                "mode": "content",
+                "filenames": [],
+                "numFiles": 0,
+                "content": output,
+                "numLines": output.count("\n") + 1,
+            }
+        else:
+            content = self.text(rng.randint(200, 4000))
+            tool_input = {"file_path": path, "content": content}
+            structured = {
+                "type": "update",
+                "filePath": path,
+                "content": content,
+                "structuredPatch": [],
+                "originalFile": output,
+            }
+        block = {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}
+        result: dict[str, Any] = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
+        if rng.random() < 0.05:
+            result["is_error"] = True
+        return ToolCall(block, result, structured)
+
+    def turn(self) -> Turn:
+        rng = self.rng
+        prompt = self.text(rng.randint(20, 1500))
+        self.context_chars += len(prompt)
+        n_rounds = rng.randint(1, 3)
+        rounds: list[Round] = []
+        for r in range(n_rounds):
+            last = r == n_rounds - 1
+            blocks: list[dict[str, Any]] = []
+            if rng.random() < 0.3:
+                signature = base64.b64encode(rng.randbytes(rng.randint(200, 450))).decode()
+                blocks.append(
+                    {
+                        "type": "thinking",
+                        "thinking": self.text(rng.randint(100, 2000)),
+                        "signature": signature,
+                    }
+                )
+            blocks.append(
+                {"type": "text", "text": self.text(rng.randint(100, 3000) if last else rng.randint(20, 300))}
+            )
+            calls = [] if last else [self._tool_call() for _ in range(rng.randint(1, 3))]
+            blocks.extend(call.block for call in calls)
+            out_chars = sum(len(json.dumps(b)) for b in blocks)
+            new_chars = sum(len(c.result["content"]) for c in calls)
+            usage = {
+                "input_tokens": rng.randint(3, 40),
+                "cache_creation_input_tokens": out_chars // 4 + rng.randint(0, 200),
+                "cache_read_input_tokens": self.context_chars // 4,
+                "output_tokens": out_chars // 4 + 1,
+            }
+            self.context_chars += out_chars + new_chars
+            rounds.append(
+                Round(
+                    self._id("msg_01"),
+                    self._id("req_011C"),
+                    blocks,
+                    calls,
+                    "end_turn" if last else "tool_use",
+                    usage,
+                )
+            )
+        self.turns_made += 1
+        return Turn(self.turns_made - 1, prompt, rounds)
+
+
+_BASE_TIME = datetime(2025, 6, 17, 9, 0, tzinfo=UTC)
+_ids = itertools.count(1)
+
+
+def _uuid() -> uuid.UUID:
+    """Deterministic, unique event ids (a store deduplicates appends by event id)."""
+    return uuid.UUID(int=(SEED << 64) | next(_ids))
+
+
+def turn_events(turn: Turn) -> list[Event]:
+    """The sessionstore events of one turn: prompt, then per round assistant, usage, results."""
+    when = _BASE_TIME + timedelta(seconds=30 * turn.index)
+    events: list[Event] = [
+        MessageAppended(
+            event_id=_uuid(), message_uuid=str(_uuid()), role="user", content=turn.prompt, timestamp=when
+        )
+    ]
+    for rnd in turn.rounds:
+        events.append(
+            MessageAppended(
+                event_id=_uuid(),
+                message_uuid=str(_uuid()),
+                role="assistant",
+                content=rnd.blocks,
+                api_message_id=rnd.api_id,
+                stop_reason=rnd.stop_reason,
+                timestamp=when,
+            )
+        )
+        events.append(UsageRecorded(event_id=_uuid(), api_message_id=rnd.api_id, model=MODEL, **rnd.usage))
+        if rnd.calls:
+            events.append(
+                MessageAppended(
+                    event_id=_uuid(),
+                    message_uuid=str(_uuid()),
+                    role="user",
+                    content=[call.result for call in rnd.calls],
+                    timestamp=when,
+                )
+            )
+    return events
+
+
+# --- the Claude Code transcript (JSONL) --------------------------------------------------------
+
+
+class TranscriptWriter:
+    """Writes turns as Claude Code transcript lines (compact JSON, one object per line)."""
+
+    def __init__(self, path: Path, session_id: str) -> None:
+        self.file = path.open("w", encoding="utf-8")
+        self.session_id = session_id
+        self.parent: str | None = None
+        self.rng = random.Random(SEED + 1)
+
+    def _envelope(self, kind: str, when: datetime) -> dict[str, Any]:
+        this = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        entry = {
+            "parentUuid": self.parent,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": CWD,
+            "sessionId": self.session_id,
+            "version": CC_VERSION,
+            "gitBranch": BRANCH,
+            "type": kind,
+            "uuid": this,
+            "timestamp": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }
+        self.parent = this
+        return entry
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        self.file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")))
+        self.file.write("\n")
+
+    def turn(self, turn: Turn) -> None:
+        when = _BASE_TIME + timedelta(seconds=30 * turn.index)
+        stamp = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        prompt = self._envelope("user", when)
+        prompt["message"] = {"role": "user", "content": turn.prompt}
+        prompt["permissionMode"] = "default"
+        self._write(
+            {
+                "type": "file-history-snapshot",
+                "messageId": prompt["uuid"],
+                "snapshot": {"messageId": prompt["uuid"], "trackedFileBackups": {}, "timestamp": stamp},
+                "isSnapshotUpdate": False,
+            }
+        )
+        self._write(prompt)
+        for rnd in turn.rounds:
+            holder: dict[str, str] = {}
+            for i, block in enumerate(rnd.blocks):
+                entry = self._envelope("assistant", when)
+                entry["message"] = {
+                    "model": MODEL,
+                    "id": rnd.api_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [block],
+                    "stop_reason": rnd.stop_reason if i == len(rnd.blocks) - 1 else None,
+                    "stop_sequence": None,
+                    "usage": {**rnd.usage, "service_tier": "standard"},
+                }
+                entry["requestId"] = rnd.request_id
+                if block["type"] == "tool_use":
+                    holder[block["id"]] = entry["uuid"]
+                self._write(entry)
+            for call in rnd.calls:
+                entry = self._envelope("user", when)
+                entry["message"] = {"role": "user", "content": [call.result]}
+                entry["toolUseResult"] = call.tool_use_result
+                entry["sourceToolAssistantUUID"] = holder[call.block["id"]]
+                self._write(entry)
+        done = self._envelope("system", when)
+        done.update({"subtype": "turn_duration", "durationMs": 12_345, "isMeta": True})
+        self._write(done)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _recorded(decoded: Event, seq: int, event_id: str, when: datetime) -> RecordedEvent:
+    """A ``RecordedEvent`` around an already decoded event (its ``event`` cache pre-filled)."""
+    recorded = RecordedEvent(JSONL_SESSION, seq, seq, event_id, decoded.type, 1, "", None, "", "", when)
+    recorded.__dict__["event"] = decoded  # what the cached_property would compute from the payload
+    return recorded
+
+
+_NIL_UUID = uuid.UUID(int=0)
+JSONL_PHASES = ("read+json.loads", "chain walk", "to events", "fold", "request bytes")
+
+
+def jsonl_resume(path: Path, phases: dict[str, list[int]] | None = None) -> bytes:
+    """Resume from a Claude Code transcript: parse, walk the chain, normalize, serialize.
+
+    ``phases``, when given, collects the nanoseconds of each step under its name.
+    """
+    t0 = time.perf_counter_ns()
+    by_uuid: dict[str, dict[str, Any]] = {}
+    leaf: dict[str, Any] | None = None
+    with path.open("rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            key = entry.get("uuid")
+            if key is not None:
+                by_uuid[key] = entry
+                leaf = entry
+    t1 = time.perf_counter_ns()
+    chain: list[dict[str, Any]] = []
+    while leaf is not None:
+        chain.append(leaf)
+        parent = leaf.get("parentUuid")
+        leaf = by_uuid.get(parent) if parent is not None else None
+    chain.reverse()
+    t2 = time.perf_counter_ns()
+    events = [
+        _recorded(
+            SessionStarted.model_construct(event_id=_NIL_UUID, model=MODEL), 1, str(_NIL_UUID), _BASE_TIME
+        ),
+        _recorded(
+            ContextConfigured.model_construct(event_id=_NIL_UUID, system=SYSTEM_PROMPT, tools=TOOLS),
+            2,
+            str(_NIL_UUID),
+            _BASE_TIME,
+        ),
+    ]
+    for entry in chain:
+        kind = entry["type"]
+        if kind != "user" and kind != "assistant":
+            continue
+        message = entry["message"]
+        when = datetime.fromisoformat(entry["timestamp"])
+        decoded = MessageAppended.model_construct(
+            event_id=_NIL_UUID,
+            message_uuid=entry["uuid"],
+            parent_uuid=entry["parentUuid"],
+            role=message["role"],
+            content=message["content"],
+            api_message_id=message.get("id"),
+            is_meta=entry.get("isMeta", False),
+            is_sidechain=entry.get("isSidechain", False),
+            stop_reason=message.get("stop_reason"),
+            timestamp=when,
+        )
+        events.append(_recorded(decoded, len(events) + 1, entry["uuid"], when))
+    t3 = time.perf_counter_ns()
+    state = fold(ApiContextProjection(), events)
+    t4 = time.perf_counter_ns()
+    data = request_bytes(materialize(state))
+    if phases is not None:
+        t5 = time.perf_counter_ns()
+        for name, spent in zip(JSONL_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+            phases.setdefault(name, []).append(spent)
+    return data
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+
+def _ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+@dataclass
+class TurnRow:
+    turns: int
+    request_mb: float
+    append_ms: float
+    request_ms: float
+    bytes_ms: float
+    turn_ms: float
+    dumps_ms: float
+    ratio: float
+    refresh_us: float
+    fold_us: float
+    max_turn_ms: float
+    auto_snapshots: int
+
+
+@dataclass
+class ResumeRow:
+    turns: int
+    events: int
+    snapshot_ms: float
+    rebuild_ms: float
+    jsonl_ms: float
+    snap_write_ms: float
+    snap_mb: float
+    snap_api_mb: float
+    jsonl_mb: float
+    open_ms: float
+    jsonl_phases: dict[str, float]
+
+
+class Timed:
+    """Wraps a callable and accumulates the time spent in it (nanoseconds)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.total = 0
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.total += time.perf_counter_ns() - start
+            self.calls += 1
+
+    def take(self) -> int:
+        total, self.total = self.total, 0
+        return total
+
+
+def _open(path: Path, *, counting: bool = True) -> sessionstore.SessionStore:
+    if counting:
+        store = open_store(path, migrate=True)
+        store.token_counter.count_text("warm up the tokenizer")  # type: ignore[union-attr]
+        return store
+    return open_store(path, migrate=True, token_counter=None)
+
+
+def build_history(path: Path, workload: Workload, turns: int) -> tuple[str, list[Turn]]:
+    """Create the session and append ``turns`` turns in batches (counting off). Not timed."""
+    store = _open(path, counting=False)
+    try:
+        info = store.create_session(
+            events=[
+                SessionStarted(event_id=_uuid(), model=MODEL),
+                ContextConfigured(event_id=_uuid(), system=SYSTEM_PROMPT, tools=TOOLS),
+            ]
+        )
+        last = store.last_seq(info.id)
+        made: list[Turn] = []
+        batch: list[Event] = []
+        for _ in range(turns):
+            turn = workload.turn()
+            made.append(turn)
+            batch.extend(turn_events(turn))
+            if len(batch) >= SETUP_BATCH:
+                last = store.append(info.id, batch, last).last_seq
+                batch = []
+        if batch:
+            store.append(info.id, batch, last)
+    finally:
+        store.close()
+    return info.id, made
+
+
+def measure_turns(
+    session: Session, workload: Workload, turns: int, history: int, made: list[Turn]
+) -> TurnRow:
+    """(a): append one turn + request bytes, against json.dumps of the same request."""
+    refresh = Timed(session.refresh)
+    session.refresh = refresh  # type: ignore[method-assign]  # Session.append calls self.refresh()
+    api_apply = Timed(session._api_projection.apply)
+    transcript_apply = Timed(session._transcript_projection.apply)
+    session._api_projection.apply = api_apply  # type: ignore[method-assign]
+    session._transcript_projection.apply = transcript_apply  # type: ignore[method-assign]
+    rows: dict[str, list[float]] = {k: [] for k in ("append", "request", "bytes", "dumps", "refresh", "fold")}
+    turn_totals: list[float] = []
+    snapshots = 0
+    request_size = 0
+    for i in range(WARMUP_TURNS + turns):
+        turn = workload.turn()
+        made.append(turn)
+        events = turn_events(turn)
+        before_snapshot = session._last_snapshot_seq
+        refresh.take(), api_apply.take(), transcript_apply.take()
+        t0 = time.perf_counter_ns()
+        session.append(events)
+        t1 = time.perf_counter_ns()
+        request = session.request()
+        t2 = time.perf_counter_ns()
+        if i % 2:  # alternate which of the two big serializations runs first
+            floor = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+            t3 = time.perf_counter_ns()
+            data = session.request_bytes()
+            t4 = time.perf_counter_ns()
+            floor_ns, bytes_ns = t3 - t2, t4 - t3
+        else:
+            data = session.request_bytes()
+            t3 = time.perf_counter_ns()
+            floor = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+            t4 = time.perf_counter_ns()
+            bytes_ns, floor_ns = t3 - t2, t4 - t3
+        if data != floor:
+            raise SystemExit(f"request_bytes differs from json.dumps of request() at {history} turns")
+        request_size = len(data)
+        del data, floor, request
+        if i < WARMUP_TURNS:
+            continue
+        snapshots += session._last_snapshot_seq != before_snapshot
+        rows["append"].append(t1 - t0)
+        rows["request"].append(t2 - t1)
+        rows["bytes"].append(bytes_ns)
+        rows["dumps"].append(floor_ns)
+        rows["refresh"].append(refresh.take())
+        rows["fold"].append(api_apply.take() + transcript_apply.take())
+        turn_totals.append((t1 - t0) + bytes_ns)
+    session.refresh = refresh.fn  # type: ignore[method-assign]
+    session._api_projection.apply = api_apply.fn  # type: ignore[method-assign]
+    session._transcript_projection.apply = transcript_apply.fn  # type: ignore[method-assign]
+    turn_ms = _ms(_median(turn_totals))
+    dumps_ms = _ms(_median(rows["dumps"]))
+    return TurnRow(
+        turns=history,
+        request_mb=request_size / 1e6,
+        append_ms=_ms(_median(rows["append"])),
+        request_ms=_ms(_median(rows["request"])),
+        bytes_ms=_ms(_median(rows["bytes"])),
+        turn_ms=turn_ms,
+        dumps_ms=dumps_ms,
+        ratio=turn_ms / dumps_ms,
+        refresh_us=_median(rows["refresh"]) / 1e3,
+        fold_us=_median(rows["fold"]) / 1e3,
+        max_turn_ms=_ms(max(turn_totals)),
+        auto_snapshots=snapshots,
+    )
+
+
+def _resume_store(path: Path, sid: str, *, use_snapshots: bool) -> tuple[int, bytes, float]:
+    t0 = time.perf_counter_ns()
+    store = _open(path)
+    t1 = time.perf_counter_ns()
+    try:
+        gc.collect()
+        t2 = time.perf_counter_ns()
+        session = Session(store, sid, use_snapshots=use_snapshots)
+        data = session.request_bytes()
+        t3 = time.perf_counter_ns()
+        del session
+    finally:
+        store.close()
+    return t3 - t2, data, _ms(t1 - t0)
+
+
+def _resume_jsonl(path: Path, phases: dict[str, list[int]]) -> tuple[int, bytes]:
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    data = jsonl_resume(path, phases)
+    return time.perf_counter_ns() - t0, data
+
+
+def measure_resume(
+    db: Path,
+    jsonl: Path,
+    sid: str,
+    expected: bytes,
+    history: int,
+    events: int,
+    snap_write_ns: int,
+    repeats: int,
+) -> ResumeRow:
+    """(b): snapshot resume vs full rebuild vs parsing the Claude Code JSONL."""
+    times: dict[str, list[int]] = {"snapshot": [], "rebuild": [], "jsonl": []}
+    opens: list[float] = []
+    phases: dict[str, list[int]] = {}
+    for _ in range(repeats):
+        for name in ("snapshot", "rebuild", "jsonl"):
+            if name == "jsonl":
+                elapsed, data = _resume_jsonl(jsonl, phases)
+            else:
+                elapsed, data, open_ms = _resume_store(db, sid, use_snapshots=name == "snapshot")
+                opens.append(open_ms)
+            if data != expected:
+                raise SystemExit(f"{name} resume at {history} turns produced different request bytes")
+            times[name].append(elapsed)
+    store = _open(db, counting=False)
+    try:
+        tokenizer = sessionstore.TiktokenCounter().name
+        api = store.latest_snapshot(sid, ApiContextProjection.name, ApiContextProjection.version, tokenizer)
+        transcript = store.latest_snapshot(
+            sid, TranscriptProjection.name, TranscriptProjection.version, tokenizer
+        )
+    finally:
+        store.close()
+    assert api is not None and transcript is not None
+    api_bytes = len(api.state.encode())
+    return ResumeRow(
+        turns=history,
+        events=events,
+        snapshot_ms=_ms(_median(times["snapshot"])),
+        rebuild_ms=_ms(_median(times["rebuild"])),
+        jsonl_ms=_ms(_median(times["jsonl"])),
+        snap_write_ms=_ms(snap_write_ns),
+        snap_mb=(api_bytes + len(transcript.state.encode())) / 1e6,
+        snap_api_mb=api_bytes / 1e6,
+        jsonl_mb=jsonl.stat().st_size / 1e6,
+        open_ms=_median(opens),
+        jsonl_phases={name: _ms(_median(spent)) for name, spent in phases.items()},
+    )
+
+
+def _profile(label: str, fn: Callable[[], Any], top: int = 18) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fn()
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("tottime")
+    stats.print_stats(top)
+    body = out.getvalue()
+    start = body.find("   ncalls")
+    print(f"\n--- cProfile: {label} (sorted by own time) ---")
+    print(body[start:].rstrip() if start >= 0 else body.rstrip())
+
+
+def run_size(
+    history: int, turns: int, repeats: int, tmp: Path, *, profile: bool
+) -> tuple[TurnRow, ResumeRow, float]:
+    workload = Workload()
+    db = tmp / f"history-{history}.db"
+    jsonl = tmp / f"history-{history}.jsonl"
+    t0 = time.perf_counter()
+    sid, made = build_history(db, workload, history)
+    store = _open(db)
+    try:
+        session = Session(store, sid)  # full fold: no snapshot for the counting tokenizer yet
+        setup_s = time.perf_counter() - t0
+        turn_row = measure_turns(session, workload, turns, history, made)
+        if profile:
+            extra = workload.turn()
+            made.append(extra)
+            extra_events = turn_events(extra)
+            _profile(
+                f"one turn at {history} turns: append + request_bytes",
+                lambda live=session: (live.append(extra_events), live.request_bytes()),
+            )
+        snap_start = time.perf_counter_ns()
+        session.snapshot()
+        snap_write_ns = time.perf_counter_ns() - snap_start
+        expected = session.request_bytes()
+        events = session.last_seq
+    finally:
+        store.close()
+    del session
+    gc.collect()
+    writer = TranscriptWriter(jsonl, sid)
+    for turn in made:
+        writer.turn(turn)
+    writer.close()
+    resume_row = measure_resume(db, jsonl, sid, expected, history, events, snap_write_ns, repeats)
+    if profile:
+        store = _open(db)
+        try:
+            _profile(f"snapshot resume at {history} turns", lambda: Session(store, sid).request_bytes())
+            _profile(
+                f"full rebuild at {history} turns",
+                lambda: Session(store, sid, use_snapshots=False).request_bytes(),
+            )
+        finally:
+            store.close()
+        _profile(f"JSONL resume at {history} turns", lambda: jsonl_resume(jsonl))
+    db.unlink()
+    jsonl.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return turn_row, resume_row, setup_s
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def _table(columns: list[tuple[str, str, int]], rows: list[list[str]]) -> None:
+    """Print right-aligned columns: (header line 1, header line 2, width) and the cells."""
+    print(" ".join(f"{top:>{width}}" for top, _, width in columns))
+    print(" ".join(f"{unit:>{width}}" for _, unit, width in columns))
+    for row in rows:
+        print(" ".join(f"{cell:>{width}}" for cell, (_, _, width) in zip(row, columns, strict=True)))
+
+
+def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: int, repeats: int) -> None:
+    print(f"\n(a) per turn: median of {turns} turns (after {WARMUP_TURNS} warm-up), token counting on")
+    _table(
+        [
+            ("history", "turns", 8),
+            ("req MB", "", 7),
+            ("append", "ms", 8),
+            ("request", "ms", 8),
+            ("bytes", "ms", 8),
+            ("turn", "ms", 8),
+            ("dumps", "ms", 8),
+            ("turn/dumps", "", 10),
+            ("refresh", "us", 8),
+            ("fold", "us", 7),
+            ("max turn", "ms", 9),
+            ("auto-snap", "turns", 9),
+        ],
+        [
+            [
+                f"{r.turns:,}",
+                f"{r.request_mb:.1f}",
+                f"{r.append_ms:.2f}",
+                f"{r.request_ms:.3f}",
+                f"{r.bytes_ms:.2f}",
+                f"{r.turn_ms:.2f}",
+                f"{r.dumps_ms:.2f}",
+                f"{r.ratio:.2f}x",
+                f"{r.refresh_us:.0f}",
+                f"{r.fold_us:.0f}",
+                f"{r.max_turn_ms:.1f}",
+                f"{r.auto_snapshots}",
+            ]
+            for r in turn_rows
+        ],
+    )
+    print(f"\n(b) cold resume: median of {repeats}, each ending with the request bytes")
+    _table(
+        [
+            ("history", "turns", 8),
+            ("events", "", 7),
+            ("snapshot", "ms", 9),
+            ("rebuild", "ms", 9),
+            ("JSONL", "ms", 9),
+            ("rebuild/", "snapshot", 9),
+            ("JSONL/", "snapshot", 9),
+            ("snap MB", "", 8),
+            ("(api)", "", 7),
+            ("JSONL MB", "", 9),
+            ("snap/", "JSONL", 6),
+            ("snap write", "ms", 10),
+        ],
+        [
+            [
+                f"{r.turns:,}",
+                f"{r.events:,}",
+                f"{r.snapshot_ms:.1f}",
+                f"{r.rebuild_ms:.1f}",
+                f"{r.jsonl_ms:.1f}",
+                f"{r.rebuild_ms / r.snapshot_ms:.1f}x",
+                f"{r.jsonl_ms / r.snapshot_ms:.1f}x",
+                f"{r.snap_mb:.1f}",
+                f"{r.snap_api_mb:.1f}",
+                f"{r.jsonl_mb:.1f}",
+                f"{r.snap_mb / r.jsonl_mb:.2f}",
+                f"{r.snap_write_ms:.1f}",
+            ]
+            for r in resume_rows
+        ],
+    )
+    print(f"  opening the store (not included above): ~{_median([r.open_ms for r in resume_rows]):.0f} ms")
+    last = resume_rows[-1]
+    print(
+        f"  JSONL resume at {last.turns:,} turns, by step: "
+        + ", ".join(f"{name} {spent:.0f} ms" for name, spent in last.jsonl_phases.items())
+    )
+    every = SessionConfig().snapshot_every
+    events_per_turn = last.events / last.turns
+    print(
+        f"  automatic snapshots (snapshot_every={every}, ~{events_per_turn:.1f} events/turn) happen every "
+        f"~{every / events_per_turn:.0f} turns and stall that turn by 'snap write'; amortized per turn: "
+        + ", ".join(
+            f"{r.turns:,}: {r.snap_write_ms * r.events / r.turns / every:.1f} ms" for r in resume_rows
+        )
+    )
+    # Every automatic snapshot stores the whole state again and none is ever deleted: the k-th holds
+    # about k*every/events of the final size.
+    stored = [
+        (r, sum(r.snap_mb * k * every / r.events for k in range(1, r.events // every + 1)))
+        for r in resume_rows
+    ]
+    print(
+        "  snapshot rows a live session with the default config leaves behind (none is pruned), est.: "
+        + ", ".join(f"{r.turns:,}: {mb / 1e3:.2f} GB ({mb / r.jsonl_mb:.0f}x the JSONL)" for r, mb in stored)
+    )
+
+    print("\ntargets")
+    worst = max(turn_rows, key=lambda r: r.ratio)
+    ratios = ", ".join(f"{r.turns:,}: {r.ratio:.2f}x" for r in turn_rows)
+    verdict = _verdict(worst.ratio <= TARGET_TURN_OVER_DUMPS)
+    print(f"  [{verdict}] turn within {TARGET_TURN_OVER_DUMPS:.0f}x of json.dumps: {ratios}")
+    fold_growth = turn_rows[-1].fold_us / turn_rows[0].fold_us
+    refresh_growth = turn_rows[-1].refresh_us / turn_rows[0].refresh_us
+    verdict = _verdict(max(fold_growth, refresh_growth) <= TARGET_FOLD_GROWTH)
+    print(
+        f"  [{verdict}] incremental update flat (largest/smallest history <= {TARGET_FOLD_GROWTH:.0f}x): "
+        f"fold {fold_growth:.2f}x, refresh {refresh_growth:.2f}x"
+    )
+    speedup = last.jsonl_ms / last.snapshot_ms
+    verdict = _verdict(speedup >= TARGET_JSONL_OVER_SNAPSHOT)
+    print(
+        f"  [{verdict}] snapshot resume >= {TARGET_JSONL_OVER_SNAPSHOT:.0f}x faster than the JSONL parse "
+        f"at {last.turns:,} turns: {speedup:.1f}x"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="200 and 1,000 turns; under a minute")
+    parser.add_argument("--sizes", help="comma-separated history sizes in turns (overrides the defaults)")
+    parser.add_argument("--turns", type=int, help="measured turns per size (default 20)")
+    parser.add_argument("--repeats", type=int, help="cold resumes per contender (default 3)")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile one turn and each resume at the largest size"
+    )
+    args = parser.parse_args(argv)
+    sizes = (
+        tuple(int(s) for s in args.sizes.split(","))
+        if args.sizes
+        else (QUICK_SIZES if args.quick else FULL_SIZES)
+    )
+    turns = args.turns or 20
+    repeats = args.repeats or 3
+    load = os.getloadavg()
+    print(
+        f"sessionstore {sessionstore.__version__} projection bench: Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs, load {load[0]:.2f}, "
+        f"{'quick' if args.quick else 'full'} run, sizes {', '.join(f'{s:,}' for s in sizes)} turns"
+    )
+    started = time.perf_counter()
+    turn_rows: list[TurnRow] = []
+    resume_rows: list[ResumeRow] = []
+    with tempfile.TemporaryDirectory(prefix="ss-projection-bench-") as folder:
+        for size in sizes:
+            t0 = time.perf_counter()
+            turn_row, resume_row, setup_s = run_size(
+                size, turns, repeats, Path(folder), profile=args.profile and size == sizes[-1]
+            )
+            turn_rows.append(turn_row)
+            resume_rows.append(resume_row)
+            print(
+                f"  {size:>6,} turns: setup {setup_s:.1f} s, all {time.perf_counter() - t0:.1f} s", flush=True
+            )
+    print_tables(turn_rows, resume_rows, turns, repeats)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

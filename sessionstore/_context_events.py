@@ -1,0 +1,115 @@
+"""Events the context-management pipeline records.
+
+Each stage that changes what the model sees appends one of these; the log itself is never
+edited. Persisted results, snips and micro-compactions are undone by ``ContextEditReverted``,
+which names the event it reverts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt
+
+from ._events import Event, register_event
+
+__all__ = [
+    "ContextEditReverted",
+    "ContextServed",
+    "MicrocompactApplied",
+    "REVERTIBLE_TYPES",
+    "ServerEditsApplied",
+    "SnipApplied",
+    "ToolResultPersisted",
+]
+
+
+@register_event
+class ContextServed(Event):
+    """A request was handed to the model: what it contained, so the audit can reproduce it.
+
+    Tool results listed in ``unreplaced_tool_results`` went out with their full content; from
+    now on they are *frozen*: replacing them would break the cached prompt prefix.
+    """
+
+    type: Literal["context_served"] = "context_served"
+    #: SHA-256 of the canonical request bytes.
+    fingerprint: str
+    #: The session's last seq folded into the request.
+    through_seq: NonNegativeInt
+    #: "Used" tokens when the request was served (usage + calibrated estimate).
+    token_count: NonNegativeInt
+    unreplaced_tool_results: list[str] = Field(default_factory=list)
+    model: str | None = None
+
+
+@register_event
+class ToolResultPersisted(Event):
+    """A large tool result moved to the blob store; the model sees ``preview`` in its place."""
+
+    type: Literal["tool_result_persisted"] = "tool_result_persisted"
+    tool_use_id: str
+    tool_name: str | None = None
+    blob_sha256: str
+    #: Characters of the original result text.
+    original_chars: NonNegativeInt
+    #: The exact string sent instead of the content, reused on every rebuild.
+    preview: str
+    #: "size" (above the per-result threshold) or "aggregate" (the message's budget).
+    reason: Literal["size", "aggregate"]
+    #: Where the full output can be read (a file path when materialized).
+    location: str
+    #: Raw tokens the replacement removes from the view (original minus preview).
+    tokens_freed: NonNegativeInt = 0
+
+
+@register_event
+class SnipApplied(Event):
+    """The oldest API rounds leave the API view (the log and transcript keep them).
+
+    Every view message that began before ``keep_from_seq`` is dropped.
+    """
+
+    type: Literal["snip_applied"] = "snip_applied"
+    keep_from_seq: int = Field(ge=1)
+    rounds_removed: NonNegativeInt
+    messages_removed: NonNegativeInt
+    tokens_freed: NonNegativeInt
+
+
+@register_event
+class MicrocompactApplied(Event):
+    """Old compactable tool results' content replaced by the cleared placeholder."""
+
+    type: Literal["microcompact_applied"] = "microcompact_applied"
+    trigger: Literal["time", "manual"]
+    cleared_tool_use_ids: list[str]
+    keep_recent: int = Field(ge=1)
+    gap_minutes: float | None = None
+    tokens_freed: NonNegativeInt
+
+
+@register_event
+class ServerEditsApplied(Event):
+    """Context edits the API applied server-side (``context_management.applied_edits``).
+
+    The local content is untouched; the cleared tokens lower the next usage baseline.
+    """
+
+    type: Literal["server_edits_applied"] = "server_edits_applied"
+    api_message_id: str | None = None
+    edits: list[dict[str, object]]
+    cleared_input_tokens: NonNegativeInt
+
+
+@register_event
+class ContextEditReverted(Event):
+    """Undo a persisted result, a snip or a micro-compaction: its target is named by event id."""
+
+    type: Literal["context_edit_reverted"] = "context_edit_reverted"
+    target_event_id: str
+    target_type: str
+
+
+#: Event types a ``ContextEditReverted`` may target.
+REVERTIBLE_TYPES = frozenset({"tool_result_persisted", "snip_applied", "microcompact_applied"})
