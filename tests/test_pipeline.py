@@ -87,7 +87,7 @@ class TestToolResultBudget:
     def test_large_result_is_persisted_once_and_survives_resume(
         self, store: SessionStore, tmp_path: Path
     ) -> None:
-        """On every backend: blob + preview, materialized file, identical preview after resume, no second write."""
+        """On every backend: blob and preview, file written once, the same preview after resume."""
         session = _open(store)
         big = _lines(60_000)
         _round(session, 1, {"t1": ("Bash", big)})
