@@ -304,12 +304,18 @@ def _store_pragmas(store: Any) -> str:
 def _timed_store_appends(
     store: sessionstore.SessionStore, messages: list[Message], batch: int
 ) -> tuple[float, float]:
-    session = store.create_session()
-    seq = store.last_seq(session.id)
+    session_id = store.create_session().id
     watch = Stopwatch()
-    for group in chunks(messages, batch):
-        seq = store.append(session.id, [to_event(m) for m in group], expected_seq=seq).last_seq
+    _append_all(store, session_id, messages, batch)
     return watch.read()
+
+
+def _append_all(
+    store: sessionstore.SessionStore, session_id: str, messages: list[Message], batch: int
+) -> None:
+    seq = store.last_seq(session_id)
+    for group in chunks(messages, batch):
+        seq = store.append(session_id, [to_event(m) for m in group], expected_seq=seq).last_seq
 
 
 def _audit(counter: AuditedCounter, store: sessionstore.SessionStore, messages: list[Message]) -> list[str]:
@@ -721,21 +727,51 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
 # --- profiling -----------------------------------------------------------------------------
 
 
+#: Steps of ``SqlSessionStore.append`` (backends/_sql.py) shown in the profile breakdown.
+_STEPS = (
+    ("append", "the whole append"),
+    ("_prepare", "validate, serialize (and count) the events"),
+    ("_write", "connect, BEGIN IMMEDIATE, COMMIT (fsync), release"),
+    ("_stored_result", "idempotency lookup: SELECT ... WHERE event_id IN"),
+    ("_head", "head lookup: SELECT seq, hash ... LIMIT 1"),
+    ("_insert_events", "hash chain + INSERT ... RETURNING"),
+)
+_DRIVER_CALLS = (
+    "<method 'execute' of 'sqlite3.Cursor' objects>",
+    "<method 'commit' of 'sqlite3.Connection' objects>",
+)
+
+
+def print_breakdown(stats: pstats.Stats, appends: int) -> None:
+    """Milliseconds per append in each step, and inside the SQLite driver itself."""
+    entries = stats.stats  # type: ignore[attr-defined]  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    print(f"\n{'step of append (profiled, so slower than real)':<56} {'ms/append':>9}")
+    for name, what in _STEPS:
+        cumulative = sum(v[3] for (f, _, n), v in entries.items() if n == name and f.endswith("_sql.py"))
+        print(f"  {name:<16} {what:<37} {1000 * cumulative / appends:>9.3f}")
+    driver = sum(v[2] for (_, _, n), v in entries.items() if n in _DRIVER_CALLS)
+    print(
+        f"  {'(in sqlite3)':<16} {'executing SQL + COMMIT in the driver':<37} {1000 * driver / appends:>9.3f}"
+    )
+
+
 def profile_single_appends(messages: list[Message], workdir: Path) -> None:
     """cProfile of single appends (counting off): where the store's time goes."""
     store = sessionstore.open_store(workdir / "profile.db", migrate=True, token_counter=None)
     try:
-        _timed_store_appends(store, messages[:50], 1)  # warm SQLAlchemy's statement cache
+        _append_all(store, store.create_session().id, messages[:50], 1)  # warm SQLAlchemy's caches
+        session_id = store.create_session().id
+        gc.collect()
         profiler = cProfile.Profile()
         profiler.enable()
-        _timed_store_appends(store, messages, 1)
+        _append_all(store, session_id, messages, 1)
         profiler.disable()
     finally:
         store.close()
-    print(f"\ncProfile of {len(messages)} single appends (counting off), top 20 by cumulative time:")
     stats = pstats.Stats(profiler, stream=sys.stdout)
-    stats.sort_stats("cumulative").print_stats(20)
-    print("top 15 by own time:")
+    print(f"\ncProfile of {len(messages)} single appends (counting off):")
+    print_breakdown(stats, len(messages))
+    print("\nTop 15 functions by own time:")
     stats.sort_stats("tottime").print_stats(15)
 
 

@@ -19,6 +19,7 @@ from ._config import create_engine_for_url, resolve_url
 from ._errors import SessionStoreError
 from ._events import MessageAppended
 from ._open import open_store
+from ._pipeline import microcompact, revert, snip
 from ._session import Session
 from ._store import ANY, ExpectedSeq, SessionInfo, SessionStore
 from .demo import run_demo
@@ -90,6 +91,25 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="one JSON object per entry")
 
+    snip_cmd = commands.add_parser("snip", help="drop the oldest API rounds from the request (revertible)")
+    _add_db(snip_cmd)
+    snip_cmd.add_argument("session_id")
+    snip_cmd.add_argument("--rounds", type=int, required=True, help="how many of the oldest API rounds")
+    snip_cmd.add_argument("--json", action="store_true")
+
+    mc = commands.add_parser("microcompact", help="clear old tool results' content (revertible)")
+    _add_db(mc)
+    mc.add_argument("session_id")
+    mc.add_argument("--keep", type=int, default=5, help="newest compactable results to keep (at least 1)")
+    mc.add_argument("--tool-use-id", action="append", dest="tool_use_ids", help="clear exactly this result")
+    mc.add_argument("--json", action="store_true")
+
+    revert_cmd = commands.add_parser("revert", help="undo a persisted result, snip or micro-compaction")
+    _add_db(revert_cmd)
+    revert_cmd.add_argument("session_id")
+    revert_cmd.add_argument("event_id")
+    revert_cmd.add_argument("--json", action="store_true")
+
     sessions.add_argument("--json", action="store_true", help="one JSON object per session")
     new.add_argument("--json", action="store_true", help="print the session as JSON")
     append.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -153,6 +173,8 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         print(json.dumps(_session_json(info)) if args.json else info.id, file=out)
     elif args.command in ("context", "show"):
         return _run_views(args, store, out)
+    elif args.command in ("snip", "microcompact", "revert"):
+        return _run_edit(args, store, out)
     elif args.command == "append":
         batch: list[Any]
         if args.text is not None:
@@ -260,6 +282,41 @@ def _run_views(args: argparse.Namespace, store: SessionStore, out: TextIO) -> in
         flags = "".join(f" ({f})" for f in ("is_meta", "is_sidechain") if entry.payload.get(f))
         line = _describe(entry.payload).replace("\n", " ")
         print(f"{entry.seq:>6}  {entry.type:<18} {role:<9}{flags} {line[:160]}", file=out)
+    return 0
+
+
+def _run_edit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    session = Session(store, args.session_id)
+    if args.command == "snip":
+        report = snip(session, args.rounds)
+    elif args.command == "microcompact":
+        report = microcompact(session, keep_recent=args.keep, tool_use_ids=args.tool_use_ids)
+    else:
+        report = revert(session, args.event_id)
+    event_id = report.event_ids[0] if report.event_ids else None
+    if args.json:
+        _print_json(
+            out,
+            {
+                "stage": report.stage,
+                "tokens_freed": report.tokens_freed,
+                "event_id": event_id,
+                "note": report.note,
+            },
+        )
+    elif event_id is None:
+        print(f"{report.stage}: {report.note}", file=out)
+    elif args.command == "revert":
+        print(
+            f"reverted {args.event_id}: {-report.tokens_freed} tokens back in the context (event {event_id})",
+            file=out,
+        )
+    else:
+        print(
+            f"{report.stage}: freed {report.tokens_freed} tokens; undo with "
+            f"`sessionstore revert {args.session_id} {event_id}`",
+            file=out,
+        )
     return 0
 
 

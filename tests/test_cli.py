@@ -120,3 +120,40 @@ def test_every_printing_command_takes_json(tmp_path: Path) -> None:
     assert appended["seqs"] == [1]
     assert listed["last_seq"] == 1
     assert verified["ok"] is True
+
+
+def test_snip_microcompact_and_revert_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each edit prints what it freed and the event a revert takes; revert restores the request."""
+    db = str(tmp_path / "edits.db")
+    _run("db", "upgrade", "--db", db)
+    _run("new", "--db", db, "--id", "e-1")
+    store_lines = []
+    for n in range(3):
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"n": n}}
+        result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": "output line\n" * 200}
+        store_lines += [
+            {"type": "message_appended", "role": "user", "content": f"step {n}"},
+            {"type": "message_appended", "role": "assistant", "content": [call], "api_message_id": f"m{n}"},
+            {"type": "message_appended", "role": "user", "content": [result]},
+        ]
+    stdin = "".join(json.dumps(line) + "\n" for line in store_lines)
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        _run("append", "--db", db, "e-1", stdin=stdin, monkeypatch=monkeypatch)
+    finally:
+        monkeypatch.undo()
+    before = json.loads(_run("context", "--db", db, "e-1", "--json")[1])["request"]
+
+    snipped = json.loads(_run("snip", "--db", db, "e-1", "--rounds", "1", "--json")[1])
+    cleared = json.loads(_run("microcompact", "--db", db, "e-1", "--keep", "1", "--json")[1])
+    readable = _run("revert", "--db", db, "e-1", cleared["event_id"])[1]
+    _run("revert", "--db", db, "e-1", snipped["event_id"])
+    after = json.loads(_run("context", "--db", db, "e-1", "--json")[1])["request"]
+    code, _ = _run("revert", "--db", db, "e-1", snipped["event_id"])
+
+    assert snipped["tokens_freed"] > 0
+    assert cleared["tokens_freed"] > 0
+    assert readable.startswith(f"reverted {cleared['event_id']}")
+    assert after == before
+    assert code == 1
+    assert "already reverted" in capsys.readouterr().err
