@@ -122,7 +122,9 @@ def test_every_printing_command_takes_json(tmp_path: Path) -> None:
     assert verified["ok"] is True
 
 
-def test_snip_microcompact_and_revert_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_snip_microcompact_and_revert_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # noqa: E501
     """Each edit prints what it freed and the event a revert takes; revert restores the request."""
     db = str(tmp_path / "edits.db")
     _run("db", "upgrade", "--db", db)
