@@ -124,7 +124,7 @@ def test_every_printing_command_takes_json(tmp_path: Path) -> None:
 
 def test_snip_microcompact_and_revert_from_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:  # noqa: E501
+) -> None:
     """Each edit prints what it freed and the event a revert takes; revert restores the request."""
     db = str(tmp_path / "edits.db")
     _run("db", "upgrade", "--db", db)
