@@ -31,6 +31,7 @@ __all__ = [
     "MessageAppended",
     "QuerySource",
     "SessionStarted",
+    "SubagentStarted",
     "UsageRecorded",
     "decode_event",
     "encode_event",
@@ -174,8 +175,20 @@ class ContextConfigured(Event):
         return texts
 
 
+class SubagentStarted(Event):
+    """A sub-agent (child session) was started from this session, for one tool call.
+
+    The child's own log holds its conversation; the parent's transcript links to it here.
+    """
+
+    type: Literal["subagent_started"] = "subagent_started"
+    child_session_id: str
+    parent_tool_use_id: str | None = None
+    agent_type: str | None = None
+
+
 AnyEvent = Annotated[
-    SessionStarted | MessageAppended | UsageRecorded | ContextConfigured,
+    SessionStarted | MessageAppended | UsageRecorded | ContextConfigured | SubagentStarted,
     Field(discriminator="type"),
 ]
 
@@ -217,7 +230,7 @@ def register_upcaster(
     return decorator
 
 
-for _cls in (SessionStarted, MessageAppended, UsageRecorded, ContextConfigured):
+for _cls in (SessionStarted, MessageAppended, UsageRecorded, ContextConfigured, SubagentStarted):
     register_event(_cls)
 
 

@@ -28,7 +28,7 @@ class TranscriptEntry:
 
     @property
     def child_session_id(self) -> str | None:
-        """The sub-agent session this entry starts or refers to, if any."""
+        """The sub-agent session this entry starts (a ``subagent_started`` entry), if any."""
         value = self.payload.get("child_session_id")
         return value if isinstance(value, str) else None
 

@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub = db_commands.add_parser(name, help=help_text)
         _add_db(sub)
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
         if name != "current":
             sub.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
 
@@ -140,20 +141,24 @@ def _read_json_lines(stream: TextIO) -> list[dict[str, Any]]:
 def _run_db(args: argparse.Namespace, out: TextIO) -> int:
     url = resolve_url(args.db)
     engine = create_engine_for_url(url)
+    where = engine.url.render_as_string(hide_password=True)
     try:
         if args.db_command == "upgrade":
             _migrate.upgrade(engine, args.revision)
-            print(f"{engine.url.render_as_string(hide_password=True)}: at {args.revision}", file=out)
         elif args.db_command == "downgrade":
             if args.revision is None:
                 raise SystemExit("sessionstore: db downgrade needs a revision (e.g. 'base')")
             _migrate.downgrade(engine, args.revision)
-            print(f"{engine.url.render_as_string(hide_password=True)}: at {args.revision}", file=out)
-        else:
-            with engine.connect() as conn:
-                print(_migrate.current_revision(conn) or "none", file=out)
+        with engine.connect().execution_options(sessionstore_read=True) as conn:
+            current = _migrate.current_revision(conn)
     finally:
         engine.dispose()
+    if args.json:
+        _print_json(out, {"database": where, "revision": current})
+    elif args.db_command == "current":
+        print(current or "none", file=out)
+    else:
+        print(f"{where}: at {current or 'base'}", file=out)
     return 0
 
 

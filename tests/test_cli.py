@@ -159,3 +159,14 @@ def test_snip_microcompact_and_revert_from_the_cli(
     assert after == before
     assert code == 1
     assert "already reverted" in capsys.readouterr().err
+
+
+def test_db_commands_take_json(tmp_path: Path) -> None:
+    """db upgrade / current / downgrade print {"database", "revision"} with --json."""
+    db = str(tmp_path / "dbj.db")
+
+    up = json.loads(_run("db", "upgrade", "--db", db, "--json")[1])
+    now = json.loads(_run("db", "current", "--db", db, "--json")[1])
+    down = json.loads(_run("db", "downgrade", "base", "--db", db, "--json")[1])
+
+    assert (up["revision"], now["revision"], down["revision"]) == ("0001", "0001", None)

@@ -419,3 +419,14 @@ def test_exact_count_through_the_sdk_uses_count_tokens(messages_api: Any) -> Non
     assert messages_api.requests[-1]["path"] == "/v1/messages/count_tokens"
     assert messages_api.requests[-1]["body"]["messages"] == session.request()["messages"]
     assert messages_api.requests[-1]["body"]["model"] == "claude-sonnet-4-5"
+
+
+def test_transcript_links_sub_agents_and_the_api_view_ignores_the_link() -> None:
+    """A subagent_started entry names the child session; the request is unchanged by it."""
+    session = _session(MessageAppended(role="user", content="research this"))
+    before = session.request_bytes()
+
+    session.append([sessionstore.SubagentStarted(child_session_id="child-1", parent_tool_use_id="toolu_9")])
+
+    assert [e.child_session_id for e in session.transcript if e.child_session_id] == ["child-1"]
+    assert session.request_bytes() == before
