@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run a short end-to-end session and show its log")
     _add_db(demo)
+    demo.add_argument("--json", action="store_true", help="print a summary object instead")
 
     sessions = commands.add_parser("sessions", help="list sessions")
     _add_db(sessions)
@@ -333,7 +334,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if args.command == "db":
             return _run_db(args, out)
         if args.command == "demo":
-            return run_demo(args.db, out)
+            return run_demo(args.db, out, as_json=args.json)
         with open_store(args.db) as store:
             return _run_with_store(args, store, out)
     except SessionStoreError as e:

@@ -28,10 +28,25 @@ def test_demo_runs_on_the_embedded_default_and_verifies(tmp_path: Path) -> None:
     code, out = _run("demo")
 
     assert code == 0
-    assert "hash chain: ok (6 events)" in out
+    assert "hash chain: ok (9 events)" in out
     assert "deduplicated=True" in out
     assert "stale writer refused: expected 1, actual 6" in out
+    assert "pipeline: 1 tool result persisted to the blob store" in out
     assert "next request: 4 messages (user -> assistant -> user -> assistant), valid" in out
+    assert "restores the request byte for byte: True" in out
+
+
+def test_demo_json_summary(tmp_path: Path) -> None:
+    """`demo --json` prints one object with the run's outcome."""
+    code, out = _run("demo", "--db", ":memory:", "--json")
+    summary = json.loads(out)
+
+    assert code == 0
+    assert summary["hash_chain_ok"] is True
+    assert summary["retry_deduplicated"] is True
+    assert summary["revert_restores_request"] is True
+    assert summary["persisted_tool_results"] == ["toolu_demo_1"]
+    assert summary["tokens"]["used"] > 0
 
 
 def test_session_lifecycle_through_the_cli(
