@@ -554,9 +554,13 @@ def sqlite_contenders() -> tuple[list[Contender], str | None]:
     ]
     try:
         contenders += [
-            Contender("agents-1", "SQLiteSession (openai-agents)", "default", 1, sqlite_session(batch=1)),
+            Contender("agents-1", "SQLiteSession (openai-agents)", "sdk default", 1, sqlite_session(batch=1)),
             Contender(
-                "agents-100", "SQLiteSession (openai-agents)", "default", BATCH, sqlite_session(batch=BATCH)
+                "agents-100",
+                "SQLiteSession (openai-agents)",
+                "sdk default",
+                BATCH,
+                sqlite_session(batch=BATCH),
             ),
         ]
     except ImportError as e:
@@ -644,19 +648,22 @@ def describe_workload(messages: list[Message]) -> str:
 
 def print_table(contenders: list[Contender], count: int) -> None:
     header = (
-        f"{'contender':<34} {'durability':<10} {'batch':>5} {'msg/s':>8} {'ms/msg':>7} {'cpu ms/msg':>10}"
+        f"{'contender':<34} {'durability':<11} {'batch':>5} {'msg/s':>8} {'ms/msg':>7} {'cpu ms/msg':>10}"
     )
     print(f"\n{header}  settings (read back)")
     print("-" * 118)
     for c in contenders:
         if not c.runs:
-            print(f"{c.label:<34} {c.durability:<10} {c.batch:>5} {'failed':>8}  {c.failures[-1]}")
+            print(f"{c.label:<34} {c.durability:<11} {c.batch:>5} {'failed':>8}  {c.failures[-1]}")
             continue
         rate = c.rate(count)
+        settings = c.runs[-1].settings
+        if c.durability in ("full", "sdk default") and "synchronous=FULL" not in settings:
+            settings += "  ** NOT synchronous=FULL: not at equal durability **"
         failed = f"  ({len(c.failures)} failed attempt(s))" if c.failures else ""
         print(
-            f"{c.label:<34} {c.durability:<10} {c.batch:>5} {rate:>8.0f} {1000 / rate:>7.3f} "
-            f"{c.cpu_ms(count):>10.3f}  {c.runs[-1].settings}{failed}"
+            f"{c.label:<34} {c.durability:<11} {c.batch:>5} {rate:>8.0f} {1000 / rate:>7.3f} "
+            f"{c.cpu_ms(count):>10.3f}  {settings}{failed}"
         )
     print("(msg/s and ms/msg: wall clock; cpu ms/msg: this process's CPU, all threads; medians of the runs)")
 
@@ -813,7 +820,7 @@ def sqlite_session_note(by_key: dict[str, Contender], import_note: str | None) -
 
 def print_load(when: str) -> None:
     load = os.getloadavg()[0]
-    warning = "  (other processes are busy: expect noisy wall-clock numbers)" if load > 0.5 else ""
+    warning = "  (other processes are busy: expect noisy wall-clock numbers)" if load > 1.0 else ""
     print(f"load average ({when}): {load:.2f} on {os.cpu_count()} cores{warning}")
 
 

@@ -105,6 +105,10 @@ class ApiContextState:
     tool_names: dict[str, str] = field(default_factory=dict)
     #: tool_use_id -> index of the message holding its result; insertion order = arrival order.
     result_index: dict[str, int] = field(default_factory=dict)
+    #: tool_use_id -> raw tokens of its result: the message event's stored count, shared among
+    #: its results by characters (exact for a message holding one result). Stages use it
+    #: instead of tokenizing the result again.
+    result_tokens: dict[str, int] = field(default_factory=dict)
     #: Results never served un-replaced and never replaced: the budget stage may still act.
     fresh_results: dict[str, int] = field(default_factory=dict)
     #: Results served un-replaced (ContextServed): never touched again, to keep the cached prefix.
@@ -256,11 +260,21 @@ def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int
     else:
         _new_message(state, "user", results + others, tokens, seq)
     index = len(state.messages) - 1
+    sizes = [len(_block_chars(block)) for block in blocks]
+    total = sum(sizes) or 1
+    shares = {str(b.get("tool_use_id")): size for b, size in zip(blocks, sizes, strict=True)}
     for block in results:
         tool_id = str(block["tool_use_id"])
+        state.result_tokens[tool_id] = tokens * shares.get(tool_id, 0) // total
         state.result_index[tool_id] = index
         if tool_id not in state.replaced:
             state.fresh_results[tool_id] = index
+
+
+def _block_chars(block: Block) -> str:
+    """A block's text for sharing out its message's token count (JSON for non-text content)."""
+    content = block.get("content", block.get("text", ""))
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
 
 
 # --- context edits: persisted results, micro-compaction, snip, revert ------------------------
@@ -332,8 +346,8 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event) -> None:
         freed = edit.tokens_freed if ids else 0
         _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
     elif isinstance(edit, SnipApplied):
-        blocks = sum(len(m["content"]) for m in state.messages[: _index_of_seq(state, edit.keep_from_seq)])
-        blocks -= sum(len(m["content"]) for m in state.messages[: state.first_visible])
+        span = state.messages[state.first_visible : _index_of_seq(state, edit.keep_from_seq)]
+        blocks = sum(len(m["content"]) for m in span)
         _record_edit(
             state,
             event_id,

@@ -75,6 +75,7 @@ class SnipApplied(Event):
     rounds_removed: NonNegativeInt
     messages_removed: NonNegativeInt
     tokens_freed: NonNegativeInt
+    blocks_removed: NonNegativeInt = 0
 
 
 @register_event

@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -221,6 +221,12 @@ def _count(session: Session, text: str) -> int:
     return int(count_text(text)) if count_text is not None else math.ceil(len(text) / 4)
 
 
+def _result_tokens(session: Session, tool_use_id: str, text: str) -> int:
+    """Raw tokens of a result: the count stored at append when there is one, else counted now."""
+    known = session.api_state.result_tokens.get(tool_use_id)
+    return known if known else _count(session, text)
+
+
 def persisted_preview(text: str, location: str, preview_chars: int = 2_000) -> str:
     """The string that replaces a persisted result: a preview cut at a newline, and where the rest is.
 
@@ -288,7 +294,7 @@ def _persist(
         preview=preview,
         reason=reason,  # type: ignore[arg-type]
         location=location,
-        tokens_freed=max(0, _count(session, text) - _count(session, preview)),
+        tokens_freed=max(0, _result_tokens(session, tool_use_id, text) - _count(session, preview)),
     )
 
 
@@ -351,23 +357,41 @@ def _round_boundaries(session: Session) -> list[tuple[int, int]]:
     return cuts
 
 
-def _snip_event(session: Session, index: int, rounds: int) -> SnipApplied:
+def _freed_by_message(session: Session) -> dict[int, float]:
+    """Tokens already freed by active replacements, per message index (to not count them twice)."""
+    state = session.api_state
+    freed: dict[int, float] = {}
+    for edit in state.edits.values():
+        if edit["type"] == "snip_applied" or not edit["ids"]:
+            continue
+        share = edit["tokens"] / len(edit["ids"])
+        for tool_use_id in edit["ids"]:
+            index = state.result_index.get(tool_use_id)
+            if index is not None:
+                freed[index] = freed.get(index, 0.0) + share
+    return freed
+
+
+def _cut_candidates(session: Session, cuts: list[tuple[int, int]]) -> Iterator[SnipApplied]:
+    """A SnipApplied for each cut, oldest first, with running totals of what it frees."""
     state = session.api_state
     start = state.first_visible
-    # Results already persisted or cleared in the snipped span were counted as freed by their edit.
-    replaced_freed = sum(
-        edit["tokens"]
-        for edit in state.edits.values()
-        if edit["type"] != "snip_applied"
-        and any(start <= state.result_index.get(tool_use_id, -1) < index for tool_use_id in edit["ids"])
-    )
-    tokens = sum(state.message_tokens[start:index]) - replaced_freed
-    return SnipApplied(
-        keep_from_seq=state.message_first_seq[index],
-        rounds_removed=rounds,
-        messages_removed=index - start,
-        tokens_freed=max(0, tokens),
-    )
+    freed_before = _freed_by_message(session)
+    tokens = 0.0
+    blocks = 0
+    position = start
+    for index, rounds in cuts:
+        for message in range(position, index):
+            tokens += state.message_tokens[message] - freed_before.get(message, 0.0)
+            blocks += len(state.messages[message]["content"])
+        position = index
+        yield SnipApplied(
+            keep_from_seq=state.message_first_seq[index],
+            rounds_removed=rounds,
+            messages_removed=index - start,
+            tokens_freed=max(0, round(tokens)),
+            blocks_removed=blocks,
+        )
 
 
 def snip(session: Session, rounds: int) -> StageReport:
@@ -383,33 +407,27 @@ def snip(session: Session, rounds: int) -> StageReport:
     if not cuts:
         msg = f"session {session.id!r} has no earlier API round that can be snipped cleanly"
         raise ValidationError(msg, field="rounds")
-    index, removed = next(((i, r) for i, r in cuts if r >= rounds), cuts[-1])
-    event = _snip_event(session, index, removed)
+    wanted = next((i + 1 for i, (_, r) in enumerate(cuts) if r >= rounds), len(cuts))
+    event = list(_cut_candidates(session, cuts[:wanted]))[-1]
     session.append([event])
     return StageReport("snip", event.tokens_freed, (str(event.event_id),))
 
 
 def snip_stage(session: Session, config: SnipConfig) -> SnipApplied | None:
-    """Decide whether and where to snip (SPEC 5.2)."""
+    """Decide whether and where to snip (SPEC 5.2): the smallest cut that reaches the target."""
     state = session.token_state()
     effective = state.window.effective_window
     if state.used < effective * config.trigger_percent / 100:
         return None
-    cuts = _round_boundaries(session)
-    total_rounds = sum(
-        1 for m in session.api_state.messages[session.api_state.first_visible :] if m["role"] == "assistant"
-    )
-    allowed = [(i, r) for i, r in cuts if total_rounds - r >= config.keep_recent_rounds]
-    if not allowed:
-        return None
+    api = session.api_state
+    total_rounds = sum(1 for m in api.messages[api.first_visible :] if m["role"] == "assistant")
+    allowed = [(i, r) for i, r in _round_boundaries(session) if total_rounds - r >= config.keep_recent_rounds]
     target = effective * config.target_percent / 100
-    chosen = allowed[-1]
-    for index, rounds in allowed:
-        candidate = _snip_event(session, index, rounds)
-        if state.used - session.estimate(candidate.tokens_freed, 0) <= target:
-            chosen = (index, rounds)
+    chosen = None
+    for chosen in _cut_candidates(session, allowed):
+        if state.used - session.estimate(chosen.tokens_freed, chosen.blocks_removed) <= target:
             break
-    return _snip_event(session, *chosen)
+    return chosen
 
 
 # --- stage 3: micro-compact ------------------------------------------------------------------

@@ -460,3 +460,23 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
         event_id, before = applied.pop()
         revert(session, event_id)
         assert session.request_bytes() == before
+
+
+class TestSnipStage:
+    def test_automatic_snip_lands_just_under_the_target(self) -> None:
+        """Enabled snip fires at its trigger and removes only as many rounds as the target needs."""
+        session = _open(context_window=100_000, max_output_tokens=10_000)  # effective window 90,000
+        for n in range(60):
+            _round(session, n, {f"t{n}": ("Bash", "word " * 800)})
+        config = PipelineConfig(
+            snip=sessionstore.SnipConfig(enabled=True, trigger_percent=50, target_percent=30)
+        )
+        used_before = session.used_tokens()
+
+        prepared = Pipeline(config, clock=lambda: T0 + timedelta(minutes=1)).prepare(session)
+
+        (snipped,) = _events(session, "snip_applied")
+        assert used_before >= 45_000
+        assert 0.8 * 27_000 <= prepared.tokens.used <= 27_000
+        assert snipped.payload["rounds_removed"] < 60 - 4
+        validate_request(prepared.request)
