@@ -457,13 +457,13 @@ def _clearable(session: Session, tools: frozenset[str]) -> list[str]:
 def _clear_event(
     session: Session, ids: list[str], keep: int, trigger: str, gap: float | None
 ) -> MicrocompactApplied:
+    placeholder = _count(session, CLEARED_PLACEHOLDER)
     freed = 0
     for tool_use_id in ids:
-        text = _result_text(_result_block(session, tool_use_id))
-        original = (
-            text if text is not None else json.dumps(_result_block(session, tool_use_id).get("content"))
-        )
-        freed += max(0, _count(session, original) - _count(session, CLEARED_PLACEHOLDER))
+        original = _result_text(_result_block(session, tool_use_id))
+        if original is None:
+            original = json.dumps(_result_block(session, tool_use_id).get("content"))
+        freed += max(0, _result_tokens(session, tool_use_id, original) - placeholder)
     return MicrocompactApplied(
         trigger=trigger,  # type: ignore[arg-type]
         cleared_tool_use_ids=ids,
