@@ -8,7 +8,7 @@ What is measured
 ----------------
 One deterministic (seeded) conversation is generated first: user text turns, assistant text
 turns, assistant ``tool_use`` messages and user ``tool_result`` messages whose content is
-0.5-200 KB (log-uniform-ish, skewed small: median ~1.5-2 KB, mean ~16 KB). Every contender
+0.5-200 KB (log-uniform-ish, skewed small: median ~1.3 KB, mean ~17 KB). Every contender
 appends exactly these messages, in order, to one session in a fresh database file in a
 temporary folder, and the timer covers only the append loop, including what a caller must
 do per message (building the event model or the item dict, serializing it). Setup (opening,
@@ -144,7 +144,7 @@ def _text(rng: random.Random, size: int) -> str:
 
 
 def _tool_result_size(rng: random.Random) -> int:
-    """0.5-200 KB, log-uniform skewed towards small (median ~1.5 KB, mean ~16 KB)."""
+    """0.5-200 KB, log-uniform skewed towards small (median ~1.3 KB, mean ~17 KB)."""
     return int(512 * 400 ** (rng.random() ** 2.5))
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
 from sqlalchemy.engine import make_url
 
+from ._driver import DriverSQL
 from ._sql import SqlSessionStore
 
 __all__ = ["PostgresSessionStore", "create_postgres_engine"]
@@ -60,6 +61,10 @@ class PostgresSessionStore(SqlSessionStore):
     """The store on a PostgreSQL database."""
 
     dialect_insert = staticmethod(postgres_insert)
-
-    def _serialize_writers(self, conn: Connection) -> None:
-        conn.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
+    driver_sql = DriverSQL(
+        mark="%s",
+        # psycopg opens the transaction implicitly; the lock is its first statement.
+        begin_write="LOCK TABLE events IN EXCLUSIVE MODE",
+        to_timestamp=lambda moment: moment,
+        many_returning=True,
+    )

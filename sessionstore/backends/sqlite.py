@@ -23,6 +23,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
+from ._driver import DriverSQL, sqlite_timestamp
 from ._sql import SqlSessionStore
 
 __all__ = ["SQLiteDurability", "SQLiteSessionStore", "create_sqlite_engine"]
@@ -78,3 +79,9 @@ class SQLiteSessionStore(SqlSessionStore):
     """The store on a SQLite file (or ``:memory:`` for throwaway use)."""
 
     dialect_insert = staticmethod(sqlite_insert)
+    driver_sql = DriverSQL(
+        mark="?",
+        begin_write="BEGIN IMMEDIATE",  # see the module docstring: no SQLITE_BUSY under contention
+        to_timestamp=sqlite_timestamp,
+        many_returning=False,  # sqlite3's executemany returns no rows; per-row execute is in-process
+    )

@@ -1,0 +1,197 @@
+"""The write path on the driver's own connection: the few statements every append runs.
+
+SQLAlchemy Core builds, caches and executes a statement for ~0.3 ms of CPU; an append runs
+three of them, which made single appends several times slower than the database itself. The
+write path therefore runs its fixed statements as plain SQL on the pooled driver connection
+(``engine.raw_connection()``), in the dialect's parameter style. Reads, migrations and
+everything else stay on SQLAlchemy Core. Statements here touch only the columns and names
+defined in ``sessionstore._schema``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .._errors import DuplicateEventError
+from .._hashing import GENESIS_HASH, event_hash
+from .._store import AppendResult
+
+__all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
+
+_EVENT_COLUMNS = (
+    "session_id, seq, event_id, type, schema_version, payload, token_count, prev_hash, hash, created_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An event validated, serialized and counted before the write transaction starts."""
+
+    event_id: str
+    type: str
+    schema_version: int
+    payload: str
+    token_count: int | None
+
+
+def sqlite_timestamp(moment: datetime) -> str:
+    """A UTC datetime in the text form SQLAlchemy's SQLite ``DateTime`` stores and parses."""
+    return moment.replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+@dataclass(frozen=True)
+class DriverSQL:
+    """A dialect's write-path statements.
+
+    Args:
+        mark: the driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
+        begin_write: the statement that opens a write transaction serialized against every
+            other event writer (see the backend modules for why each is what it is).
+        to_timestamp: turns an aware UTC datetime into the driver's parameter.
+        many_returning: the driver returns RETURNING rows from ``executemany``.
+    """
+
+    mark: str
+    begin_write: str
+    to_timestamp: Callable[[datetime], Any]
+    many_returning: bool
+
+    def head(self) -> str:
+        """The session's last seq and hash."""
+        return f"SELECT seq, hash FROM events WHERE session_id = {self.mark} ORDER BY seq DESC LIMIT 1"
+
+    def session_exists(self) -> str:
+        """One row when the session exists."""
+        return f"SELECT 1 FROM sessions WHERE id = {self.mark}"
+
+    def stored(self, count: int) -> str:
+        """Stored rows for ``count`` event ids."""
+        marks = ", ".join([self.mark] * count)
+        return (
+            "SELECT event_id, session_id, seq, position, type, schema_version, payload "
+            f"FROM events WHERE event_id IN ({marks})"
+        )
+
+    def insert_event(self) -> str:
+        """One event row, returning its global position."""
+        marks = ", ".join([self.mark] * 10)
+        return f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
+
+    def insert_session(self) -> str:
+        """One session row."""
+        marks = ", ".join([self.mark] * 5)
+        return (
+            f"INSERT INTO sessions (id, parent_session_id, fork_seq, created_at, metadata) VALUES ({marks})"
+        )
+
+
+def chain_rows(
+    session_id: str,
+    head_seq: int,
+    head_hash: str,
+    prepared: Sequence[Prepared],
+    now: datetime,
+    to_timestamp: Callable[[datetime], Any],
+) -> tuple[tuple[int, ...], list[tuple[Any, ...]]]:
+    """The seqs and insert parameters of ``prepared``, hash-chained after the head."""
+    seqs = tuple(range(head_seq + 1, head_seq + 1 + len(prepared)))
+    stamp = to_timestamp(now)
+    rows = []
+    prev = head_hash
+    for seq, p in zip(seqs, prepared, strict=True):
+        digest = event_hash(
+            prev, session_id, seq, p.event_id, p.type, p.schema_version, p.token_count, now, p.payload
+        )
+        rows.append(
+            (
+                session_id,
+                seq,
+                p.event_id,
+                p.type,
+                p.schema_version,
+                p.payload,
+                p.token_count,
+                prev,
+                digest,
+                stamp,
+            )
+        )
+        prev = digest
+    return seqs, rows
+
+
+class DriverTransaction:
+    """The statements of one write transaction, on a driver cursor."""
+
+    def __init__(self, cursor: Any, sql: DriverSQL) -> None:
+        self.cursor = cursor
+        self.sql = sql
+
+    def timestamp(self, moment: datetime) -> Any:
+        """``moment`` as this driver's parameter."""
+        return self.sql.to_timestamp(moment)
+
+    def head(self, session_id: str) -> tuple[int, str] | None:
+        """(last seq, its hash); (0, genesis) for an empty session; None if there is no session."""
+        self.cursor.execute(self.sql.head(), (session_id,))
+        row = self.cursor.fetchone()
+        if row is not None:
+            return int(row[0]), str(row[1])
+        self.cursor.execute(self.sql.session_exists(), (session_id,))
+        return (0, GENESIS_HASH) if self.cursor.fetchone() is not None else None
+
+    def stored_result(self, session_id: str, prepared: Sequence[Prepared]) -> AppendResult | None:
+        """The original result if this batch was stored before (an idempotent retry), else None.
+
+        Raises:
+            DuplicateEventError: some ids are stored but the batch is not a faithful retry.
+        """
+        self.cursor.execute(self.sql.stored(len(prepared)), [p.event_id for p in prepared])
+        stored = {row[0]: row for row in self.cursor.fetchall()}
+        if not stored:
+            return None
+        for p in prepared:
+            row = stored.get(p.event_id)
+            if row is None:
+                raise DuplicateEventError(
+                    next(iter(stored)), "only part of this batch was stored before; nothing written"
+                )
+            if row[1] != session_id:
+                raise DuplicateEventError(p.event_id, f"already stored in session {row[1]!r}")
+            if (row[4], int(row[5]), row[6]) != (p.type, p.schema_version, p.payload):
+                raise DuplicateEventError(p.event_id, "already stored with different content")
+        rows = [stored[p.event_id] for p in prepared]
+        seqs = tuple(int(r[2]) for r in rows)
+        if seqs != tuple(range(seqs[0], seqs[0] + len(seqs))):
+            raise DuplicateEventError(rows[0][0], "these events were stored in another batch or order")
+        positions = tuple(int(r[3]) for r in rows)
+        return AppendResult(session_id, seqs, positions, seqs[-1], deduplicated=True)
+
+    def insert(self, rows: Sequence[tuple[Any, ...]]) -> tuple[int, ...]:
+        """Insert event rows; their global positions in order."""
+        statement = self.sql.insert_event()
+        if self.sql.many_returning and len(rows) > 1:
+            # psycopg returns one result set per row: one round trip for the whole batch.
+            self.cursor.executemany(statement, rows, returning=True)
+            positions = []
+            while True:
+                positions.append(int(self.cursor.fetchone()[0]))
+                if not self.cursor.nextset():
+                    break
+            return tuple(positions)
+        result = []
+        for row in rows:
+            self.cursor.execute(statement, row)
+            result.append(int(self.cursor.fetchone()[0]))
+        return tuple(result)
+
+    def insert_session(
+        self, session_id: str, parent: str | None, fork_seq: int | None, now: datetime, metadata: str
+    ) -> None:
+        """Insert a session row."""
+        self.cursor.execute(
+            self.sql.insert_session(), (session_id, parent, fork_seq, self.timestamp(now), metadata)
+        )
