@@ -26,7 +26,12 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
 * ``ContextServed``: results served un-replaced become frozen (the budget stage never touches
   them again).
 
-Collapse and the compact boundary will each add one step here.
+* ``CollapseStaged``: a span's summary is kept ready; nothing changes yet.
+* ``CollapseCommitted``: the span's messages leave the request and one user message with the
+  summary stands in their place (results opening the span, answering a call before it, stay;
+  results opening the message after it, answering a call inside it, go).
+
+The compact boundary will add one step here.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from ._context_events import (
+    CollapseCommitted,
+    CollapseStaged,
     ContextEditReverted,
     ContextServed,
     MicrocompactApplied,
@@ -49,6 +56,7 @@ from ._store import RecordedEvent
 
 __all__ = [
     "CLEARED_PLACEHOLDER",
+    "COLLAPSE_PREFIX",
     "INTERRUPTED_TOOL_RESULT",
     "LEADING_USER_MARKER",
     "ApiContextProjection",
@@ -59,6 +67,8 @@ __all__ = [
 
 #: Content of the synthetic tool_result that answers a tool call with no recorded result.
 INTERRUPTED_TOOL_RESULT = "[Tool call interrupted: no result was recorded]"
+#: Opens the user message that stands in for a committed collapse.
+COLLAPSE_PREFIX = "[Collapsed: summary of earlier messages]\n"
 #: What a micro-compacted tool result's content becomes.
 CLEARED_PLACEHOLDER = "[Old tool result content cleared]"
 #: Text of the synthetic user message placed before a leading assistant message.
@@ -120,6 +130,8 @@ class ApiContextState:
     #: Active (unreverted) edits: event id -> {"type", "tokens", "blocks", "ids" | "seq"}.
     edits: dict[str, dict[str, Any]] = field(default_factory=dict)
     reverted: dict[str, str] = field(default_factory=dict)
+    #: Staged (not yet committed) collapses: event id -> first_seq, end_seq, summary, tokens.
+    staged: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Messages that began before this seq are snipped (0: nothing snipped).
     snip_keep_from: int = 0
     removed_tokens: int = 0
@@ -326,6 +338,8 @@ def _revert(state: ApiContextState, event_id: str, reverted_by: str) -> None:
         seqs = [e["seq"] for e in state.edits.values() if e["type"] == "snip_applied"]
         state.snip_keep_from = max(seqs, default=0)
         return
+    if edit["type"] == "collapse_committed":
+        return  # the request is built from the active edits: the span is simply back
     for tool_use_id in edit["ids"]:
         if state.pending.pop(tool_use_id, None) is not None:
             continue
@@ -359,6 +373,32 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event) -> None:
             },
         )
         state.snip_keep_from = max(state.snip_keep_from, edit.keep_from_seq)
+    elif isinstance(edit, CollapseStaged):
+        state.staged[event_id] = {
+            "first_seq": edit.first_seq,
+            "end_seq": edit.end_seq,
+            "summary": edit.summary,
+            "summary_tokens": edit.summary_tokens,
+            "tokens_covered": edit.tokens_covered,
+        }
+    elif isinstance(edit, CollapseCommitted):
+        staged = state.staged.pop(edit.staged_event_id, None)
+        if staged is not None:
+            span = state.messages[
+                _index_of_seq(state, staged["first_seq"]) : _index_of_seq(state, staged["end_seq"])
+            ]
+            blocks = max(0, sum(len(m["content"]) for m in span) - 1)
+            _record_edit(
+                state,
+                event_id,
+                {
+                    "type": edit.type,
+                    "tokens": edit.tokens_freed,
+                    "blocks": blocks,
+                    "staged": edit.staged_event_id,
+                }
+                | {k: staged[k] for k in ("first_seq", "end_seq", "summary")},
+            )
     elif isinstance(edit, ContextEditReverted):
         _revert(state, edit.target_event_id, event_id)
     elif isinstance(edit, ContextServed):
@@ -371,7 +411,15 @@ def _index_of_seq(state: ApiContextState, seq: int) -> int:
     return bisect.bisect_left(state.message_first_seq, seq)
 
 
-_EDIT_TYPES = (ToolResultPersisted, MicrocompactApplied, SnipApplied, ContextEditReverted, ContextServed)
+_EDIT_TYPES = (
+    ToolResultPersisted,
+    MicrocompactApplied,
+    SnipApplied,
+    CollapseStaged,
+    CollapseCommitted,
+    ContextEditReverted,
+    ContextServed,
+)
 
 
 # --- the projection ------------------------------------------------------------------------
@@ -461,6 +509,44 @@ def _cache_last_message(messages: list[Message]) -> None:
             return
 
 
+def committed_spans(state: ApiContextState) -> list[tuple[int, int, str]]:
+    """(first index, end index, summary) of every committed collapse, by position."""
+    spans = [
+        (_index_of_seq(state, e["first_seq"]), _index_of_seq(state, e["end_seq"]), e["summary"])
+        for e in state.edits.values()
+        if e["type"] == "collapse_committed"
+    ]
+    return sorted(spans)
+
+
+def _with_collapses(state: ApiContextState, first: int) -> list[Message]:
+    """The visible messages with each committed collapse's span replaced by its summary."""
+    spans = [span for span in committed_spans(state) if span[0] >= first]
+    if not spans:
+        return state.messages[first:]
+    messages = state.messages
+    out: list[Message] = []
+    position = first
+    for start, end, summary in spans:
+        if start < position or end >= len(messages):
+            continue  # overlapping or reaching the tail: refused when staged; never applied
+        out.extend(messages[position:start])
+        head = messages[start]["content"]
+        kept = head[: _leading_results(head)] if messages[start]["role"] == "user" else []
+        after = messages[end]["content"]
+        content = [
+            *kept,
+            {"type": "text", "text": COLLAPSE_PREFIX + summary},
+            *after[_leading_results(after) :],
+        ]
+        if out and out[-1]["role"] == "user":  # the span began right after a user message
+            content = [*out.pop()["content"], *content]
+        out.append({"role": "user", "content": content})
+        position = end + 1
+    out.extend(messages[position:])
+    return out
+
+
 def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[str, Any]:
     """The request (``system``, ``tools``, ``messages``) for the state, without model or max_tokens.
 
@@ -471,7 +557,7 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
             the last message's last cacheable block (three of the API's four).
     """
     first = state.first_visible
-    messages = state.messages[first:]
+    messages = _with_collapses(state, first)
     if first and messages and messages[0]["role"] == "user":
         # A snip cut here: the results opening this message answer calls that were snipped.
         content = messages[0]["content"]

@@ -14,6 +14,8 @@ from pydantic import Field, NonNegativeInt
 from ._events import Event, register_event
 
 __all__ = [
+    "CollapseCommitted",
+    "CollapseStaged",
     "ContextEditReverted",
     "ContextServed",
     "MicrocompactApplied",
@@ -105,12 +107,44 @@ class ServerEditsApplied(Event):
 
 @register_event
 class ContextEditReverted(Event):
-    """Undo a persisted result, a snip or a micro-compaction: its target is named by event id."""
+    """Undo a persisted result, a snip, a micro-compaction or a collapse commit (by event id)."""
 
     type: Literal["context_edit_reverted"] = "context_edit_reverted"
     target_event_id: str
     target_type: str
 
 
+@register_event
+class CollapseStaged(Event):
+    """A summary of one span of API rounds, prepared ahead of pressure; it changes nothing yet.
+
+    The span is the view messages that began at seq ``first_seq`` up to (not including) the
+    message that began at ``end_seq``.
+    """
+
+    type: Literal["collapse_staged"] = "collapse_staged"
+    first_seq: int = Field(ge=1)
+    end_seq: int = Field(ge=1)
+    first_message_uuid: str | None = None
+    last_message_uuid: str | None = None
+    summary: str
+    summary_tokens: NonNegativeInt
+    tokens_covered: NonNegativeInt
+    summarizer: str
+
+
+@register_event
+class CollapseCommitted(Event):
+    """A staged collapse takes effect: its span leaves the request, its summary stands in."""
+
+    type: Literal["collapse_committed"] = "collapse_committed"
+    staged_event_id: str
+    #: True when committed by a drain (overflow recovery, no model call).
+    drained: bool = False
+    tokens_freed: NonNegativeInt
+
+
 #: Event types a ``ContextEditReverted`` may target.
-REVERTIBLE_TYPES = frozenset({"tool_result_persisted", "snip_applied", "microcompact_applied"})
+REVERTIBLE_TYPES = frozenset(
+    {"tool_result_persisted", "snip_applied", "microcompact_applied", "collapse_committed"}
+)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ._api_context import CLEARED_PLACEHOLDER, _leading_results, request_bytes
+from ._collapse import CollapseConfig, collapse_stage
 from ._context_events import (
     REVERTIBLE_TYPES,
     ContextEditReverted,
@@ -37,6 +38,7 @@ from ._context_events import (
 from ._errors import SessionStoreError, ValidationError
 from ._events import Event
 from ._session import Session
+from ._summarizers import OfflineSummarizer, Summarizer
 from ._window import TokenState
 
 __all__ = [
@@ -162,6 +164,7 @@ class PipelineConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     snip: SnipConfig = field(default_factory=SnipConfig)
     microcompact: MicrocompactConfig = field(default_factory=MicrocompactConfig)
+    collapse: CollapseConfig = field(default_factory=CollapseConfig)
     blocking_limit: bool = True
 
 
@@ -215,16 +218,10 @@ def _chars(block: Mapping[str, Any]) -> int:
     return len(json.dumps(content, ensure_ascii=False))
 
 
-def _count(session: Session, text: str) -> int:
-    counter = getattr(session.store, "token_counter", None)
-    count_text = getattr(counter, "count_text", None)
-    return int(count_text(text)) if count_text is not None else math.ceil(len(text) / 4)
-
-
 def _result_tokens(session: Session, tool_use_id: str, text: str) -> int:
     """Raw tokens of a result: the count stored at append when there is one, else counted now."""
     known = session.api_state.result_tokens.get(tool_use_id)
-    return known if known else _count(session, text)
+    return known if known else session.count_text(text)
 
 
 def persisted_preview(text: str, location: str, preview_chars: int = 2_000) -> str:
@@ -294,7 +291,7 @@ def _persist(
         preview=preview,
         reason=reason,  # type: ignore[arg-type]
         location=location,
-        tokens_freed=max(0, _result_tokens(session, tool_use_id, text) - _count(session, preview)),
+        tokens_freed=max(0, _result_tokens(session, tool_use_id, text) - session.count_text(preview)),
     )
 
 
@@ -457,7 +454,7 @@ def _clearable(session: Session, tools: frozenset[str]) -> list[str]:
 def _clear_event(
     session: Session, ids: list[str], keep: int, trigger: str, gap: float | None
 ) -> MicrocompactApplied:
-    placeholder = _count(session, CLEARED_PLACEHOLDER)
+    placeholder = session.count_text(CLEARED_PLACEHOLDER)
     freed = 0
     for tool_use_id in ids:
         original = _result_text(_result_block(session, tool_use_id))
@@ -608,10 +605,15 @@ class Pipeline:
     """Runs the no-model stages before a call and records the request it hands out."""
 
     def __init__(
-        self, config: PipelineConfig | None = None, *, clock: Callable[[], datetime] | None = None
+        self,
+        config: PipelineConfig | None = None,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.config = config or PipelineConfig()
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.summarizer: Summarizer = summarizer or OfflineSummarizer()
 
     def _run_stage(self, session: Session, name: str, events: list[Event]) -> StageReport:
         if not events:
@@ -637,6 +639,11 @@ class Pipeline:
             reports.append(self._run_stage(session, "snip", [snipped] if snipped else []))
         cleared = microcompact_stage(session, config.microcompact, self.clock())
         reports.append(self._run_stage(session, "microcompact", [cleared] if cleared else []))
+        if config.collapse.enabled:
+            before = session.used_tokens()
+            collapsed = collapse_stage(session, config.collapse, self.summarizer)
+            freed = max(0, before - session.used_tokens())
+            reports.append(StageReport("collapse", freed, tuple(collapsed)))
         tokens = session.token_state()
         if config.blocking_limit and tokens.at_blocking_limit:
             raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)

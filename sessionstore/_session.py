@@ -227,6 +227,12 @@ class Session:
             max_output_tokens=self._api.max_output_tokens,
         )
 
+    def count_text(self, text: str) -> int:
+        """Raw tokens of ``text`` with the store's counter (about 4 characters a token without one)."""
+        counter = getattr(self.store, "token_counter", None)
+        count = getattr(counter, "count_text", None)
+        return int(count(text)) if count is not None else math.ceil(len(text) / 4)
+
     def estimate(self, raw_tokens: int, blocks: int) -> int:
         """Claude tokens for ``raw_tokens`` stored (cl100k) tokens in ``blocks`` content blocks."""
         return math.ceil(raw_tokens * self.config.calibration + blocks * self.config.block_overhead)

@@ -1,0 +1,261 @@
+"""Context collapse (SPEC 5.4): summaries of spans of API rounds, staged ahead, committed under pressure.
+
+The collapsed view is a read-time projection over the full history: summaries live in
+``CollapseStaged`` events, and ``CollapseCommitted`` makes one take effect. Nothing in the log
+changes, so a committed collapse is undone by reverting its commit, and commits survive resume.
+
+* **Stage** (a model call, ahead of pressure): from ``stage_percent`` of the effective window, the
+  oldest span of ``span_rounds`` API rounds not yet covered is summarized and staged.
+* **Commit** (no model call): from ``commit_percent`` (90%), staged collapses are committed,
+  oldest first, until the context is below that mark.
+* **Drain** (overflow recovery, no model call): every staged collapse is committed at once.
+* From ``spawn_block_percent`` (95%) sub-agents are refused (``SubagentSpawnRefused``).
+* When collapse is enabled auto-compact never fires: it would race collapse near 93% and throw
+  away the granular context collapse keeps.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from ._api_context import committed_spans
+from ._context_events import CollapseCommitted, CollapseStaged
+from ._errors import SessionStoreError, ValidationError
+from ._session import Session
+from ._summarizers import Summarizer, SummaryRequest
+
+__all__ = [
+    "CollapseConfig",
+    "CollapseReport",
+    "SubagentSpawnRefused",
+    "check_spawn",
+    "collapse",
+    "collapse_stage",
+    "commit_collapse",
+    "drain_collapses",
+    "stage_collapse",
+]
+
+
+@dataclass(frozen=True)
+class CollapseConfig:
+    """Context collapse switches (off by default; SPEC 5.4's marks)."""
+
+    enabled: bool = False
+    stage_percent: float = 80.0
+    commit_percent: float = 90.0
+    spawn_block_percent: float = 95.0
+    span_rounds: int = 8
+    keep_recent_rounds: int = 4
+
+
+@dataclass(frozen=True)
+class CollapseReport:
+    """What a collapse operation recorded and the tokens around it."""
+
+    event_ids: tuple[str, ...]
+    tokens_before: int
+    tokens_after: int
+
+
+class SubagentSpawnRefused(SessionStoreError):
+    """The context is at or above the spawn-block mark: no sub-agent may start now."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__(f"context is {used} tokens, at or above {limit}: sub-agents are not spawned now")
+        self.used = used
+        self.limit = limit
+
+
+def check_spawn(session: Session, config: CollapseConfig | None = None) -> None:
+    """Raise ``SubagentSpawnRefused`` when collapse is on and the context is at the block mark."""
+    config = config or CollapseConfig(enabled=True)
+    if not config.enabled:
+        return
+    state = session.token_state()
+    limit = int(state.window.effective_window * config.spawn_block_percent / 100)
+    if state.used >= limit:
+        raise SubagentSpawnRefused(state.used, limit)
+
+
+# --- spans -----------------------------------------------------------------------------------
+
+
+def _covered(session: Session) -> list[tuple[int, int]]:
+    """Index spans already staged or committed (so a new one never overlaps them)."""
+    state = session.api_state
+    spans = [(start, end) for start, end, _ in committed_spans(state)]
+    for staged in state.staged.values():
+        spans.append(
+            (
+                bisect.bisect_left(state.message_first_seq, staged["first_seq"]),
+                bisect.bisect_left(state.message_first_seq, staged["end_seq"]),
+            )
+        )
+    return sorted(spans)
+
+
+def _check_span(session: Session, start: int, end: int) -> None:
+    state = session.api_state
+    messages = state.messages
+    problem = None
+    if not state.first_visible <= start < end:
+        problem = "the span is empty or lies in a snipped part"
+    elif end >= len(messages):
+        problem = "the span must end before the last message (results still arriving merge into it)"
+    elif messages[start]["role"] != "user" or messages[end]["role"] != "user":
+        problem = (
+            "a span runs from a user message to just before another (no tool call split from its result)"
+        )
+    elif any(start < other_end and other_start < end for other_start, other_end in _covered(session)):
+        problem = "the span overlaps a staged or committed collapse"
+    if problem:
+        msg = f"cannot collapse messages {start}..{end - 1} of session {session.id!r}: {problem}"
+        raise ValidationError(msg, field="span")
+
+
+def _message_uuid(session: Session, first_seq: int, end_seq: int, *, last: bool) -> str | None:
+    """The uuid of the first (or last) message event with a seq in [first_seq, end_seq)."""
+    entries = session.transcript_state.entries[first_seq - 1 : end_seq - 1]
+    for entry in reversed(entries) if last else entries:
+        value = entry.payload.get("message_uuid")
+        if entry.type == "message_appended" and isinstance(value, str):
+            return value
+    return None
+
+
+def _index_of_uuid(session: Session, message_uuid: str) -> int:
+    for entry in session.transcript_state.entries:
+        if entry.type == "message_appended" and entry.payload.get("message_uuid") == message_uuid:
+            return bisect.bisect_right(session.api_state.message_first_seq, entry.seq) - 1
+    msg = f"message {message_uuid!r} is not in session {session.id!r}"
+    raise ValidationError(msg, field="message_uuid")
+
+
+# --- operations ------------------------------------------------------------------------------
+
+
+def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: int) -> CollapseStaged:
+    """Summarize view messages ``start``..``end - 1`` and stage the result (one summarizer call).
+
+    Raises:
+        ValidationError: the span splits a tool pair, overlaps another collapse, or reaches the tail.
+        SummaryFailed: the summarizer produced nothing usable (nothing is recorded).
+    """
+    _check_span(session, start, end)
+    state = session.api_state
+    summary = summarizer.summarize(
+        SummaryRequest(
+            messages=state.messages[start:end],
+            template="partial_up_to",
+            system=state.system,
+            tools=state.tools,
+            model=state.model,
+        )
+    )
+    first_seq = state.message_first_seq[start]
+    end_seq = state.message_first_seq[end]
+    event = CollapseStaged(
+        first_seq=first_seq,
+        end_seq=end_seq,
+        first_message_uuid=_message_uuid(session, first_seq, end_seq, last=False),
+        last_message_uuid=_message_uuid(session, first_seq, end_seq, last=True),
+        summary=summary.text,
+        summary_tokens=session.count_text(summary.text),
+        tokens_covered=sum(state.message_tokens[start:end]),
+        summarizer=summary.summarizer,
+    )
+    session.append([event])
+    return event
+
+
+def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = False) -> CollapseCommitted:
+    """Make a staged collapse take effect (no model call).
+
+    Raises:
+        ValidationError: no such staged collapse.
+    """
+    staged = session.api_state.staged.get(staged_event_id)
+    if staged is None:
+        msg = f"no staged collapse {staged_event_id} in session {session.id!r}"
+        raise ValidationError(msg, field="event_id")
+    event = CollapseCommitted(
+        staged_event_id=staged_event_id,
+        drained=drained,
+        tokens_freed=max(0, staged["tokens_covered"] - staged["summary_tokens"]),
+    )
+    session.append([event])
+    return event
+
+
+def drain_collapses(session: Session) -> CollapseReport:
+    """Commit every staged collapse at once, oldest first, without a model call."""
+    before = session.used_tokens()
+    staged = sorted(session.api_state.staged.items(), key=lambda item: item[1]["first_seq"])
+    events = [
+        CollapseCommitted(
+            staged_event_id=event_id,
+            drained=True,
+            tokens_freed=max(0, s["tokens_covered"] - s["summary_tokens"]),
+        )
+        for event_id, s in staged
+    ]
+    if events:
+        session.append(events)
+    return CollapseReport(tuple(str(e.event_id) for e in events), before, session.used_tokens())
+
+
+def collapse(session: Session, summarizer: Summarizer, from_uuid: str, to_uuid: str) -> CollapseReport:
+    """Collapse the messages from ``from_uuid`` to ``to_uuid`` now: stage, then commit.
+
+    Raises:
+        ValidationError: unknown message, or a span that splits a tool pair or overlaps.
+        SummaryFailed: the summarizer failed (nothing is recorded).
+    """
+    before = session.used_tokens()
+    start = _index_of_uuid(session, from_uuid)
+    end = _index_of_uuid(session, to_uuid) + 1
+    staged = stage_collapse(session, summarizer, start, end)
+    committed = commit_collapse(session, str(staged.event_id))
+    return CollapseReport((str(staged.event_id), str(committed.event_id)), before, session.used_tokens())
+
+
+def _next_span(session: Session, config: CollapseConfig) -> tuple[int, int] | None:
+    """The oldest uncovered span of ``span_rounds`` rounds that leaves ``keep_recent_rounds``."""
+    state = session.api_state
+    messages = state.messages
+    covered_end = max((end for _, end in _covered(session)), default=state.first_visible)
+    start = next((i for i in range(covered_end, len(messages)) if messages[i]["role"] == "user"), None)
+    if start is None:
+        return None
+    total = sum(1 for m in messages[start:] if m["role"] == "assistant")
+    rounds = 0
+    for index in range(start, len(messages) - 1):
+        if messages[index]["role"] == "assistant":
+            rounds += 1
+        elif rounds >= config.span_rounds and index > start:
+            return (start, index) if total - rounds >= config.keep_recent_rounds else None
+    return None
+
+
+def collapse_stage(session: Session, config: CollapseConfig, summarizer: Summarizer) -> list[str]:
+    """The pipeline stage: stage one span ahead of pressure, commit from the commit mark.
+
+    Returns the ids of the events it appended.
+    """
+    if not config.enabled or session.api_state.query_source != "main":
+        return []
+    appended: list[str] = []
+    state = session.token_state()
+    effective = state.window.effective_window
+    if state.used >= effective * config.stage_percent / 100:
+        span = _next_span(session, config)
+        if span is not None:
+            appended.append(str(stage_collapse(session, summarizer, *span).event_id))
+    commit_mark = effective * config.commit_percent / 100
+    for event_id, _ in sorted(session.api_state.staged.items(), key=lambda item: item[1]["first_seq"]):
+        if session.used_tokens() < commit_mark:
+            break
+        appended.append(str(commit_collapse(session, event_id).event_id))
+    return appended
