@@ -61,6 +61,8 @@ __all__ = [
     "LEADING_USER_MARKER",
     "ApiContextProjection",
     "ApiContextState",
+    "committed_spans",
+    "leading_results",
     "materialize",
     "request_bytes",
 ]
@@ -163,7 +165,7 @@ def _skip(event: MessageAppended) -> bool:
     return event.is_meta or event.is_sidechain
 
 
-def _leading_results(content: list[Block]) -> int:
+def leading_results(content: list[Block]) -> int:
     """How many tool_result blocks open ``content``."""
     count = 0
     for block in content:
@@ -184,7 +186,7 @@ def _interrupted(tool_use_id: str) -> Block:
 
 def _with_results_first(message: Message, results: list[Block]) -> Message:
     content = list(message["content"])
-    at = _leading_results(content)
+    at = leading_results(content)
     content[at:at] = results
     return {"role": message["role"], "content": content}
 
@@ -216,7 +218,7 @@ def _extend(state: ApiContextState, index: int, blocks: list[Block], tokens: int
 
 def _only_tool_results_after(state: ApiContextState, index: int) -> bool:
     return all(
-        message["role"] == "user" and _leading_results(message["content"]) == len(message["content"])
+        message["role"] == "user" and leading_results(message["content"]) == len(message["content"])
         for message in state.messages[index + 1 :]
     )
 
@@ -532,12 +534,12 @@ def _with_collapses(state: ApiContextState, first: int) -> list[Message]:
             continue  # overlapping or reaching the tail: refused when staged; never applied
         out.extend(messages[position:start])
         head = messages[start]["content"]
-        kept = head[: _leading_results(head)] if messages[start]["role"] == "user" else []
+        kept = head[: leading_results(head)] if messages[start]["role"] == "user" else []
         after = messages[end]["content"]
         content = [
             *kept,
             {"type": "text", "text": COLLAPSE_PREFIX + summary},
-            *after[_leading_results(after) :],
+            *after[leading_results(after) :],
         ]
         if out and out[-1]["role"] == "user":  # the span began right after a user message
             content = [*out.pop()["content"], *content]
@@ -561,7 +563,7 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
     if first and messages and messages[0]["role"] == "user":
         # A snip cut here: the results opening this message answer calls that were snipped.
         content = messages[0]["content"]
-        messages[0] = {"role": "user", "content": content[_leading_results(content) :]}
+        messages[0] = {"role": "user", "content": content[leading_results(content) :]}
     if state.open_tool_ids:
         results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
         if messages and messages[-1]["role"] == "user":

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Any
 
-from ._api_context import committed_spans
+from ._api_context import committed_spans, leading_results
 from ._context_events import CollapseCommitted, CollapseStaged
 from ._errors import SessionStoreError, ValidationError
 from ._session import Session
@@ -96,6 +97,12 @@ def _covered(session: Session) -> list[tuple[int, int]]:
     return sorted(spans)
 
 
+def _is_prompt(message: dict[str, Any]) -> bool:
+    """A user message that opens with something other than tool results: a turn starts here."""
+    content = message["content"]
+    return message["role"] == "user" and isinstance(content, list) and leading_results(content) == 0
+
+
 def _check_span(session: Session, start: int, end: int) -> None:
     state = session.api_state
     messages = state.messages
@@ -104,9 +111,10 @@ def _check_span(session: Session, start: int, end: int) -> None:
         problem = "the span is empty or lies in a snipped part"
     elif end >= len(messages):
         problem = "the span must end before the last message (results still arriving merge into it)"
-    elif messages[start]["role"] != "user" or messages[end]["role"] != "user":
+    elif not (_is_prompt(messages[start]) and _is_prompt(messages[end])):
         problem = (
-            "a span runs from a user message to just before another (no tool call split from its result)"
+            "a span must start at a user prompt and end just before another one "
+            "(a tool call and its result are never split)"
         )
     elif any(start < other_end and other_start < end for other_start, other_end in _covered(session)):
         problem = "the span overlaps a staged or committed collapse"
@@ -226,7 +234,7 @@ def _next_span(session: Session, config: CollapseConfig) -> tuple[int, int] | No
     state = session.api_state
     messages = state.messages
     covered_end = max((end for _, end in _covered(session)), default=state.first_visible)
-    start = next((i for i in range(covered_end, len(messages)) if messages[i]["role"] == "user"), None)
+    start = next((i for i in range(covered_end, len(messages)) if _is_prompt(messages[i])), None)
     if start is None:
         return None
     total = sum(1 for m in messages[start:] if m["role"] == "assistant")
@@ -234,7 +242,7 @@ def _next_span(session: Session, config: CollapseConfig) -> tuple[int, int] | No
     for index in range(start, len(messages) - 1):
         if messages[index]["role"] == "assistant":
             rounds += 1
-        elif rounds >= config.span_rounds and index > start:
+        elif rounds >= config.span_rounds and index > start and _is_prompt(messages[index]):
             return (start, index) if total - rounds >= config.keep_recent_rounds else None
     return None
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._api_context import CLEARED_PLACEHOLDER, _leading_results, request_bytes
+from ._api_context import CLEARED_PLACEHOLDER, leading_results, request_bytes
 from ._collapse import CollapseConfig, collapse_stage
 from ._context_events import (
     REVERTIBLE_TYPES,
@@ -349,7 +349,7 @@ def _round_boundaries(session: Session) -> list[tuple[int, int]]:
         message = state.messages[index]
         if message["role"] == "assistant":
             rounds += 1
-        elif index > start and rounds and _leading_results(message["content"]) < len(message["content"]):
+        elif index > start and rounds and leading_results(message["content"]) < len(message["content"]):
             cuts.append((index, rounds))
     return cuts
 

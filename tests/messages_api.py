@@ -17,7 +17,10 @@ class MessagesAPIServer:
     def __init__(self, count_tokens_result: int = 1234) -> None:
         self.count_tokens_result = count_tokens_result
         self.requests: list[dict[str, Any]] = []
-        #: What ``POST /v1/messages`` answers next (a Message JSON); tests set it.
+        #: Queued answers for ``POST /v1/messages``: (status, body), used first-in first-out;
+        #: when empty, ``next_message`` is served.
+        self.queue: list[tuple[int, dict[str, Any]]] = []
+        #: What ``POST /v1/messages`` answers when nothing is queued (a Message JSON).
         self.next_message: dict[str, Any] = {
             "id": "msg_local_1",
             "type": "message",
@@ -39,7 +42,10 @@ class MessagesAPIServer:
                 if path == "/v1/messages/count_tokens":
                     self._reply(200, {"input_tokens": server.count_tokens_result})
                 elif path == "/v1/messages":
-                    self._reply(200, server.next_message)
+                    if server.queue:
+                        self._reply(*server.queue.pop(0))
+                    else:
+                        self._reply(200, server.next_message)
                 else:
                     error = {"type": "not_found_error", "message": f"no route {path}"}
                     self._reply(404, {"type": "error", "error": error})
@@ -68,3 +74,27 @@ class MessagesAPIServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+def prompt_too_long(actual: int, maximum: int = 200_000) -> tuple[int, dict[str, Any]]:
+    """The API's prompt-too-long error, as it sends it (HTTP 400)."""
+    message = f"prompt is too long: {actual} tokens > {maximum} maximum"
+    return 400, {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": message},
+        "request_id": "req_t",
+    }
+
+
+def text_message(text: str, message_id: str = "msg_summary") -> tuple[int, dict[str, Any]]:
+    """A successful assistant text answer."""
+    return 200, {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1000, "output_tokens": 200},
+    }

@@ -1,0 +1,174 @@
+"""Context collapse: staged ahead, committed under pressure, drained without a model call, reverted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import pytest
+
+import sessionstore
+from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
+from sessionstore._api_context import COLLAPSE_PREFIX
+from sessionstore._collapse import (
+    CollapseConfig,
+    SubagentSpawnRefused,
+    check_spawn,
+    collapse,
+    drain_collapses,
+    stage_collapse,
+)
+from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
+
+from .messages_api import text_message
+
+
+def _session(turns: int = 6, **started: Any) -> tuple[Session, list[str]]:
+    """Turns of prompt -> tool call -> result -> answer; returns the prompts' message uuids."""
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(
+        store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), **started
+    )
+    prompts = []
+    for n in range(turns):
+        prompt = MessageAppended(role="user", content=f"task {n}: look at file_{n}.py")
+        prompts.append(prompt.message_uuid)
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"file_path": f"file_{n}.py"}}
+        session.append(
+            [
+                prompt,
+                MessageAppended(role="assistant", content=[call], api_message_id=f"m{n}a"),
+                MessageAppended(
+                    role="user",
+                    content=[{"type": "tool_result", "tool_use_id": f"t{n}", "content": "x\n" * 400}],
+                ),
+                MessageAppended(role="assistant", content=f"done with {n}", api_message_id=f"m{n}b"),
+            ]
+        )
+    return session, prompts
+
+
+def _last_uuid_before(session: Session, prompt_uuid: str) -> str:
+    """The uuid of the message just before a prompt (the end of the previous turn)."""
+    entries = [e for e in session.transcript if e.type == "message_appended"]
+    index = next(i for i, e in enumerate(entries) if e.payload["message_uuid"] == prompt_uuid)
+    return str(entries[index - 1].payload["message_uuid"])
+
+
+class TestManualCollapse:
+    def test_collapse_replaces_the_span_and_revert_restores_the_bytes(self) -> None:
+        """Turns 1-2 become one summary message; the request stays valid; revert gives it back."""
+        session, prompts = _session()
+        before = session.request_bytes()
+        used_before = session.used_tokens()
+
+        report = collapse(session, OfflineSummarizer(), prompts[1], _last_uuid_before(session, prompts[3]))
+        request = session.request()
+
+        summaries = [
+            m
+            for m in request["messages"]
+            if any(b.get("text", "").startswith(COLLAPSE_PREFIX) for b in m["content"])
+        ]
+        assert len(summaries) == 1
+        assert "task 1: look at file_1.py" in summaries[0]["content"][0]["text"]
+        assert (
+            len(request["messages"]) == 24 - 8 + 1 - 1
+        )  # 8 messages out, summary merged into the next prompt
+        sessionstore.validate_request(request)
+        assert report.tokens_after < report.tokens_before == used_before
+        sessionstore.revert(session, report.event_ids[1])
+        assert session.request_bytes() == before
+        assert session.used_tokens() == used_before
+
+    @pytest.mark.parametrize("bad", ["split", "tail", "overlap"])
+    def test_bad_spans_are_refused_and_write_nothing(self, bad: str) -> None:
+        """A span that splits a tool pair, reaches the last message or overlaps another is refused."""
+        session, prompts = _session()
+        if bad == "overlap":
+            collapse(session, OfflineSummarizer(), prompts[1], _last_uuid_before(session, prompts[3]))
+        last = session.last_seq
+        entries = [e for e in session.transcript if e.type == "message_appended"]
+        tool_call = next(e for e in entries if e.payload["role"] == "assistant")
+        ends = {
+            "split": str(tool_call.payload["message_uuid"]),
+            "tail": str(entries[-1].payload["message_uuid"]),
+            "overlap": _last_uuid_before(session, prompts[2]),
+        }
+
+        with pytest.raises(sessionstore.ValidationError, match="cannot collapse"):
+            collapse(session, OfflineSummarizer(), prompts[0] if bad != "overlap" else prompts[2], ends[bad])
+        assert session.last_seq == last
+
+    def test_failed_summary_records_nothing(self) -> None:
+        """A summarizer failure leaves the log and the request as they were."""
+
+        class Broken:
+            name = "broken"
+
+            def summarize(self, request: Any) -> Any:
+                raise SummaryFailed("model unavailable")
+
+        session, prompts = _session()
+        before = (session.last_seq, session.request_bytes())
+
+        with pytest.raises(SummaryFailed):
+            collapse(session, Broken(), prompts[1], _last_uuid_before(session, prompts[2]))
+        assert (session.last_seq, session.request_bytes()) == before
+
+
+class TestDrainAndPipeline:
+    def test_drain_commits_everything_staged_without_a_request(self, messages_api: Any) -> None:
+        """Staging calls the model once per span; draining calls it zero times."""
+        session, prompts = _session()
+        summarizer = AnthropicSummarizer(
+            anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0), "claude-opus-5-5"
+        )
+        messages_api.queue += [
+            text_message("<summary>first two turns</summary>"),
+            text_message("<summary>next</summary>"),
+        ]
+        state = session.api_state
+        starts = [
+            state.messages.index(m)
+            for m in state.messages
+            if m["content"][0].get("text", "").startswith("task")
+        ]
+        stage_collapse(session, summarizer, starts[0], starts[2])
+        stage_collapse(session, summarizer, starts[2], starts[4])
+        requests_before = len(messages_api.requests)
+
+        report = drain_collapses(session)
+
+        assert len(messages_api.requests) == requests_before == 2
+        assert len(report.event_ids) == 2
+        assert report.tokens_after < report.tokens_before
+        assert session.api_state.staged == {}
+        sessionstore.validate_request(session.request())
+        staged = [e for e in session.transcript if e.type == "collapse_staged"]
+        assert staged[0].payload["first_message_uuid"] == prompts[0]
+
+    def test_pipeline_stages_ahead_and_commits_at_ninety_percent(self) -> None:
+        """Above the stage mark a span is staged; above the commit mark it is committed."""
+        session, _ = _session(turns=12, context_window=100_000, max_output_tokens=10_000)
+        session.append([UsageRecorded(input_tokens=82_000, output_tokens=10)])  # 91% of 90,000
+        config = PipelineConfig(collapse=CollapseConfig(enabled=True, span_rounds=4, keep_recent_rounds=4))
+
+        prepared = Pipeline(config).prepare(session)
+
+        kinds = [e.type for e in session.transcript]
+        assert "collapse_staged" in kinds
+        assert "collapse_committed" in kinds
+        assert any(r.stage == "collapse" and r.tokens_freed > 0 for r in prepared.reports)
+        sessionstore.validate_request(prepared.request)
+
+
+def test_spawn_refused_at_ninety_five_percent() -> None:
+    """Sub-agents are refused from 95% of the effective window."""
+    session, _ = _session(turns=1, context_window=100_000, max_output_tokens=10_000)
+    check_spawn(session)
+    session.append([UsageRecorded(input_tokens=85_600, output_tokens=0)])  # 95.1% of 90,000
+
+    with pytest.raises(SubagentSpawnRefused):
+        check_spawn(session)
+    check_spawn(session, CollapseConfig(enabled=False))
