@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from . import _migrate
+from ._collapse import collapse
 from ._config import create_engine_for_url, resolve_url
 from ._errors import SessionStoreError
 from ._events import MessageAppended
@@ -22,6 +23,7 @@ from ._open import open_store
 from ._pipeline import microcompact, revert, snip
 from ._session import Session
 from ._store import ANY, ExpectedSeq, SessionInfo, SessionStore
+from ._summarizers import default_summarizer
 from .demo import run_demo
 
 __all__ = ["main"]
@@ -106,7 +108,20 @@ def _parser() -> argparse.ArgumentParser:
     mc.add_argument("--tool-use-id", action="append", dest="tool_use_ids", help="clear exactly this result")
     mc.add_argument("--json", action="store_true")
 
-    revert_cmd = commands.add_parser("revert", help="undo a persisted result, snip or micro-compaction")
+    collapse_cmd = commands.add_parser("collapse", help="summarize a span of turns in place (revertible)")
+    _add_db(collapse_cmd)
+    collapse_cmd.add_argument("session_id")
+    collapse_cmd.add_argument(
+        "--from", dest="from_uuid", required=True, help="message uuid of the first prompt"
+    )
+    collapse_cmd.add_argument(
+        "--to", dest="to_uuid", required=True, help="message uuid of the span's last message"
+    )
+    collapse_cmd.add_argument("--json", action="store_true")
+
+    revert_cmd = commands.add_parser(
+        "revert", help="undo a persisted result, snip, micro-compaction or collapse"
+    )
     _add_db(revert_cmd)
     revert_cmd.add_argument("session_id")
     revert_cmd.add_argument("event_id")
@@ -181,6 +196,25 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         return _run_views(args, store, out)
     elif args.command in ("snip", "microcompact", "revert"):
         return _run_edit(args, store, out)
+    elif args.command == "collapse":
+        session = Session(store, args.session_id)
+        collapsed = collapse(
+            session, default_summarizer(model=session.api_state.model), args.from_uuid, args.to_uuid
+        )
+        outcome = {
+            "staged_event_id": collapsed.event_ids[0],
+            "event_id": collapsed.event_ids[1],
+            "tokens_before": collapsed.tokens_before,
+            "tokens_after": collapsed.tokens_after,
+        }
+        if args.json:
+            _print_json(out, outcome)
+        else:
+            print(
+                f"collapse: {collapsed.tokens_before} -> {collapsed.tokens_after} tokens; undo with "
+                f"`sessionstore revert {args.session_id} {collapsed.event_ids[1]}`",
+                file=out,
+            )
     elif args.command == "append":
         batch: list[Any]
         if args.text is not None:

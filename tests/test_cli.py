@@ -185,3 +185,42 @@ def test_db_commands_take_json(tmp_path: Path) -> None:
     down = json.loads(_run("db", "downgrade", "base", "--db", db, "--json")[1])
 
     assert (up["revision"], now["revision"], down["revision"]) == ("0001", "0001", None)
+
+
+def test_collapse_from_the_cli_prints_tokens_and_reverts(tmp_path: Path) -> None:
+    """collapse --from/--to records a revertible commit and prints tokens before and after."""
+    db = str(tmp_path / "collapse.db")
+    _run("db", "upgrade", "--db", db)
+    _run("new", "--db", db, "--id", "c-1")
+    lines = []
+    for n in range(4):
+        lines += [
+            {"type": "message_appended", "role": "user", "content": f"question {n}", "message_uuid": f"u{n}"},
+            {
+                "type": "message_appended",
+                "role": "assistant",
+                "content": f"answer {n} " * 50,
+                "message_uuid": f"a{n}",
+            },
+        ]
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        _run(
+            "append",
+            "--db",
+            db,
+            "c-1",
+            stdin="".join(json.dumps(x) + "\n" for x in lines),
+            monkeypatch=monkeypatch,
+        )
+    finally:
+        monkeypatch.undo()
+    before = json.loads(_run("context", "--db", db, "c-1", "--json")[1])["request"]
+
+    outcome = json.loads(_run("collapse", "--db", db, "c-1", "--from", "u0", "--to", "a1", "--json")[1])
+    collapsed = json.loads(_run("context", "--db", db, "c-1", "--json")[1])["request"]
+    _run("revert", "--db", db, "c-1", outcome["event_id"])
+
+    assert outcome["tokens_after"] < outcome["tokens_before"]
+    assert len(collapsed["messages"]) == len(before["messages"]) - 4 + 1 - 1
+    assert json.loads(_run("context", "--db", db, "c-1", "--json")[1])["request"] == before
