@@ -31,7 +31,9 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
   summary stands in their place (results opening the span, answering a call before it, stay;
   results opening the message after it, answering a call inside it, go).
 
-The compact boundary will add one step here.
+* ``CompactBoundary``: everything before the latest boundary leaves the request except the
+  messages it keeps; the summary opens the request, attachments and hook results follow the
+  kept messages (``_with_compaction``).
 """
 
 from __future__ import annotations
@@ -44,9 +46,12 @@ from typing import Any, ClassVar
 from ._context_events import (
     CollapseCommitted,
     CollapseStaged,
+    CompactBoundary,
+    CompactFailed,
     ContextEditReverted,
     ContextServed,
     MicrocompactApplied,
+    SessionMemoryUpdated,
     SnipApplied,
     ToolResultPersisted,
 )
@@ -57,6 +62,7 @@ from ._store import RecordedEvent
 __all__ = [
     "CLEARED_PLACEHOLDER",
     "COLLAPSE_PREFIX",
+    "COMPACT_SUMMARY_PREFIX",
     "INTERRUPTED_TOOL_RESULT",
     "LEADING_USER_MARKER",
     "ApiContextProjection",
@@ -69,6 +75,10 @@ __all__ = [
 
 #: Content of the synthetic tool_result that answers a tool call with no recorded result.
 INTERRUPTED_TOOL_RESULT = "[Tool call interrupted: no result was recorded]"
+#: Opens the summary message of a compaction.
+COMPACT_SUMMARY_PREFIX = (
+    "This session continues an earlier conversation that ran out of context. It is summarized below.\n\n"
+)
 #: Opens the user message that stands in for a committed collapse.
 COLLAPSE_PREFIX = "[Collapsed: summary of earlier messages]\n"
 #: What a micro-compacted tool result's content becomes.
@@ -98,6 +108,7 @@ class ApiContextState:
     context_tokens: int = 0
     messages: list[Message] = field(default_factory=list)
     message_tokens: list[int] = field(default_factory=list)
+    message_tokens_total: int = 0
     open_tool_ids: list[str] = field(default_factory=list)
     last_assistant_index: int = -1
     last_assistant_api_id: str | None = None
@@ -140,16 +151,42 @@ class ApiContextState:
     removed_blocks: int = 0
     removed_tokens_at_usage: int = 0
     removed_blocks_at_usage: int = 0
+    #: The latest compact boundary: its seq, what it keeps and adds, and the counts at that point.
+    compact: dict[str, Any] | None = None
+    #: Consecutive failed automatic compactions (the circuit breaker counts these).
+    compact_failures: int = 0
+    #: The latest session memory: text, last summarized seq, tokens and tool calls at extraction.
+    memory: dict[str, Any] | None = None
+    #: Main-thread tool calls so far (session-memory extraction paces itself by them).
+    tool_calls: int = 0
 
     @property
     def view_tokens(self) -> int:
         """Raw token count of everything in the view: system, tools and messages."""
-        return self.context_tokens + sum(self.message_tokens) - self.removed_tokens
+        compact = self.compact
+        if compact is None:
+            return self.context_tokens + self.message_tokens_total - self.removed_tokens
+        added = self.message_tokens_total - int(compact["messages_total_at"])
+        removed = self.removed_tokens - int(compact["removed_at"])
+        return self.context_tokens + int(compact["base_tokens"]) + added - removed
+
+    @property
+    def visible_blocks(self) -> int:
+        """Content blocks in the view (each costs a fixed overhead beyond its text)."""
+        compact = self.compact
+        if compact is None:
+            return self.view_blocks - self.removed_blocks
+        added = self.view_blocks - int(compact["blocks_at"])
+        return int(compact["base_blocks"]) + added - (self.removed_blocks - int(compact["removed_blocks_at"]))
 
     @property
     def first_visible(self) -> int:
-        """Index of the first message not snipped."""
-        return bisect.bisect_left(self.message_first_seq, self.snip_keep_from) if self.snip_keep_from else 0
+        """Index of the first message neither snipped nor behind the latest compact boundary."""
+        first = bisect.bisect_left(self.message_first_seq, self.snip_keep_from) if self.snip_keep_from else 0
+        if self.compact is not None:
+            keep = self.compact["keep_from_seq"] or self.compact["seq"] + 1
+            first = max(first, bisect.bisect_left(self.message_first_seq, keep))
+        return first
 
 
 # --- normalization steps -----------------------------------------------------------------
@@ -194,6 +231,7 @@ def _with_results_first(message: Message, results: list[Block]) -> Message:
 def _new_message(state: ApiContextState, role: str, blocks: list[Block], tokens: int, seq: int) -> None:
     state.messages.append({"role": role, "content": blocks})
     state.message_tokens.append(tokens)
+    state.message_tokens_total += tokens
     state.message_first_seq.append(seq)
 
 
@@ -214,6 +252,7 @@ def _extend(state: ApiContextState, index: int, blocks: list[Block], tokens: int
     message = state.messages[index]
     state.messages[index] = {"role": message["role"], "content": [*message["content"], *blocks]}
     state.message_tokens[index] += tokens
+    state.message_tokens_total += tokens
 
 
 def _only_tool_results_after(state: ApiContextState, index: int) -> bool:
@@ -246,6 +285,7 @@ def _add_assistant(
     for block in blocks:
         if block.get("type") == "tool_use":
             tool_id = str(block.get("id"))
+            state.tool_calls += 1
             state.open_tool_ids.append(tool_id)
             state.tool_names[tool_id] = str(block.get("name", ""))
 
@@ -271,6 +311,7 @@ def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int
         merged["content"].extend(others)
         state.messages[-1] = merged
         state.message_tokens[-1] += tokens
+        state.message_tokens_total += tokens
     else:
         _new_message(state, "user", results + others, tokens, seq)
     index = len(state.messages) - 1
@@ -352,7 +393,7 @@ def _revert(state: ApiContextState, event_id: str, reverted_by: str) -> None:
                 state.fresh_results[tool_use_id] = state.result_index[tool_use_id]
 
 
-def _apply_edit(state: ApiContextState, event_id: str, edit: Event) -> None:
+def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) -> None:
     if isinstance(edit, ToolResultPersisted):
         ids = _replace_results(state, event_id, {edit.tool_use_id: edit.preview})
         freed = edit.tokens_freed if ids else 0
@@ -403,6 +444,33 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event) -> None:
             )
     elif isinstance(edit, ContextEditReverted):
         _revert(state, edit.target_event_id, event_id)
+    elif isinstance(edit, CompactBoundary):
+        state.compact = {
+            "seq": seq,
+            "keep_from_seq": edit.keep_from_seq,
+            "summary": edit.summary,
+            "attachments": [str(a.get("text", "")) for a in edit.attachments],
+            "hook_results": list(edit.hook_results),
+            "base_tokens": edit.post_compact_raw_tokens,
+            "base_blocks": edit.post_compact_blocks,
+            "messages_total_at": state.message_tokens_total,
+            "removed_at": state.removed_tokens,
+            "removed_blocks_at": state.removed_blocks,
+            "blocks_at": state.view_blocks,
+        }
+        # The last usage measured the context before the boundary: estimate afresh until the next.
+        state.usage_total = None
+        state.compact_failures = 0
+    elif isinstance(edit, CompactFailed):
+        if edit.trigger == "auto":
+            state.compact_failures += 1
+    elif isinstance(edit, SessionMemoryUpdated):
+        state.memory = {
+            "text": edit.memory,
+            "last_seq": edit.last_summarized_seq,
+            "tokens": edit.tokens_at_extraction,
+            "tool_calls": edit.tool_calls_at_extraction,
+        }
     elif isinstance(edit, ContextServed):
         for tool_use_id in edit.unreplaced_tool_results:
             index = state.fresh_results.pop(tool_use_id, None)
@@ -421,6 +489,9 @@ _EDIT_TYPES = (
     CollapseCommitted,
     ContextEditReverted,
     ContextServed,
+    CompactBoundary,
+    CompactFailed,
+    SessionMemoryUpdated,
 )
 
 
@@ -477,7 +548,7 @@ class ApiContextProjection(Projection[ApiContextState]):
             state.max_output_tokens = decoded.max_output_tokens
             state.query_source = decoded.query_source
         elif isinstance(decoded, _EDIT_TYPES):
-            _apply_edit(state, event.event_id, decoded)
+            _apply_edit(state, event.event_id, decoded, event.seq)
         return state
 
     def dump(self, state: ApiContextState) -> str:
@@ -549,6 +620,32 @@ def _with_collapses(state: ApiContextState, first: int) -> list[Message]:
     return out
 
 
+def _merge_same_role(messages: list[Message]) -> list[Message]:
+    merged: list[Message] = []
+    for message in messages:
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = {"role": message["role"], "content": [*merged[-1]["content"], *message["content"]]}
+        else:
+            merged.append(message)
+    return merged
+
+
+def _with_compaction(state: ApiContextState, messages: list[Message], first: int) -> list[Message]:
+    """Summary first, then the kept messages, then attachments and hook results, then what followed."""
+    compact = state.compact
+    assert compact is not None
+    summary = {
+        "role": "user",
+        "content": [{"type": "text", "text": COMPACT_SUMMARY_PREFIX + compact["summary"]}],
+    }
+    kept = max(0, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1) - first)
+    extra = [
+        {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
+    ]
+    middle = [{"role": "user", "content": extra}] if extra else []
+    return _merge_same_role([summary, *messages[:kept], *middle, *messages[kept:]])
+
+
 def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[str, Any]:
     """The request (``system``, ``tools``, ``messages``) for the state, without model or max_tokens.
 
@@ -564,6 +661,8 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
         # A snip cut here: the results opening this message answer calls that were snipped.
         content = messages[0]["content"]
         messages[0] = {"role": "user", "content": content[leading_results(content) :]}
+    if state.compact is not None:
+        messages = _with_compaction(state, messages, first)
     if state.open_tool_ids:
         results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
         if messages and messages[-1]["role"] == "user":

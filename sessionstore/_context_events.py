@@ -15,6 +15,9 @@ from ._events import Event, register_event
 
 __all__ = [
     "CollapseCommitted",
+    "CompactBoundary",
+    "CompactFailed",
+    "SessionMemoryUpdated",
     "CollapseStaged",
     "ContextEditReverted",
     "ContextServed",
@@ -142,6 +145,58 @@ class CollapseCommitted(Event):
     #: True when committed by a drain (overflow recovery, no model call).
     drained: bool = False
     tokens_freed: NonNegativeInt
+
+
+@register_event
+class CompactBoundary(Event):
+    """A compaction: from here the request starts with ``summary`` instead of the history.
+
+    Messages that began at or after ``keep_from_seq`` (0: none) and before this event are kept
+    verbatim after the summary; ``attachments`` and ``hook_results`` follow them. Only the
+    latest boundary shapes the request; earlier ones stay in the log for the audit.
+    """
+
+    type: Literal["compact_boundary"] = "compact_boundary"
+    trigger: Literal["auto", "manual", "reactive"]
+    strategy: Literal["llm", "session_memory"]
+    template: Literal["base", "partial_from", "partial_up_to"] = "base"
+    summarizer: str
+    summary: str
+    keep_from_seq: NonNegativeInt = 0
+    last_pre_compact_uuid: str | None = None
+    pre_compact_tokens: NonNegativeInt
+    #: Raw tokens of what the request holds right after the boundary (summary, kept, attachments).
+    post_compact_raw_tokens: NonNegativeInt
+    post_compact_blocks: NonNegativeInt = 0
+    attachments: list[dict[str, object]] = Field(default_factory=list)
+    hook_results: list[str] = Field(default_factory=list)
+    custom_instructions: str | None = None
+    ptl_retries: NonNegativeInt = 0
+    discovered_tools: list[str] = Field(default_factory=list)
+
+
+@register_event
+class CompactFailed(Event):
+    """A compaction attempt that produced nothing; the context was left as it was.
+
+    Consecutive automatic failures open the circuit breaker (a projection of these events).
+    """
+
+    type: Literal["compact_failed"] = "compact_failed"
+    trigger: Literal["auto", "manual", "reactive"]
+    reason: str
+    ptl_retries: NonNegativeInt = 0
+
+
+@register_event
+class SessionMemoryUpdated(Event):
+    """The session's running memory (notes kept for a compaction without a model call)."""
+
+    type: Literal["session_memory_updated"] = "session_memory_updated"
+    memory: str
+    last_summarized_seq: NonNegativeInt
+    tokens_at_extraction: NonNegativeInt
+    tool_calls_at_extraction: NonNegativeInt = 0
 
 
 #: Event types a ``ContextEditReverted`` may target.

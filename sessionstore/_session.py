@@ -244,7 +244,7 @@ class Session:
         """
         api = self._api
         if api.usage_total is None:
-            return max(0, self.estimate(api.view_tokens, api.view_blocks - api.removed_blocks))
+            return max(0, self.estimate(api.view_tokens, api.visible_blocks))
         # Edits after the latest usage shrink the context it reported; reverts grow it back.
         tokens = api.tokens_since_usage - (api.removed_tokens - api.removed_tokens_at_usage)
         blocks = api.blocks_since_usage - (api.removed_blocks - api.removed_blocks_at_usage)
