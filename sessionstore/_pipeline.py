@@ -26,6 +26,7 @@ from typing import Any
 
 from ._api_context import CLEARED_PLACEHOLDER, leading_results, request_bytes
 from ._collapse import CollapseConfig, collapse_stage
+from ._compaction import CompactConfig, autocompact_stage, maybe_extract_memory
 from ._context_events import (
     REVERTIBLE_TYPES,
     ContextEditReverted,
@@ -60,7 +61,7 @@ __all__ = [
     "snip",
 ]
 
-#: The fixed order of SPEC section 5. Collapse and auto-compact are not implemented yet.
+#: The fixed order of SPEC section 5.
 STAGE_ORDER = ("tool_result_budget", "snip", "microcompact", "collapse", "auto_compact", "blocking_limit")
 #: Tools whose old results micro-compaction may clear (SPEC 5.3).
 COMPACTABLE_TOOLS = frozenset(
@@ -165,6 +166,9 @@ class PipelineConfig:
     snip: SnipConfig = field(default_factory=SnipConfig)
     microcompact: MicrocompactConfig = field(default_factory=MicrocompactConfig)
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
+    #: Auto-compact runs unless disabled here or by the window's switches (WindowConfig).
+    auto_compact: bool = True
+    compact: CompactConfig = field(default_factory=CompactConfig)
     blocking_limit: bool = True
 
 
@@ -644,6 +648,17 @@ class Pipeline:
             collapsed = collapse_stage(session, config.collapse, self.summarizer)
             freed = max(0, before - session.used_tokens())
             reports.append(StageReport("collapse", freed, tuple(collapsed)))
+        if config.auto_compact and session.api_state.query_source == "main":
+            if config.compact.session_memory:
+                maybe_extract_memory(session, self.summarizer, config.compact)
+            # "used" already excludes what snip freed after the last usage, so nothing to subtract.
+            compacted = autocompact_stage(
+                session, self.summarizer, config.compact, collapse_enabled=config.collapse.enabled
+            )
+            if compacted is not None:
+                freed = max(0, compacted.tokens_before - compacted.tokens_after)
+                note = "" if compacted.ok else f"failed: {compacted.reason}"
+                reports.append(StageReport("auto_compact", freed, (compacted.event_id,), note))
         tokens = session.token_state()
         if config.blocking_limit and tokens.at_blocking_limit:
             raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)

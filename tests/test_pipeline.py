@@ -359,7 +359,7 @@ class TestServedAndBlocking:
         )
 
         with pytest.raises(BlockingLimitError) as caught:
-            Pipeline().prepare(session)
+            Pipeline(PipelineConfig(auto_compact=False)).prepare(session)
 
         assert caught.value.limit == 87_000
         assert caught.value.used >= 87_510

@@ -1,0 +1,431 @@
+"""Compaction (SPEC 5.5): session memory first, then an LLM summary; retries, hooks, breaker.
+
+``compact(session, summarizer, ...)`` runs one compaction and records a ``CompactBoundary``
+(or a ``CompactFailed`` — the context is then exactly as it was, never an error text used as a
+summary). ``autocompact_stage`` is the pipeline stage: it fires when
+``used - snip_freed >= autocompact threshold``, auto-compact is enabled, collapse is not, the
+session is the main thread, and the circuit breaker is closed (fewer than 3 consecutive
+automatic failures, counted from events, so the breaker survives a restart).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._api_context import COMPACT_SUMMARY_PREFIX, leading_results
+from ._context_events import CompactBoundary, CompactFailed, SessionMemoryUpdated
+from ._errors import ValidationError
+from ._session import Session
+from ._summarizers import PromptTooLong, Summarizer, SummaryFailed, SummaryRequest
+
+__all__ = [
+    "MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES",
+    "PTL_RETRY_MARKER",
+    "CompactConfig",
+    "CompactHooks",
+    "CompactReport",
+    "autocompact_stage",
+    "breaker_open",
+    "compact",
+    "drop_for_retry",
+    "maybe_extract_memory",
+    "memory_keep_index",
+    "round_groups",
+]
+
+MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
+MAX_PTL_RETRIES = 3
+PTL_FALLBACK_FRACTION = 0.2
+#: The synthetic user message put first when a retry leaves an assistant message in front.
+PTL_RETRY_MARKER = "[Earlier messages were dropped to fit the summarization request]"
+
+Trigger = Literal["auto", "manual", "reactive"]
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CompactHooks:
+    """Callables run around a compaction (SPEC 5.5.2 and 5.5.4).
+
+    * ``pre_compact(trigger) -> (custom instructions or None, user-facing message or None)``
+    * ``session_start(source="compact") -> text to add after the summary, or None``
+    * ``post_compact(summary) -> text to add after the summary, or None``
+    """
+
+    pre_compact: Sequence[Callable[[str], tuple[str | None, str | None]]] = ()
+    session_start: Sequence[Callable[[str], str | None]] = ()
+    post_compact: Sequence[Callable[[str], str | None]] = ()
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    """Auto-compact and session-memory settings (SPEC 5.5 and 11)."""
+
+    session_memory: bool = True
+    memory_min_tokens: int = 10_000
+    memory_min_text_messages: int = 5
+    memory_max_tokens: int = 40_000
+    extract_init_tokens: int = 10_000
+    extract_growth_tokens: int = 5_000
+    extract_tool_calls: int = 3
+    hooks: CompactHooks = field(default_factory=CompactHooks)
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    """The outcome of one compaction."""
+
+    event_id: str
+    ok: bool
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+    above_threshold: bool = False
+    reason: str | None = None
+
+
+def breaker_open(session: Session) -> bool:
+    """True after 3 consecutive automatic compaction failures (until a compaction succeeds)."""
+    return session.api_state.compact_failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+
+
+# --- prompt-too-long retry (SPEC 5.5.3) -------------------------------------------------------
+
+
+def round_groups(messages: Sequence[Message]) -> list[list[Message]]:
+    """Messages grouped by API round: each assistant message opens a group; results stay with it."""
+    groups: list[list[Message]] = []
+    for message in messages:
+        if message["role"] == "assistant" or not groups:
+            groups.append([message])
+        else:
+            groups[-1].append(message)
+    return groups
+
+
+def _is_marker(message: Message) -> bool:
+    content = message["content"]
+    return (
+        message["role"] == "user"
+        and isinstance(content, list)
+        and len(content) == 1
+        and content[0].get("text") == PTL_RETRY_MARKER
+    )
+
+
+def drop_for_retry(
+    messages: Sequence[Message], gap: int | None, count: Callable[[Message], int]
+) -> list[Message] | None:
+    """The messages for the next try: the oldest round groups dropped; None if nothing is left.
+
+    Drops enough groups to cover ``gap`` tokens when it is known, else 20% of the groups (at
+    least one). A marker left by an earlier retry is stripped first, so markers never pile up;
+    if the first remaining message is an assistant message, a marker user message goes first.
+    """
+    remaining = [m for m in messages if not _is_marker(m)]
+    groups = round_groups(remaining)
+    if len(groups) <= 1:
+        return None
+    drop = max(1, math.ceil(len(groups) * PTL_FALLBACK_FRACTION))
+    if gap is not None:
+        covered, drop = 0, 0
+        while drop < len(groups) - 1 and covered < gap:
+            covered += sum(count(m) for m in groups[drop])
+            drop += 1
+    kept = [m for group in groups[drop:] for m in group]
+    if not kept:
+        return None
+    if kept[0]["role"] == "assistant":
+        kept.insert(0, {"role": "user", "content": [{"type": "text", "text": PTL_RETRY_MARKER}]})
+    elif leading_results(kept[0]["content"]):
+        # Results whose calls were dropped cannot be sent alone.
+        content = kept[0]["content"][leading_results(kept[0]["content"]) :]
+        kept[0] = {"role": "user", "content": content or [{"type": "text", "text": PTL_RETRY_MARKER}]}
+    return kept
+
+
+# --- session memory (SPEC 5.5.1) --------------------------------------------------------------
+
+
+def _text_messages(messages: Sequence[Message]) -> int:
+    return sum(1 for m in messages if any(b.get("type") == "text" for b in m["content"]))
+
+
+def memory_keep_index(session: Session, config: CompactConfig) -> int | None:
+    """Index (in the state's messages) of the first message a session-memory compact keeps.
+
+    Starts after the memory's last summarized message and extends backwards until at least
+    ``memory_min_tokens`` and ``memory_min_text_messages`` are kept, never beyond
+    ``memory_max_tokens``; the cut never separates a tool result from its call nor the chunks
+    of one API message (it lands on a user prompt). None when no clean cut exists.
+    """
+    state = session.api_state
+    memory = state.memory
+    if memory is None:
+        return None
+    first = state.first_visible
+    messages = state.messages
+    start = max(first, _index_after_seq(session, memory["last_seq"]))
+    index = start
+    tokens = sum(state.message_tokens[start:])
+    while index > first and (
+        tokens < config.memory_min_tokens
+        or _text_messages(messages[index:]) < config.memory_min_text_messages
+    ):
+        if tokens + state.message_tokens[index - 1] > config.memory_max_tokens:
+            break
+        index -= 1
+        tokens += state.message_tokens[index]
+    # Move forward to a clean cut: a user message that opens with a prompt, not results.
+    while index < len(messages) and not (
+        messages[index]["role"] == "user" and leading_results(messages[index]["content"]) == 0
+    ):
+        index += 1
+    return index if first < index < len(messages) else None
+
+
+def _index_after_seq(session: Session, seq: int) -> int:
+    return bisect.bisect_right(session.api_state.message_first_seq, seq)
+
+
+def maybe_extract_memory(session: Session, summarizer: Summarizer, config: CompactConfig) -> bool:
+    """Update the session memory when due (first at 10,000 tokens, then every 5,000 more with 3
+    tool calls or a turn without one); returns True when it recorded a ``SessionMemoryUpdated``.
+    """
+    state = session.api_state
+    used = session.used_tokens()
+    memory = state.memory
+    if memory is None:
+        due = used >= config.extract_init_tokens
+    else:
+        grown = used - memory["tokens"] >= config.extract_growth_tokens
+        calls = state.tool_calls - memory["tool_calls"] >= config.extract_tool_calls
+        last = state.messages[-1] if state.messages else None
+        quiet_turn = (
+            last is not None
+            and last["role"] == "assistant"
+            and not any(b.get("type") == "tool_use" for b in last["content"])
+        )
+        due = grown and (calls or quiet_turn)
+    if not due or not state.messages:
+        return False
+    try:
+        summary = summarizer.summarize(
+            SummaryRequest(
+                messages=session.request()["messages"],
+                system=state.system,
+                tools=state.tools,
+                model=state.model,
+            )
+        )
+    except SummaryFailed:
+        return False  # background work: the next turn tries again
+    session.append(
+        [
+            SessionMemoryUpdated(
+                memory=summary.text,
+                last_summarized_seq=session.last_seq,
+                tokens_at_extraction=used,
+                tool_calls_at_extraction=state.tool_calls,
+            )
+        ]
+    )
+    return True
+
+
+# --- compaction ------------------------------------------------------------------------------
+
+
+def _message_tokens(session: Session, message: Message) -> int:
+    content = message["content"]
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [str(b.get("text") or b.get("content") or "") for b in content]
+    )
+    return sum(session.count_text(t) for t in texts)
+
+
+def _summarize_with_retries(
+    session: Session, summarizer: Summarizer, request: SummaryRequest
+) -> tuple[str, str, int]:
+    """(summary, summarizer name, retries) — retrying prompt-too-long up to 3 times."""
+    messages = list(request.messages)
+    for retry in range(MAX_PTL_RETRIES + 1):
+        try:
+            summary = summarizer.summarize(
+                SummaryRequest(
+                    messages=messages,
+                    template=request.template,
+                    custom_instructions=request.custom_instructions,
+                    system=request.system,
+                    tools=request.tools,
+                    model=request.model,
+                )
+            )
+            return summary.text, summary.summarizer, retry
+        except PromptTooLong as e:
+            if retry == MAX_PTL_RETRIES:
+                msg = f"summarization prompt still too long after {MAX_PTL_RETRIES} retries"
+                raise SummaryFailed(msg) from e
+            shorter = drop_for_retry(messages, e.gap, lambda m: _message_tokens(session, m))
+            if shorter is None:
+                raise SummaryFailed("nothing left to summarize after dropping rounds") from e
+            messages = shorter
+    raise AssertionError  # pragma: no cover - the loop returns or raises
+
+
+def _pivot_index(session: Session, message_uuid: str) -> int:
+    for entry in session.transcript_state.entries:
+        if entry.type == "message_appended" and entry.payload.get("message_uuid") == message_uuid:
+            return bisect.bisect_right(session.api_state.message_first_seq, entry.seq) - 1
+    msg = f"message {message_uuid!r} is not in session {session.id!r}"
+    raise ValidationError(msg, field="message_uuid")
+
+
+def compact(
+    session: Session,
+    summarizer: Summarizer,
+    *,
+    trigger: Trigger = "manual",
+    custom_instructions: str | None = None,
+    up_to_uuid: str | None = None,
+    config: CompactConfig | None = None,
+    use_memory: bool = False,
+) -> CompactReport:
+    """Compact the session now; returns what it recorded (a boundary, or a failure).
+
+    Args:
+        up_to_uuid: summarize up to and including this message and keep what follows verbatim
+            (the partial "up to" template); it must end an API round.
+        use_memory: try a session-memory compact (no model call) before the LLM summary.
+
+    Raises:
+        ValidationError: an unknown pivot, or one that would split a tool call from its result.
+    """
+    config = config or CompactConfig()
+    state = session.api_state
+    before = session.used_tokens()
+    window = session.token_state().window
+    instructions = custom_instructions
+    shown: list[str] = []
+    for hook in config.hooks.pre_compact:
+        extra, message = hook(trigger)
+        if extra:
+            instructions = f"{instructions}\n{extra}" if instructions else extra
+        if message:
+            shown.append(message)
+    first = state.first_visible
+    keep_index = len(state.messages)  # nothing kept
+    strategy: Literal["llm", "session_memory"] = "llm"
+    template: Literal["base", "partial_up_to"] = "base"
+    retries = 0
+    memory_index = memory_keep_index(session, config) if use_memory and config.session_memory else None
+    if memory_index is not None and state.memory is not None:
+        strategy, summary_text, summarizer_name = (
+            "session_memory",
+            str(state.memory["text"]),
+            "session_memory",
+        )
+        keep_index = memory_index
+    else:
+        messages = session.request()["messages"]
+        if up_to_uuid is not None:
+            template = "partial_up_to"
+            keep_index = _pivot_index(session, up_to_uuid) + 1
+            if not _clean_cut(session, keep_index):
+                msg = (
+                    f"compacting up to {up_to_uuid!r} would split a tool call from its result or keep nothing"
+                )
+                raise ValidationError(msg, field="message_uuid")
+            messages = state.messages[first:keep_index]
+        try:
+            summary_text, summarizer_name, retries = _summarize_with_retries(
+                session,
+                summarizer,
+                SummaryRequest(messages, template, instructions, state.system, state.tools, state.model),
+            )
+        except SummaryFailed as e:
+            failed = CompactFailed(trigger=trigger, reason=e.reason)
+            session.append([failed])
+            return CompactReport(str(failed.event_id), False, strategy, before, before, reason=e.reason)
+    hook_results = [*shown]
+    hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
+    hook_results += [t for h in config.hooks.post_compact if (t := h(summary_text))]
+    kept = state.messages[keep_index:]
+    boundary = CompactBoundary(
+        trigger=trigger,
+        strategy=strategy,
+        template=template,
+        summarizer=summarizer_name,
+        summary=summary_text,
+        keep_from_seq=state.message_first_seq[keep_index] if kept else 0,
+        last_pre_compact_uuid=_last_message_uuid(session),
+        pre_compact_tokens=before,
+        post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + summary_text)
+        + sum(session.count_text(h) for h in hook_results)
+        + sum(state.message_tokens[keep_index:]),
+        post_compact_blocks=1 + len(hook_results) + sum(len(m["content"]) for m in kept),
+        hook_results=hook_results,
+        custom_instructions=instructions,
+        ptl_retries=retries,
+        discovered_tools=[str(t.get("name")) for t in state.tools],
+    )
+    session.append([boundary])
+    after = session.used_tokens()
+    return CompactReport(
+        str(boundary.event_id),
+        True,
+        strategy,
+        before,
+        after,
+        above_threshold=after >= window.autocompact_threshold,
+    )
+
+
+def _clean_cut(session: Session, index: int) -> bool:
+    """True when the messages from ``index`` on can be kept alone: they open with a user prompt."""
+    messages = session.api_state.messages
+    return (
+        session.api_state.first_visible < index < len(messages)
+        and messages[index]["role"] == "user"
+        and leading_results(messages[index]["content"]) == 0
+    )
+
+
+def _last_message_uuid(session: Session) -> str | None:
+    for entry in reversed(session.transcript_state.entries):
+        value = entry.payload.get("message_uuid")
+        if entry.type == "message_appended" and isinstance(value, str):
+            return value
+    return None
+
+
+def autocompact_stage(
+    session: Session,
+    summarizer: Summarizer,
+    config: CompactConfig,
+    *,
+    snip_freed: int = 0,
+    collapse_enabled: bool = False,
+) -> CompactReport | None:
+    """Compact when the context reached the auto-compact threshold and every condition holds."""
+    state = session.token_state()
+    window = state.window
+    if (
+        not window.auto_compact_enabled
+        or collapse_enabled
+        or session.api_state.query_source != "main"
+        or breaker_open(session)
+        or state.used - snip_freed < window.autocompact_threshold
+    ):
+        return None
+    if config.session_memory and session.api_state.memory is not None:
+        report = compact(session, summarizer, trigger="auto", config=config, use_memory=True)
+        if report.ok and not report.above_threshold:
+            return report
+    return compact(session, summarizer, trigger="auto", config=config)
