@@ -15,7 +15,8 @@ log-uniform: median ~2 KB, mean ~4.3 KB). About 6 events and ~14 KB of request p
 10,000 turns the request is ~140 MB, far past any context window; the sizes measure how the
 mechanics scale, not a conversation anyone would send. Histories of 200, 2,000 and 10,000
 turns (``--quick``: 200 and 1,000), each in a fresh SQLite file in a temporary folder (WAL,
-``synchronous=FULL``: the defaults of ``open_store(path, migrate=True)``).
+``synchronous=FULL``: the defaults of ``open_store(path, migrate=True)``). The measured turns
+come from a second seeded stream, so each history size measures the very same turns.
 
 Setup, not timed: the history is appended with ``store.append`` in batches of 500 events by a
 store opened with ``token_counter=None`` (tokenizing ~140 MB would take minutes and is not
@@ -856,13 +857,17 @@ def run_size(
     jsonl = tmp / f"history-{history}.jsonl"
     t0 = time.perf_counter()
     sid, writer = build_history(db, jsonl, workload, history)
+    # The measured turns come from a stream of their own, so every history size measures the
+    # very same turns (a turn's cost depends on its size, which varies a lot from turn to turn).
+    measured = Workload(SEED + 1)
+    measured.turns_made, measured.context_chars = workload.turns_made, workload.context_chars
     store = _open(db)
     try:
         session = Session(store, sid)  # full fold: no snapshot for the counting tokenizer yet
         setup_s = time.perf_counter() - t0
-        turn_row = measure_turns(session, workload, turns, history, writer)
+        turn_row = measure_turns(session, measured, turns, history, writer)
         if profile:
-            extra = workload.turn()
+            extra = measured.turn()
             writer.turn(extra)
             extra_events = turn_events(extra)
             _profile(

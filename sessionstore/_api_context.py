@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from ._context_events import (
@@ -81,6 +81,9 @@ COMPACT_SUMMARY_PREFIX = (
 )
 #: Opens the user message that stands in for a committed collapse.
 COLLAPSE_PREFIX = "[Collapsed: summary of earlier messages]\n"
+#: Summarizers whose summary already is the whole message the model got: an imported Claude Code
+#: compaction opens with Claude Code's own continuation notice, so no prefix is added to it.
+_VERBATIM_SUMMARIZERS = frozenset({"claude-code"})
 #: What a micro-compacted tool result's content becomes.
 CLEARED_PLACEHOLDER = "[Old tool result content cleared]"
 #: Text of the synthetic user message placed before a leading assistant message.
@@ -449,6 +452,7 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
             "seq": seq,
             "keep_from_seq": edit.keep_from_seq,
             "summary": edit.summary,
+            "verbatim": edit.summarizer in _VERBATIM_SUMMARIZERS,
             "attachments": [str(a.get("text", "")) for a in edit.attachments],
             "hook_results": list(edit.hook_results),
             "base_tokens": edit.post_compact_raw_tokens,
@@ -553,7 +557,9 @@ class ApiContextProjection(Projection[ApiContextState]):
 
     def dump(self, state: ApiContextState) -> str:
         """The state as JSON."""
-        return json.dumps(asdict(state), ensure_ascii=False, separators=(",", ":"))
+        # Shallow: asdict() would deep-copy every message only to serialize the copy.
+        shallow = {f.name: getattr(state, f.name) for f in fields(state)}
+        return json.dumps(shallow, ensure_ascii=False, separators=(",", ":"))
 
     def load(self, text: str) -> ApiContextState:
         """A state from ``dump``'s JSON (raises on unknown or missing keys)."""
@@ -636,7 +642,14 @@ def _with_compaction(state: ApiContextState, messages: list[Message], first: int
     assert compact is not None
     summary = {
         "role": "user",
-        "content": [{"type": "text", "text": COMPACT_SUMMARY_PREFIX + compact["summary"]}],
+        "content": [
+            {
+                "type": "text",
+                "text": compact["summary"]
+                if compact.get("verbatim")
+                else COMPACT_SUMMARY_PREFIX + compact["summary"],
+            }
+        ],
     }
     kept = max(0, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1) - first)
     extra = [

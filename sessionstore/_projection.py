@@ -89,16 +89,17 @@ def rebuild(
     *,
     tokenizer: str,
     use_snapshots: bool = True,
+    to_seq: int | None = None,
 ) -> tuple[S, int]:
-    """The projection's state for the whole session, and the last seq folded into it.
+    """The projection's state for the session (up to ``to_seq``), and the last seq folded in.
 
-    Starts from the latest snapshot of exactly this projection version and tokenizer when
-    one exists and loads; otherwise folds from seq 1.
+    Starts from the latest snapshot (at or before ``to_seq``) of exactly this projection
+    version and tokenizer when one exists and loads; otherwise folds from seq 1.
     """
     state: S | None = None
     from_seq = 1
     if use_snapshots:
-        snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer)
+        snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, to_seq)
         if snapshot is not None:
             try:
                 state = projection.load(snapshot.state)
@@ -111,7 +112,7 @@ def rebuild(
                     snapshot.seq,
                     exc_info=True,
                 )
-    tail = store.read(session_id, from_seq)
+    tail = store.read(session_id, from_seq, to_seq)
     state = fold(projection, tail, state)
     last_seq = tail[-1].seq if tail else from_seq - 1
     return state, last_seq

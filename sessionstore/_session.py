@@ -97,19 +97,12 @@ class Session:
         self.tokenizer = counter.name if counter is not None else NO_TOKENIZER
         self._api_projection = ApiContextProjection()
         self._transcript_projection = TranscriptProjection()
-        self._api, api_seq = rebuild(
+        self._use_snapshots = use_snapshots
+        self._api, self.last_seq = rebuild(
             store, session_id, self._api_projection, tokenizer=self.tokenizer, use_snapshots=use_snapshots
         )
-        self._transcript, transcript_seq = rebuild(
-            store,
-            session_id,
-            self._transcript_projection,
-            tokenizer=self.tokenizer,
-            use_snapshots=use_snapshots,
-        )
-        self.last_seq = min(api_seq, transcript_seq)
-        if api_seq != transcript_seq:  # snapshots taken at different points: bring both to the head
-            self._catch_up_unequal(api_seq, transcript_seq)
+        # The transcript is built on first use: a resume that only needs the request skips it.
+        self._transcript: TranscriptState | None = None
         self._last_snapshot_seq = self.last_seq
 
     @classmethod
@@ -135,13 +128,20 @@ class Session:
         info: SessionInfo = store.create_session(session_id, metadata=metadata, events=events)
         return cls(store, info.id, config)
 
-    def _catch_up_unequal(self, api_seq: int, transcript_seq: int) -> None:
-        tail = self.store.read(self.id, min(api_seq, transcript_seq) + 1)
-        self._api = fold(self._api_projection, (e for e in tail if e.seq > api_seq), self._api)
-        self._transcript = fold(
-            self._transcript_projection, (e for e in tail if e.seq > transcript_seq), self._transcript
-        )
-        self.last_seq = max(api_seq, transcript_seq, tail[-1].seq if tail else 0)
+    def _loaded_transcript(self) -> TranscriptState:
+        """The transcript at ``last_seq``: its snapshot (if any, not beyond) plus the tail."""
+        if self._transcript is None:
+            projection = self._transcript_projection
+            state, _ = rebuild(
+                self.store,
+                self.id,
+                projection,
+                tokenizer=self.tokenizer,
+                use_snapshots=self._use_snapshots,
+                to_seq=self.last_seq,
+            )
+            self._transcript = state
+        return self._transcript
 
     # -- keeping current --
 
@@ -151,7 +151,8 @@ class Session:
         if not tail:
             return 0
         self._api = fold(self._api_projection, tail, self._api)
-        self._transcript = fold(self._transcript_projection, tail, self._transcript)
+        if self._transcript is not None:
+            self._transcript = fold(self._transcript_projection, tail, self._transcript)
         self.last_seq = tail[-1].seq
         every = self.config.snapshot_every
         if every and self.last_seq // every > self._last_snapshot_seq // every:
@@ -178,14 +179,15 @@ class Session:
         save_snapshot(
             self.store, self.id, self._api_projection, self._api, self.last_seq, tokenizer=self.tokenizer
         )
-        save_snapshot(
-            self.store,
-            self.id,
-            self._transcript_projection,
-            self._transcript,
-            self.last_seq,
-            tokenizer=self.tokenizer,
-        )
+        if self._transcript is not None:  # an unloaded transcript has nothing new to save
+            save_snapshot(
+                self.store,
+                self.id,
+                self._transcript_projection,
+                self._transcript,
+                self.last_seq,
+                tokenizer=self.tokenizer,
+            )
         self._last_snapshot_seq = self.last_seq
 
     # -- views --
@@ -198,12 +200,12 @@ class Session:
     @property
     def transcript(self) -> list[TranscriptEntry]:
         """Every event of the session, in order."""
-        return list(self._transcript.entries)
+        return list(self._loaded_transcript().entries)
 
     @property
     def transcript_state(self) -> TranscriptState:
         """The transcript projection's state (read-only by convention)."""
-        return self._transcript
+        return self._loaded_transcript()
 
     def request(self, *, cache_control: bool | None = None) -> dict[str, Any]:
         """The ``{system, tools, messages}`` to send next (add ``model`` and ``max_tokens``).

@@ -308,7 +308,8 @@ class SessionStore(abc.ABC):
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         """Store a projection snapshot; an identical key already stored is left as it is.
 
-        Snapshots are disposable caches: two snapshotters racing on one key both succeed.
+        Snapshots are disposable caches: two snapshotters racing on one key both succeed, and
+        only the two newest per (session, projection, version, tokenizer) are kept.
         """
 
     @abc.abstractmethod

@@ -430,3 +430,18 @@ def test_transcript_links_sub_agents_and_the_api_view_ignores_the_link() -> None
 
     assert [e.child_session_id for e in session.transcript if e.child_session_id] == ["child-1"]
     assert session.request_bytes() == before
+
+
+def test_only_the_two_newest_snapshots_are_kept() -> None:
+    """Older snapshots of the same projection are pruned when a new one is written."""
+    store = _store()
+    session = Session.create(store, config=SessionConfig(snapshot_every=5))
+    for i in range(30):
+        session.append([MessageAppended(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")])
+    engine = store.engine  # type: ignore[attr-defined]
+
+    with engine.connect().execution_options(sessionstore_read=True) as conn:
+        seqs = [row[0] for row in conn.exec_driver_sql("SELECT seq FROM snapshots WHERE projection = 'api_context'")]
+
+    assert sorted(seqs) == [25, 30]
+    assert Session(store, session.id).request_bytes() == session.request_bytes()

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from uuid import uuid4
 
 import psycopg
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, delete, func, select
 from sqlalchemy import exc as sa_exc
 
 from .._errors import (
@@ -506,8 +506,19 @@ class SqlSessionStore(SessionStore):
             )
             .on_conflict_do_nothing()
         )
+        same_key = (
+            snapshots.c.session_id == snapshot.session_id,
+            snapshots.c.projection == snapshot.projection,
+            snapshots.c.projection_version == snapshot.projection_version,
+            snapshots.c.tokenizer == snapshot.tokenizer,
+        )
         with self._write() as conn:
             conn.execute(statement)
+            # Keep the two newest per key: a snapshot is a cache, and old ones only cost space.
+            newest = select(snapshots.c.seq).where(*same_key).order_by(snapshots.c.seq.desc()).limit(2)
+            floor = conn.execute(select(func.min(newest.subquery().c.seq))).scalar()
+            if floor is not None:
+                conn.execute(delete(snapshots).where(*same_key, snapshots.c.seq < floor))
 
     def latest_snapshot(
         self,
