@@ -818,8 +818,9 @@ def measure_resume(
         )
     finally:
         store.close()
-    assert api is not None and transcript is not None
+    assert api is not None  # the transcript is snapshotted only once something has loaded it
     api_bytes = len(api.state.encode())
+    transcript_bytes = len(transcript.state.encode()) if transcript is not None else 0
     return ResumeRow(
         turns=history,
         events=events,
@@ -827,7 +828,7 @@ def measure_resume(
         rebuild_ms=_ms(_median(times["rebuild"])),
         jsonl_ms=_ms(_median(times["jsonl"])),
         snap_write_ms=_ms(snap_write_ns),
-        snap_mb=(api_bytes + len(transcript.state.encode())) / 1e6,
+        snap_mb=(api_bytes + transcript_bytes) / 1e6,
         snap_api_mb=api_bytes / 1e6,
         jsonl_mb=jsonl.stat().st_size / 1e6,
         open_ms=_median(opens),
