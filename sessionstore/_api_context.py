@@ -156,6 +156,8 @@ class ApiContextState:
     removed_blocks_at_usage: int = 0
     #: The latest compact boundary: its seq, what it keeps and adds, and the counts at that point.
     compact: dict[str, Any] | None = None
+    #: Messages below this index are behind a compact boundary: nothing new merges into them.
+    merge_floor: int = 0
     #: Consecutive failed automatic compactions (the circuit breaker counts these).
     compact_failures: int = 0
     #: The latest session memory: text, last summarized seq, tokens and tool calls at extraction.
@@ -238,6 +240,15 @@ def _new_message(state: ApiContextState, role: str, blocks: list[Block], tokens:
     state.message_first_seq.append(seq)
 
 
+def _mergeable(state: ApiContextState, role: str) -> bool:
+    """True when new content of ``role`` joins the last message (same role, not behind a boundary)."""
+    return (
+        bool(state.messages)
+        and state.messages[-1]["role"] == role
+        and len(state.messages) > state.merge_floor
+    )
+
+
 def _close_interrupted_tools(state: ApiContextState, seq: int) -> None:
     """Answer every still-open tool_use with a synthetic error result, before a new round."""
     if not state.open_tool_ids:
@@ -279,7 +290,7 @@ def _add_assistant(
         _extend(state, index, blocks, tokens)
     else:
         _close_interrupted_tools(state, seq)
-        if state.messages and state.messages[-1]["role"] == "assistant":
+        if _mergeable(state, "assistant"):
             _extend(state, len(state.messages) - 1, blocks, tokens)
         else:
             _new_message(state, "assistant", blocks, tokens, seq)
@@ -309,7 +320,7 @@ def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int
             results.append(block)
     if not results and not others:
         return
-    if state.messages and state.messages[-1]["role"] == "user":
+    if _mergeable(state, "user"):
         merged = _with_results_first(state.messages[-1], results)
         merged["content"].extend(others)
         state.messages[-1] = merged
@@ -462,6 +473,12 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
             "removed_blocks_at": state.removed_blocks,
             "blocks_at": state.view_blocks,
         }
+        if not edit.keep_from_seq:
+            # Calls still open were summarized away with everything else: no result can follow them.
+            state.open_tool_ids.clear()
+            state.last_assistant_index = -1
+            state.last_assistant_api_id = None
+            state.merge_floor = len(state.messages)
         # The last usage measured the context before the boundary: estimate afresh until the next.
         state.usage_total = None
         state.compact_failures = 0

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ._api_context import COMPACT_SUMMARY_PREFIX, leading_results
 from ._context_events import CompactBoundary, CompactFailed, SessionMemoryUpdated
 from ._errors import ValidationError
+from ._restore import Candidate, paths_in, select_attachments
 from ._session import Session
 from ._summarizers import PromptTooLong, Summarizer, SummaryFailed, SummaryRequest
 
@@ -357,6 +358,7 @@ def compact(
     hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
     hook_results += [t for h in config.hooks.post_compact if (t := h(summary_text))]
     kept = state.messages[keep_index:]
+    attachments = _restored_files(session, kept)
     boundary = CompactBoundary(
         trigger=trigger,
         strategy=strategy,
@@ -368,8 +370,10 @@ def compact(
         pre_compact_tokens=before,
         post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + summary_text)
         + sum(session.count_text(h) for h in hook_results)
+        + sum(int(a["tokens"]) for a in attachments)
         + sum(state.message_tokens[keep_index:]),
-        post_compact_blocks=1 + len(hook_results) + sum(len(m["content"]) for m in kept),
+        post_compact_blocks=1 + len(hook_results) + len(attachments) + sum(len(m["content"]) for m in kept),
+        attachments=attachments,
         hook_results=hook_results,
         custom_instructions=instructions,
         ptl_retries=retries,
@@ -385,6 +389,22 @@ def compact(
         after,
         above_threshold=after >= window.autocompact_threshold,
     )
+
+
+def _restored_files(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]:
+    """Recently read files to put back after the summary, within the post-compact budgets."""
+    from ._file_history import FileHistory
+
+    candidates = []
+    for read in FileHistory(session).state.recent_reads(None):
+        if read.blob_sha256 is None:
+            continue
+        try:
+            text = session.store.get_blob(read.blob_sha256).decode("utf-8", errors="replace")
+        except KeyError:
+            continue
+        candidates.append(Candidate("file", read.path, text))
+    return select_attachments(candidates, [], None, visible_paths=paths_in(kept), count=session.count_text)
 
 
 def _clean_cut(session: Session, index: int) -> bool:

@@ -16,9 +16,13 @@ from typing import Any, TextIO
 
 from . import _migrate
 from ._collapse import collapse
+from ._compaction import compact
 from ._config import create_engine_for_url, resolve_url
 from ._errors import SessionStoreError
 from ._events import MessageAppended
+from ._file_history import FileHistory, RewindResult
+from ._interchange import add_commands as _add_interchange_commands
+from ._interchange import run_command as _run_interchange
 from ._open import open_store
 from ._pipeline import microcompact, revert, snip
 from ._session import Session
@@ -119,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     collapse_cmd.add_argument("--json", action="store_true")
 
+    compact_cmd = commands.add_parser("compact", help="summarize the conversation now (recorded, auditable)")
+    _add_db(compact_cmd)
+    compact_cmd.add_argument("session_id")
+    compact_cmd.add_argument("--instructions", help="extra instructions for the summary")
+    compact_cmd.add_argument("--up-to", dest="up_to_uuid", help="summarize up to this message, keep the rest")
+    compact_cmd.add_argument("--json", action="store_true")
+
     revert_cmd = commands.add_parser(
         "revert", help="undo a persisted result, snip, micro-compaction or collapse"
     )
@@ -126,6 +137,25 @@ def _parser() -> argparse.ArgumentParser:
     revert_cmd.add_argument("session_id")
     revert_cmd.add_argument("event_id")
     revert_cmd.add_argument("--json", action="store_true")
+
+    _add_interchange_commands(commands, _add_db)  # import, export (sessionstore/_interchange.py)
+
+    checkpoints = commands.add_parser("checkpoints", help="file checkpoints and what each turn changed")
+    _add_db(checkpoints)
+    checkpoints.add_argument("session_id")
+    checkpoints.add_argument("--root", help="project root: the latest turn's changes are read from its files")
+    checkpoints.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
+
+    rewind = commands.add_parser("rewind", help="restore files and/or fork the conversation at a message")
+    _add_db(rewind)
+    rewind.add_argument("session_id")
+    rewind.add_argument("--to", dest="message_uuid", required=True, help="uuid of the user message")
+    rewind.add_argument("--files", action="store_true", help="restore files (default: both)")
+    rewind.add_argument("--conversation", action="store_true", help="fork the conversation at the message")
+    rewind.add_argument("--dry-run", action="store_true", help="show the diff; change nothing")
+    rewind.add_argument("--root", help="project root (default: the one recorded, else the current directory)")
+    rewind.add_argument("--fork-id", help="id for the conversation fork (default: a new uuid)")
+    rewind.add_argument("--json", action="store_true")
 
     sessions.add_argument("--json", action="store_true", help="one JSON object per session")
     new.add_argument("--json", action="store_true", help="print the session as JSON")
@@ -196,6 +226,27 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         return _run_views(args, store, out)
     elif args.command in ("snip", "microcompact", "revert"):
         return _run_edit(args, store, out)
+    elif args.command in ("import", "export"):
+        return _run_interchange(args, store, out)
+    elif args.command in ("checkpoints", "rewind"):
+        return _run_file_history(args, store, out)
+    elif args.command == "compact":
+        session = Session(store, args.session_id)
+        summarizer = default_summarizer(model=session.api_state.model)
+        compacted = compact(
+            session, summarizer, custom_instructions=args.instructions, up_to_uuid=args.up_to_uuid
+        )
+        if args.json:
+            _print_json(out, dataclasses.asdict(compacted))
+        elif compacted.ok:
+            print(
+                f"compact ({compacted.strategy}, {summarizer.name}): {compacted.tokens_before} -> "
+                f"{compacted.tokens_after} tokens, boundary {compacted.event_id}",
+                file=out,
+            )
+        else:
+            print(f"compact failed ({compacted.reason}); recorded as {compacted.event_id}", file=out)
+        return 0 if compacted.ok else 1
     elif args.command == "collapse":
         session = Session(store, args.session_id)
         collapsed = collapse(
@@ -358,6 +409,71 @@ def _run_edit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int
             file=out,
         )
     return 0
+
+
+def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    session = Session(store, args.session_id)
+    history = FileHistory(session, args.root)
+    if args.command == "checkpoints":
+        listed = history.checkpoints()
+        pending = history.pending_changes() if args.root and listed else None
+        for checkpoint in listed:
+            changed = pending if checkpoint is listed[-1] else checkpoint.changed
+            if args.json:
+                files = {p: dataclasses.asdict(v) for p, v in checkpoint.files.items()}
+                row = {k: v for k, v in dataclasses.asdict(checkpoint).items() if k != "files"}
+                _print_json(out, {**row, "files": files, "changed": changed})
+                continue
+            what = "(turn in progress: --root DIR reads it)" if changed is None else ", ".join(changed) or "-"
+            print(
+                f"{checkpoint.number:>4}  seq {checkpoint.seq:<6} {checkpoint.message_uuid}  "
+                f"{len(checkpoint.files)} tracked  changed: {what}",
+                file=out,
+            )
+        return 0
+    if args.root is None and history.recorded_root is None:
+        history = FileHistory(session, ".")
+    try:
+        result = history.rewind(
+            args.message_uuid,
+            files=args.files or not args.conversation,
+            conversation=args.conversation or not args.files,
+            dry_run=args.dry_run,
+            fork_session_id=args.fork_id,
+        )
+    except OSError as e:
+        print(f"sessionstore: {e}", file=sys.stderr)
+        return 1
+    _print_rewind(result, out, as_json=args.json)
+    return 0
+
+
+def _print_rewind(result: RewindResult, out: TextIO, *, as_json: bool) -> None:
+    plan = result.files
+    if as_json:
+        files = None
+        if plan is not None:
+            files = {"snapshot_seq": plan.snapshot_seq, "restored": plan.restored, "deleted": plan.deleted}
+            files |= {"unchanged": plan.unchanged, "diff": plan.diff() if result.dry_run else None}
+        keys = ("message_uuid", "dry_run", "fork_session_id", "fork_seq", "events_dropped")
+        _print_json(out, {**{k: getattr(result, k) for k in keys}, "files": files})
+        return
+    verb = "would " if result.dry_run else ""
+    if plan is not None:
+        if result.dry_run:
+            out.write(plan.diff())
+        print(
+            f"files: {verb}restore {len(plan.restored)}, {verb}delete {len(plan.deleted)}, "
+            f"{len(plan.unchanged)} unchanged (checkpoint at seq {plan.snapshot_seq})",
+            file=out,
+        )
+    if result.fork_seq is not None:
+        fork = "a fork" if result.fork_session_id is None else f"fork {result.fork_session_id}"
+        print(
+            f"conversation: {verb}continue in {fork}, sharing the log up to seq {result.fork_seq} "
+            f"({result.events_dropped} later events left behind)",
+            file=out,
+        )
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -224,3 +224,23 @@ def test_collapse_from_the_cli_prints_tokens_and_reverts(tmp_path: Path) -> None
     assert outcome["tokens_after"] < outcome["tokens_before"]
     assert len(collapsed["messages"]) == len(before["messages"]) - 4 + 1 - 1
     assert json.loads(_run("context", "--db", db, "c-1", "--json")[1])["request"] == before
+
+
+def test_compact_from_the_cli_records_a_boundary(tmp_path: Path) -> None:
+    """compact prints the boundary it recorded and the tokens before and after (offline summarizer)."""
+    db = str(tmp_path / "compact.db")
+    _run("db", "upgrade", "--db", db)
+    _run("new", "--db", db, "--id", "k-1")
+    for n in range(3):
+        _run("append", "--db", db, "k-1", "--text", f"question {n}")
+        _run("append", "--db", db, "k-1", "--text", f"answer {n} " * 400, "--role", "assistant")
+
+    code, out = _run("compact", "--db", db, "k-1", "--instructions", "keep numbers", "--json")
+    outcome = json.loads(out)
+    request = json.loads(_run("context", "--db", db, "k-1", "--json")[1])["request"]
+
+    assert code == 0
+    assert outcome["ok"] is True
+    assert outcome["tokens_after"] < outcome["tokens_before"]
+    assert len(request["messages"]) == 1
+    assert "question 0" in request["messages"][0]["content"][0]["text"]

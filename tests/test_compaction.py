@@ -299,3 +299,17 @@ def test_collapse_suppresses_auto_compact() -> None:
     Pipeline(config).prepare(session)
 
     assert not [e for e in session.transcript if e.type.startswith("compact")]
+
+
+def test_message_after_a_boundary_is_not_merged_into_a_hidden_one() -> None:
+    """A user line right after a boundary that followed a user line stays in the request."""
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, model="claude-opus-5-5")
+    session.append([MessageAppended(role="user", content="old question")])
+    compact(session, OfflineSummarizer())
+
+    session.append([MessageAppended(role="user", content="new question")])
+
+    texts = [b["text"] for m in session.request()["messages"] for b in m["content"]]
+    assert texts[-1] == "new question"
+    assert Session(store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()

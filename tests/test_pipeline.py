@@ -34,6 +34,9 @@ from sessionstore import (
     snip,
     validate_request,
 )
+from sessionstore._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
+from sessionstore._compaction import compact
+from sessionstore._summarizers import OfflineSummarizer
 
 from .test_projections import messy_logs
 
@@ -412,8 +415,10 @@ _OPS = st.lists(
         st.tuples(st.just("clear"), st.integers(0, 3)),
         st.tuples(st.just("budget"), st.integers(1, 40)),
         st.tuples(st.just("revert"), st.just(0)),
+        st.tuples(st.just("collapse"), st.integers(1, 3)),
+        st.tuples(st.just("compact"), st.just(0)),
     ),
-    max_size=6,
+    max_size=7,
 )
 
 
@@ -441,6 +446,20 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             if decided:
                 session.append(decided)
             report = sessionstore.StageReport("budget", 0, tuple(str(e.event_id) for e in decided))
+        elif op == "collapse":
+            span = _next_span(session, CollapseConfig(span_rounds=arg, keep_recent_rounds=0))
+            if span is None:
+                continue
+            staged = stage_collapse(session, OfflineSummarizer(), *span)
+            committed = commit_collapse(session, str(staged.event_id))
+            report = sessionstore.StageReport("collapse", 0, (str(committed.event_id),))
+        elif op == "compact":
+            compact(session, OfflineSummarizer())
+            applied.clear()  # edits before a boundary no longer shape the request byte for byte
+            request = session.request()
+            if request["messages"]:
+                validate_request(request)
+            continue
         else:
             if applied:  # undo the latest edit: the request is exactly what it was before it
                 event_id, bytes_before = applied.pop()

@@ -441,7 +441,10 @@ def test_only_the_two_newest_snapshots_are_kept() -> None:
     engine = store.engine  # type: ignore[attr-defined]
 
     with engine.connect().execution_options(sessionstore_read=True) as conn:
-        seqs = [row[0] for row in conn.exec_driver_sql("SELECT seq FROM snapshots WHERE projection = 'api_context'")]
+        seqs = [
+            row[0]
+            for row in conn.exec_driver_sql("SELECT seq FROM snapshots WHERE projection = 'api_context'")
+        ]
 
     assert sorted(seqs) == [25, 30]
     assert Session(store, session.id).request_bytes() == session.request_bytes()

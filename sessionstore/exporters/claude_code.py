@@ -1,0 +1,312 @@
+"""Export a session as Claude Code JSONL that Claude Code can resume.
+
+An imported session is written back line for line: each ``ImportedEntry`` (with its message
+content put back) and ``OpaqueEntry`` goes to its original line number, as compact JSON in its
+original key order, which is byte for byte what Claude Code wrote. Events appended after the
+import (or a session that was never imported) become new lines after those, in log order,
+chained by ``parentUuid`` so Claude Code's resume follows them: messages, compact boundaries
+with their summary, and micro-compactions. Events Claude Code has no line for (snips, reverts,
+served contexts, ...) are not exported; the store keeps them.
+
+``write_claude_code`` lays out a project folder as Claude Code does: ``<sessionId>.jsonl``,
+sub-agents under ``<sessionId>/subagents/agent-<id>.jsonl`` (with their ``.meta.json`` when one
+was imported) and spilled tool outputs under ``<sessionId>/tool-results/``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._api_context import COMPACT_SUMMARY_PREFIX
+from .._errors import ValidationError
+from .._store import RecordedEvent, SessionStore
+
+__all__ = ["ExportedFile", "export_claude_code", "write_claude_code"]
+
+_NAMESPACE = uuid.UUID("9d6f1a52-3c7e-5b8a-8f40-1e2d3c4b5a69")
+#: Event types that are the source lines themselves.
+_LINE_TYPES = frozenset({"imported_entry", "opaque_entry"})
+#: Envelope keys carried over from the last imported line to lines written after it.
+_ENVELOPE_KEYS = ("userType", "cwd", "version", "gitBranch")
+
+
+def _dump(entry: object) -> str:
+    # What Claude Code writes (JSON.stringify): compact, non-ASCII kept, key order kept.
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class _Context:
+    session_id: str  # Claude Code's sessionId (a sub-agent carries its parent's)
+    sidechain: bool
+    model: str | None
+    envelope: dict[str, Any]
+    previous_uuid: str | None
+
+
+def _started(events: list[RecordedEvent]) -> dict[str, Any]:
+    first = events[0] if events else None
+    return first.payload_dict() if first is not None and first.type == "session_started" else {}
+
+
+def _source_lines(events: list[RecordedEvent]) -> tuple[dict[int, str], set[str], _Context | None]:
+    """Imported lines by number, the events they cover, and the envelope of the last one."""
+    covered: set[str] = set()
+    contents: dict[str, Any] = {}
+    for recorded in events:
+        if recorded.type in _LINE_TYPES:
+            covered.add(recorded.event_id)
+            if recorded.type == "imported_entry":
+                covered.update(recorded.payload_dict()["events"])
+        elif recorded.type == "message_appended":
+            contents[recorded.event_id] = recorded.payload
+    numbered: dict[int, str] = {}
+    last: dict[str, Any] | None = None
+    for recorded in events:
+        if recorded.type not in _LINE_TYPES:
+            continue
+        payload = recorded.payload_dict()
+        entry = payload["entry"]
+        if payload.get("content_moved"):
+            held = next((contents[i] for i in payload["events"] if i in contents), None)
+            if held is not None:
+                entry["message"]["content"] = json.loads(held)["content"]
+        numbered[int(payload["line"])] = _dump(entry)
+        if isinstance(entry.get("uuid"), str):
+            last = entry
+    context = None
+    if last is not None:
+        context = _Context(
+            str(last.get("sessionId", "")),
+            last.get("isSidechain") is True,
+            None,
+            {k: last[k] for k in _ENVELOPE_KEYS if k in last},
+            str(last["uuid"]),
+        )
+    return numbered, covered, context
+
+
+def _line_uuid(event_id: str, part: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"{event_id}\n{part}"))
+
+
+def _envelope(ctx: _Context, parent: str | None, timestamp: str, key: str) -> dict[str, Any]:
+    return {
+        "parentUuid": parent,
+        "isSidechain": ctx.sidechain,
+        **ctx.envelope,
+        "sessionId": ctx.session_id,
+        "timestamp": timestamp,
+        "uuid": key,
+    }
+
+
+def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) -> Iterator[str]:
+    """Lines for events that came from no source line (appended after an import, or native)."""
+    usage = {
+        p.get("api_message_id"): p
+        for r in events
+        if r.type == "usage_recorded" and r.event_id not in covered
+        for p in [r.payload_dict()]
+    }
+    for recorded in events:
+        if recorded.event_id in covered:
+            continue
+        payload = recorded.payload_dict()
+        moment = recorded.created_at.isoformat()
+        if recorded.type == "message_appended":
+            key = str(payload["message_uuid"])
+            line = _envelope(
+                ctx, payload.get("parent_uuid") or ctx.previous_uuid, payload.get("timestamp") or moment, key
+            )
+            line["type"] = payload["role"]
+            if payload.get("is_meta"):
+                line["isMeta"] = True
+            content = payload["content"]
+            if payload["role"] == "user":
+                line["message"] = {"role": "user", "content": content}
+            else:
+                api_id = payload.get("api_message_id") or f"msg_{key}"
+                reported = usage.get(api_id, {})
+                line["message"] = {
+                    "model": reported.get("model") or ctx.model or "unknown",
+                    "id": api_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "content": content if isinstance(content, list) else [{"type": "text", "text": content}],
+                    "stop_reason": payload.get("stop_reason"),
+                    "stop_sequence": None,
+                    "usage": {
+                        k: int(reported.get(k) or 0)
+                        for k in (
+                            "input_tokens",
+                            "cache_creation_input_tokens",
+                            "cache_read_input_tokens",
+                            "output_tokens",
+                        )
+                    },
+                }
+            ctx.previous_uuid = key
+            yield _dump(line)
+        elif recorded.type == "compact_boundary":
+            boundary = _line_uuid(recorded.event_id, "boundary")
+            line = _envelope(ctx, None, moment, boundary)
+            line = {
+                "parentUuid": None,
+                "logicalParentUuid": payload.get("last_pre_compact_uuid") or ctx.previous_uuid,
+                **{k: v for k, v in line.items() if k != "parentUuid"},
+                "type": "system",
+                "subtype": "compact_boundary",
+                "content": "Conversation compacted",
+                "isMeta": False,
+                "level": "info",
+                "compactMetadata": {
+                    "trigger": payload["trigger"] if payload["trigger"] in ("auto", "manual") else "auto",
+                    "preTokens": payload.get("pre_compact_tokens", 0),
+                },
+            }
+            yield _dump(line)
+            summary_key = _line_uuid(recorded.event_id, "summary")
+            summary = _envelope(ctx, boundary, moment, summary_key)
+            summary["type"] = "user"
+            # Claude Code sends this line's text as the first message; ours opens with the prefix.
+            summary["message"] = {"role": "user", "content": COMPACT_SUMMARY_PREFIX + payload["summary"]}
+            summary["isCompactSummary"] = True
+            summary["isVisibleInTranscriptOnly"] = True
+            ctx.previous_uuid = summary_key
+            yield _dump(summary)
+        elif recorded.type == "microcompact_applied":
+            key = _line_uuid(recorded.event_id, "microcompact")
+            line = _envelope(ctx, ctx.previous_uuid, moment, key)
+            line.update(
+                {
+                    "type": "system",
+                    "subtype": "microcompact_boundary",
+                    "content": "Context microcompacted",
+                    "isMeta": False,
+                    "level": "info",
+                    "microcompactMetadata": {
+                        "trigger": "manual" if payload["trigger"] == "manual" else "auto",
+                        "tokensSaved": payload.get("tokens_freed", 0),
+                        "compactedToolIds": payload["cleared_tool_use_ids"],
+                        "clearedAttachmentUUIDs": [],
+                    },
+                }
+            )
+            ctx.previous_uuid = key
+            yield _dump(line)
+
+
+def export_claude_code(store: SessionStore, session_id: str) -> list[str]:
+    """The session as Claude Code JSONL lines, without newlines.
+
+    An imported session's lines come back at their original line numbers; a number with no
+    line (a blank line, or one skipped as bad) is an empty string, so a re-import keeps every
+    line's number. Lines for events appended since follow.
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    events = store.read(session_id)
+    started = _started(events)
+    metadata = started.get("metadata") or {}
+    numbered, covered, ctx = _source_lines(events)
+    covered.update(r.event_id for r in events[:1] if r.type == "session_started")
+    if ctx is None:
+        ctx = _Context(
+            str(metadata.get("session_id") or session_id),
+            started.get("query_source") in ("subagent", "compact"),
+            None,
+            {"userType": "external"},
+            None,
+        )
+    ctx.model = started.get("model")
+    lines = [numbered.get(n, "") for n in range(1, max(numbered, default=0) + 1)]
+    lines.extend(_synthesized(events, covered, ctx))
+    return lines
+
+
+@dataclass(frozen=True)
+class ExportedFile:
+    """A file ``write_claude_code`` wrote, and the session it holds (None: a sidecar)."""
+
+    path: Path
+    session_id: str | None
+    lines: int
+
+
+def _children(store: SessionStore, session_id: str) -> list[str]:
+    seen: list[str] = []
+    for recorded in store.read(session_id):
+        if recorded.type == "subagent_started":
+            child = str(recorded.payload_dict()["child_session_id"])
+            if child not in seen:
+                seen.append(child)
+    return seen
+
+
+def _plan(store: SessionStore, session_id: str, directory: Path) -> list[tuple[Path, str | None, bytes]]:
+    events = store.read(session_id)
+    metadata = _started(events).get("metadata") or {}
+    cc_session = str(metadata.get("session_id") or session_id)
+    companion = directory / cc_session
+    files: list[tuple[Path, str | None, bytes]] = []
+    queue = [(session_id, directory / f"{cc_session}.jsonl")]
+    done: set[str] = set()
+    while queue:
+        current, path = queue.pop(0)
+        if current in done:
+            continue
+        done.add(current)
+        lines = export_claude_code(store, current)
+        files.append((path, current, ("\n".join(lines) + "\n").encode() if lines else b""))
+        current_events = store.read(current)
+        child_meta = _started(current_events).get("metadata") or {}
+        if current != session_id and isinstance(child_meta.get("meta"), dict):
+            meta_path = path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
+            files.append((meta_path, None, _dump(child_meta["meta"]).encode()))
+        for recorded in current_events:
+            if recorded.type == "tool_result_persisted":
+                persisted = recorded.payload_dict()
+                if persisted.get("blob_sha256"):
+                    name = Path(str(persisted.get("location") or "").replace("\\", "/")).name
+                    name = name or f"{persisted['tool_use_id']}.txt"
+                    blob = store.get_blob(str(persisted["blob_sha256"]))
+                    files.append((companion / "tool-results" / name, None, blob))
+        for child in _children(store, current):
+            child_metadata = _started(store.read(child, 1, 1)).get("metadata") or {}
+            agent_id = str(child_metadata.get("agent_id") or child)
+            # Claude Code keeps nested sub-agents flat, beside the others.
+            queue.append((child, companion / "subagents" / f"agent-{agent_id}.jsonl"))
+    return files
+
+
+def write_claude_code(
+    store: SessionStore, session_id: str, directory: str | Path, *, overwrite: bool = False
+) -> list[ExportedFile]:
+    """Write the session (and its sub-agents and spilled tool outputs) into a project folder.
+
+    Give Claude Code's project folder (``~/.claude/projects/<encoded cwd>``) to make the
+    session resumable there with ``claude --resume <sessionId>``.
+
+    Raises:
+        ValidationError: a file to write exists and ``overwrite`` is False (nothing is written).
+        SessionNotFoundError: no such session.
+    """
+    files = _plan(store, session_id, Path(directory))
+    if not overwrite:
+        existing = [str(path) for path, _, _ in files if path.exists()]
+        if existing:
+            msg = f"would overwrite {', '.join(existing)}: pass overwrite=True (--force)"
+            raise ValidationError(msg, field="directory")
+    written: list[ExportedFile] = []
+    for path, held, data in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        written.append(ExportedFile(path, held, data.count(b"\n") if held else 0))
+    return written

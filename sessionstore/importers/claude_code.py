@@ -1,0 +1,1040 @@
+"""Import Claude Code session transcripts (JSONL) as sessions, keeping every line.
+
+The format is described, descriptively, in ``shared/corpus/claude-code/FORMAT.md``; the
+mapping and its reasons are in ``docs/import-export.md``. In short:
+
+* One main transcript becomes one session whose id is Claude Code's ``sessionId`` (when it
+  fits ``check_session_id``); each sub-agent file (flat ``agent-*.jsonl`` beside it, or under
+  ``<sessionId>/subagents/``) becomes a child session linked to the tool call that spawned it.
+* ``user``/``assistant`` lines become ``MessageAppended`` with their uuids; each API response's
+  usage becomes one ``UsageRecorded``; ``compact_boundary`` + its ``isCompactSummary`` line
+  become a ``CompactBoundary``; ``microcompact_boundary`` a ``MicrocompactApplied``;
+  ``<persisted-output>`` stubs a ``ToolResultPersisted``; file-history lines a
+  ``FileHistoryRecorded``. The rest of each such line is kept in an ``ImportedEntry``; every
+  other line is kept whole in an ``OpaqueEntry``. Nothing is dropped.
+* Events follow the ``parentUuid`` graph, not file order. Event ids are derived from (session,
+  line, part), so importing the same file again writes nothing, and a file that grew (Claude
+  Code appends on resume) adds only its new lines.
+* Every file is read and converted before anything is written: a malformed line fails the whole
+  import, naming the file and line, unless ``skip_bad_lines`` is set (each skip is reported).
+  Each session is then written in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from .._context_events import CompactBoundary, MicrocompactApplied, ToolResultPersisted
+from .._errors import SessionNotFoundError, ValidationError
+from .._events import Event, MessageAppended, QuerySource, SessionStarted, SubagentStarted, UsageRecorded
+from .._source_events import FileHistoryRecorded, ImportedEntry, OpaqueEntry
+from .._store import SessionStore, check_session_id
+
+__all__ = [
+    "SOURCE",
+    "SUMMARIZER",
+    "ImportReport",
+    "ImportedSession",
+    "ProgressCallback",
+    "SkippedLine",
+    "derived_event_id",
+    "import_claude_code",
+]
+
+#: ``source`` of the events this importer writes, and of the sessions' metadata.
+SOURCE = "claude-code"
+#: ``CompactBoundary.summarizer`` of a compaction Claude Code made.
+SUMMARIZER = "claude-code"
+#: Namespace of the uuid5 event ids: (session, line, part) always gives the same id.
+_NAMESPACE = uuid.UUID("4b1f0c9e-6d0a-5c3e-9a57-2f1c7c0de1a5")
+#: ``progress(done, total)``: units are transcript lines, read once and written once.
+ProgressCallback = Callable[[int, int], None]
+
+_AGENT_NAME = re.compile(r"(?:^|[_-])agent-(.+)\.jsonl$")
+_AGENT_TAIL = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
+_PERSISTED_PATH = re.compile(r"saved to:?\s*<?([^\s<>]+)")
+_MESSAGE_TYPES = frozenset({"user", "assistant"})
+_SYNTHETIC_MODEL = "<synthetic>"
+
+
+def derived_event_id(session_id: str, line: int, part: str) -> uuid.UUID:
+    """The event id the importer gives ``part`` of ``line`` in ``session_id`` (line 0: the session)."""
+    return uuid.uuid5(_NAMESPACE, f"{SOURCE}\n{session_id}\n{line}\n{part}")
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """A line that was skipped (``skip_bad_lines``) or kept opaque because it could not be modelled."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ImportedSession:
+    """What one transcript file became.
+
+    Attributes:
+        lines: non-blank lines read. Every one of them is in the log (``entries``) unless it
+            was skipped as bad.
+        entries: lines stored (``ImportedEntry`` + ``OpaqueEntry`` events).
+        messages: ``MessageAppended`` events (one per ``user``/``assistant`` line).
+        opaque: lines kept as ``OpaqueEntry``.
+        events: events the file converts to (the session's whole import).
+        written: events written by this import (0 when it was imported before).
+    """
+
+    session_id: str
+    path: str
+    parent_session_id: str | None
+    parent_tool_use_id: str | None
+    lines: int
+    entries: int
+    messages: int
+    opaque: int
+    events: int
+    written: int
+    created: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """The outcome of one import: every session touched, and every line skipped."""
+
+    sessions: tuple[ImportedSession, ...]
+    skipped: tuple[SkippedLine, ...] = ()
+
+    @property
+    def written(self) -> int:
+        """Events written in total (0 for a repeated import)."""
+        return sum(s.written for s in self.sessions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict."""
+        return {
+            "sessions": [s.to_dict() for s in self.sessions],
+            "skipped": [b.__dict__ for b in self.skipped],
+            "written": self.written,
+        }
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+class _BadLineError(Exception):
+    """A line that cannot be read or modelled (the message says why)."""
+
+
+@dataclass
+class _Line:
+    number: int
+    entry: dict[str, Any]
+
+
+@dataclass
+class _File:
+    path: Path
+    lines: list[_Line]
+    session_id: str | None  # Claude Code's sessionId
+    agent_id: str | None
+    is_agent: bool
+    meta: dict[str, Any] | None
+    optional: bool  # a flat sibling found beside a main file: kept only if it belongs to it
+
+
+def _check_entry(entry: object) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise _BadLineError(f"not a JSON object but {type(entry).__name__}")
+    if not isinstance(entry.get("type"), str):
+        raise _BadLineError("has no string 'type'")
+    for key in ("uuid", "parentUuid", "logicalParentUuid", "sessionId", "agentId"):
+        value = entry.get(key)
+        if value is not None and not isinstance(value, str):
+            raise _BadLineError(f"'{key}' must be a string or null, not {type(value).__name__}")
+    return entry
+
+
+def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Line]:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        msg = f"{path}: cannot read: {e.strerror or e}"
+        raise ValidationError(msg, field="path") from e
+    lines: list[_Line] = []
+    # Split on "\n" only: JSON strings never hold a raw newline, and a missing final newline
+    # (Entire's copies) is fine.
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            entry = _check_entry(json.loads(raw.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError, _BadLineError) as e:
+            reason = _reason(e)
+            if not skip:
+                msg = (
+                    f"{path}:{number}: malformed line: {reason} (nothing imported; --skip-bad-lines skips it)"
+                )
+                raise ValidationError(msg, field="line", index=number) from None
+            skipped.append(SkippedLine(str(path), number, reason))
+            continue
+        lines.append(_Line(number, entry))
+    return lines
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"invalid JSON: {error.msg} at column {error.colno}"
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8: {error.reason} at byte {error.start}"
+    return str(error)
+
+
+def _read_file(path: Path, skip: bool, skipped: list[SkippedLine], *, optional: bool = False) -> _File:
+    lines = _read_lines(path, skip, skipped)
+    session_id = next((ln.entry["sessionId"] for ln in lines if ln.entry.get("sessionId")), None)
+    agent_id = next((ln.entry["agentId"] for ln in lines if ln.entry.get("agentId")), None)
+    threaded = [ln.entry for ln in lines if isinstance(ln.entry.get("uuid"), str)]
+    # A sub-agent transcript: every threaded line is a sidechain (the name is a hint only,
+    # since copies are often renamed).
+    sidechain = bool(threaded) and all(e.get("isSidechain") is True for e in threaded)
+    named = _AGENT_NAME.search(path.name)
+    is_agent = sidechain or (not threaded and named is not None)
+    if is_agent and agent_id is None and named is not None:
+        agent_id = named.group(1)
+    meta = None
+    meta_path = path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
+    if is_agent and meta_path.is_file():
+        try:
+            loaded = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            msg = f"{meta_path}: unreadable sub-agent manifest: {e}"
+            raise ValidationError(msg, field="path") from e
+        meta = loaded if isinstance(loaded, dict) else None
+    return _File(path, lines, session_id, agent_id, is_agent, meta, optional)
+
+
+def _discover(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """(file, optional) for every transcript named by ``paths``: files, or project folders."""
+    found: dict[Path, bool] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*/subagents/**/agent-*.jsonl"))
+            if not files:
+                msg = f"{path}: no Claude Code transcripts (*.jsonl) in this folder"
+                raise ValidationError(msg, field="path")
+            for file in files:
+                found[file] = False
+        elif path.is_file():
+            found[path] = False
+            if not _AGENT_NAME.search(path.name):
+                # Its sub-agents: the companion folder (2.1+) and, in the legacy flat layout, the
+                # agent-*.jsonl siblings that carry the same sessionId (checked after reading).
+                for file in sorted((path.parent / path.stem / "subagents").glob("**/agent-*.jsonl")):
+                    found.setdefault(file, False)
+                for file in sorted(path.parent.glob("agent-*.jsonl")):
+                    found.setdefault(file, True)
+        else:
+            msg = f"{path}: no such file or folder"
+            raise ValidationError(msg, field="path")
+    unique: dict[Path, tuple[Path, bool]] = {}
+    for file, optional in found.items():
+        key = file.resolve()
+        if key in unique:
+            optional = optional and unique[key][1]
+            file = unique[key][0]
+        unique[key] = (file, optional)
+    return list(unique.values())
+
+
+# --- ordering ------------------------------------------------------------------------------
+
+
+def _dag_order(lines: list[_Line]) -> list[_Line]:
+    """Lines in ``parentUuid`` order: every parent before its children, file order otherwise.
+
+    Kahn's algorithm with the file position as priority: where the file already lists parents
+    first (the usual case) the order is exactly the file's. A ``compact_boundary`` (parent null)
+    hangs off its ``logicalParentUuid``. Lines without a uuid, roots and lines whose parent is
+    not in the file are ready at once; a cycle (only a corrupt file has one) is broken at its
+    earliest line.
+    """
+    position: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        key = line.entry.get("uuid")
+        if isinstance(key, str):
+            position.setdefault(key, i)
+    children: dict[int, list[int]] = {}
+    ready: list[int] = []
+    waiting: set[int] = set()
+    for i, line in enumerate(lines):
+        parent = line.entry.get("parentUuid") or line.entry.get("logicalParentUuid")
+        at = position.get(parent) if isinstance(parent, str) else None
+        if at is None or at == i:
+            ready.append(i)
+        else:
+            children.setdefault(at, []).append(i)
+            waiting.add(i)
+    heapq.heapify(ready)
+    order: list[_Line] = []
+    emitted: set[int] = set()
+    while ready or waiting:
+        if not ready:
+            cycle_start = min(waiting)
+            heapq.heappush(ready, cycle_start)
+        i = heapq.heappop(ready)
+        if i in emitted:
+            continue
+        emitted.add(i)
+        waiting.discard(i)
+        order.append(lines[i])
+        for child in children.get(i, ()):
+            if child not in emitted:
+                heapq.heappush(ready, child)
+    return order
+
+
+# --- conversion ----------------------------------------------------------------------------
+
+
+def _count_text(store: SessionStore) -> Callable[[str], int]:
+    counter = getattr(store, "token_counter", None)
+    count = getattr(counter, "count_text", None)
+    if callable(count):
+        return lambda text: int(count(text))
+    # No tokenizer configured: the usual 4-characters-per-token rule of thumb.
+    return lambda text: (len(text) + 3) // 4
+
+
+def _text_of(content: object) -> str:
+    """The text of a message or tool_result content (text blocks joined by newlines)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None  # the line keeps the original text; the event just has no time
+
+
+def _nonneg(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _usage_event(event_id: uuid.UUID, api_id: str, model: str | None, usage: dict[str, Any]) -> UsageRecorded:
+    return UsageRecorded(
+        event_id=event_id,
+        input_tokens=_nonneg(usage.get("input_tokens")),
+        output_tokens=_nonneg(usage.get("output_tokens")),
+        cache_creation_input_tokens=_nonneg(usage.get("cache_creation_input_tokens")),
+        cache_read_input_tokens=_nonneg(usage.get("cache_read_input_tokens")),
+        api_message_id=api_id,
+        model=model,
+    )
+
+
+@dataclass
+class _Link:
+    """A sub-agent's place in its parent: which session, which tool call, after which line."""
+
+    parent: _Plan
+    tool_use_id: str | None
+    agent_type: str | None
+    after_line: int | None
+
+
+@dataclass
+class _Plan:
+    """One session to write: its id, lineage and every event of the file, in order."""
+
+    file: _File
+    session_id: str
+    parent_session_id: str | None = None
+    parent_tool_use_id: str | None = None
+    query_source: QuerySource = "main"
+    #: A session already in the store that only gains SubagentStarted events (its file is not here).
+    stored: bool = False
+    events: list[Event] = field(default_factory=list)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    #: SubagentStarted events to place after a line (None: at the end).
+    subagents: dict[int | None, list[SubagentStarted]] = field(default_factory=dict)
+    entries: int = 0
+    messages: int = 0
+    opaque: int = 0
+    # Indexes of the file, built before conversion.
+    tool_uses: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    agent_results: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def _index_file(plan: _Plan) -> None:
+    """Where each tool call is, and which tool result names which sub-agent."""
+    for line in plan.file.lines:
+        entry = line.entry
+        message = entry.get("message")
+        if entry.get("type") not in _MESSAGE_TYPES or not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                plan.tool_uses.setdefault(block["id"], (line.number, block))
+            elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                result = entry.get("toolUseResult")
+                agent = result.get("agentId") if isinstance(result, dict) else None
+                if not isinstance(agent, str):
+                    tail = _AGENT_TAIL.search(_text_of(block.get("content")))
+                    agent = tail.group(1) if tail else None
+                if agent:
+                    plan.agent_results.setdefault(agent, (block["tool_use_id"], line.number))
+
+
+class _Converter:
+    """Turns one file's lines into events (``convert``), in ``parentUuid`` order."""
+
+    def __init__(self, plan: _Plan, count_text: Callable[[str], int], skip: bool, skipped: list[SkippedLine]):
+        self.plan = plan
+        self.sid = plan.session_id
+        self.count_text = count_text
+        self.skip = skip
+        self.skipped = skipped
+        self.order = _dag_order(plan.file.lines)
+        self.tool_names: dict[str, str] = {}
+        self.result_texts: dict[str, str] = {}
+        self.usage: dict[str, tuple[int, str | None, dict[str, Any]]] = {}
+        self.summaries: dict[str, _Line] = {}
+        self.summary_uuids: set[str] = set()
+        self._prepare()
+
+    def _prepare(self) -> None:
+        boundaries = {
+            ln.entry["uuid"]
+            for ln in self.order
+            if ln.entry.get("subtype") == "compact_boundary" and isinstance(ln.entry.get("uuid"), str)
+        }
+        best: dict[str, int] = {}
+        for line in self.order:
+            entry = line.entry
+            parent = entry.get("parentUuid")
+            if (
+                entry.get("isCompactSummary") is True
+                and isinstance(parent, str)
+                and parent in boundaries
+                and parent not in self.summaries
+            ):
+                self.summaries[parent] = line
+                if isinstance(entry.get("uuid"), str):
+                    self.summary_uuids.add(entry["uuid"])
+            message = entry.get("message")
+            if entry.get("type") != "assistant" or not isinstance(message, dict):
+                continue
+            api_id, usage, model = message.get("id"), message.get("usage"), message.get("model")
+            if not isinstance(api_id, str) or not isinstance(usage, dict) or model == _SYNTHETIC_MODEL:
+                continue
+            # One usage per API response: the line with the most output tokens holds the final
+            # count (earlier chunks carry the streaming placeholder). It is anchored after the
+            # response's first chunk, so results written between its chunks count as new context.
+            output = _nonneg(usage.get("output_tokens"))
+            if api_id not in self.usage:
+                self.usage[api_id] = (line.number, model if isinstance(model, str) else None, usage)
+                best[api_id] = output
+            elif output > best[api_id]:
+                first, _, _ = self.usage[api_id]
+                self.usage[api_id] = (first, model if isinstance(model, str) else None, usage)
+                best[api_id] = output
+
+    def eid(self, line: int, part: str) -> uuid.UUID:
+        return derived_event_id(self.sid, line, part)
+
+    def convert(self) -> list[Event]:
+        events: list[Event] = []
+        for line in self.order:
+            try:
+                events.extend(self._line(line))
+            except (_BadLineError, pydantic.ValidationError) as e:
+                reason = f"cannot be modelled: {_model_error(e)}"
+                if not self.skip:
+                    msg = (
+                        f"{self.plan.file.path}:{line.number}: malformed {_entry_type(line.entry)!r} "
+                        f"line: {reason} (nothing was imported; --skip-bad-lines keeps it opaque)"
+                    )
+                    raise ValidationError(msg, field="line", index=line.number) from None
+                self.skipped.append(
+                    SkippedLine(str(self.plan.file.path), line.number, reason + "; kept opaque")
+                )
+                events.append(self._opaque(line))
+        events.extend(self.plan.subagents.get(None, ()))
+        return events
+
+    def _opaque(self, line: _Line) -> OpaqueEntry:
+        self.plan.entries += 1
+        self.plan.opaque += 1
+        return OpaqueEntry(
+            event_id=self.eid(line.number, "entry"),
+            source=SOURCE,
+            entry_type=_entry_type(line.entry),
+            line=line.number,
+            entry=line.entry,
+        )
+
+    def _imported(
+        self, line: _Line, entry: dict[str, Any], derived: list[Event], moved: bool
+    ) -> ImportedEntry:
+        self.plan.entries += 1
+        return ImportedEntry(
+            event_id=self.eid(line.number, "entry"),
+            source=SOURCE,
+            entry_type=_entry_type(line.entry),
+            line=line.number,
+            entry=entry,
+            events=[str(e.event_id) for e in derived],
+            content_moved=moved,
+        )
+
+    def _line(self, line: _Line) -> list[Event]:
+        entry = line.entry
+        kind, subtype = entry["type"], entry.get("subtype")
+        message = entry.get("message")
+        derived: list[Event]
+        if kind in _MESSAGE_TYPES and isinstance(message, dict) and "content" in message:
+            derived = self._message(line, message)
+            moved = {**entry, "message": {**message, "content": None}}
+            return [self._imported(line, moved, derived, True), *derived]
+        if kind == "system" and subtype == "compact_boundary":
+            derived = [self._compact(line)]
+        elif kind == "system" and subtype == "microcompact_boundary":
+            derived = [self._microcompact(line)]
+        elif kind in ("file-history-snapshot", "file-history-delta"):
+            derived = [self._file_history(line)]
+        else:
+            return [self._opaque(line)]
+        return [self._imported(line, entry, derived, False), *derived]
+
+    def _message(self, line: _Line, message: dict[str, Any]) -> list[Event]:
+        entry = line.entry
+        content = message["content"]
+        if not isinstance(content, str | list):
+            raise _BadLineError(f"message.content must be a string or a list, not {type(content).__name__}")
+        role: Literal["user", "assistant"] = "assistant" if entry["type"] == "assistant" else "user"
+        api_id = message.get("id") if role == "assistant" and isinstance(message.get("id"), str) else None
+        key = entry.get("uuid")
+        # sessionstore's is_meta means "not sent". Claude Code's isMeta lines (skill bodies,
+        # command caveats) *are* sent, so they stay False. Two kinds are not sent as messages:
+        # the compaction summary (its CompactBoundary carries the text into the request) and
+        # a failed call's synthetic error reply.
+        hidden = key in self.summary_uuids or (role == "assistant" and entry.get("isApiErrorMessage") is True)
+        stop = message.get("stop_reason")
+        appended = MessageAppended(
+            event_id=self.eid(line.number, "message"),
+            message_uuid=key if isinstance(key, str) else str(self.eid(line.number, "uuid")),
+            parent_uuid=entry.get("parentUuid"),
+            role=role,
+            content=content,
+            api_message_id=api_id,
+            is_meta=hidden,
+            # A sub-agent's lines are sidechains of the parent; in their own session they are
+            # its main thread (the original flag stays in the ImportedEntry).
+            is_sidechain=False,
+            stop_reason=stop if isinstance(stop, str) else None,
+            timestamp=_timestamp(entry.get("timestamp")),
+        )
+        self.plan.messages += 1
+        derived: list[Event] = [appended]
+        if api_id is not None and api_id in self.usage and self.usage[api_id][0] == line.number:
+            _, model, usage = self.usage[api_id]
+            derived.append(_usage_event(self.eid(line.number, "usage"), api_id, model, usage))
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                    self.tool_names[block["id"]] = str(block.get("name", ""))
+                elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                    self.result_texts[block["tool_use_id"]] = _text_of(block.get("content"))
+                    persisted = self._persisted(line, block)
+                    if persisted is not None:
+                        derived.append(persisted)
+        derived.extend(self.plan.subagents.get(line.number, ()))
+        return derived
+
+    def _persisted(self, line: _Line, block: dict[str, Any]) -> ToolResultPersisted | None:
+        """A ``<persisted-output>`` stub: Claude Code spilled the result to ``tool-results/``.
+
+        The message keeps the stub (what the model saw); the event records where the full
+        output went and, when the sidecar file is beside the transcript, its bytes as a blob.
+        """
+        content = block.get("content")
+        if not isinstance(content, str) or not content.lstrip().startswith("<persisted-output>"):
+            return None
+        tool_use_id = str(block["tool_use_id"])
+        result = line.entry.get("toolUseResult")
+        recorded = result.get("persistedOutputPath") if isinstance(result, dict) else None
+        found = _PERSISTED_PATH.search(content)
+        location = recorded if isinstance(recorded, str) else (found.group(1) if found else "")
+        data = self._sidecar(tool_use_id, [p for p in (recorded, location) if isinstance(p, str) and p])
+        sha256 = ""
+        original = len(content)
+        if data is not None:
+            sha256 = hashlib.sha256(data).hexdigest()
+            self.plan.blobs[sha256] = data
+            original = len(data.decode("utf-8", errors="replace"))
+        elif isinstance(result, dict) and _nonneg(result.get("persistedOutputSize")):
+            original = _nonneg(result.get("persistedOutputSize"))
+        return ToolResultPersisted(
+            event_id=self.eid(line.number, f"persisted:{tool_use_id}"),
+            tool_use_id=tool_use_id,
+            tool_name=self.tool_names.get(tool_use_id),
+            blob_sha256=sha256,
+            original_chars=original,
+            preview=content,
+            reason="size",
+            location=location,
+            # The stub is already what the message holds: replacing it by itself frees nothing.
+            tokens_freed=0,
+        )
+
+    def _sidecar(self, tool_use_id: str, paths: list[str]) -> bytes | None:
+        """The spilled output: ``<sessionId>/tool-results/<name>`` beside the main transcript."""
+        file = self.plan.file
+        names = [Path(p.replace("\\", "/")).name for p in paths] + [
+            f"{tool_use_id}.txt",
+            f"{tool_use_id}.json",
+        ]
+        folders = []
+        if file.session_id:
+            base = file.path.parent
+            if file.is_agent and base.name == "subagents":
+                base = base.parent.parent  # <sessionId>/subagents/agent-x.jsonl
+            folders.append(base / file.session_id / "tool-results")
+        for folder in folders:
+            for name in names:
+                candidate = folder / name
+                if name and candidate.is_file():
+                    return candidate.read_bytes()
+        return None
+
+    def _compact(self, line: _Line) -> CompactBoundary:
+        entry = line.entry
+        metadata = entry.get("compactMetadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        summary_line = self.summaries.get(str(entry.get("uuid")))
+        summary = ""
+        if summary_line is not None:
+            summary = _text_of((summary_line.entry.get("message") or {}).get("content"))
+        trigger = metadata.get("trigger")
+        logical = entry.get("logicalParentUuid")
+        return CompactBoundary(
+            event_id=self.eid(line.number, "compact"),
+            trigger=trigger if trigger in ("auto", "manual") else "auto",
+            strategy="llm",
+            summarizer=SUMMARIZER,
+            summary=summary,
+            last_pre_compact_uuid=logical if isinstance(logical, str) else None,
+            pre_compact_tokens=_nonneg(metadata.get("preTokens")),
+            post_compact_raw_tokens=self.count_text(summary) if summary else 0,
+            post_compact_blocks=1 if summary.strip() else 0,
+        )
+
+    def _microcompact(self, line: _Line) -> MicrocompactApplied:
+        metadata = line.entry.get("microcompactMetadata")
+        if not isinstance(metadata, dict):
+            raise _BadLineError("microcompact_boundary without a 'microcompactMetadata' object")
+        ids = metadata.get("compactedToolIds")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise _BadLineError("'microcompactMetadata.compactedToolIds' must be a list of strings")
+        from .._api_context import CLEARED_PLACEHOLDER
+
+        placeholder = self.count_text(CLEARED_PLACEHOLDER)
+        freed = sum(
+            max(0, self.count_text(self.result_texts[i]) - placeholder) for i in ids if i in self.result_texts
+        )
+        return MicrocompactApplied(
+            event_id=self.eid(line.number, "microcompact"),
+            # Claude Code records "auto" for its threshold-driven clearing; ours knows "time"
+            # (automatic) and "manual". The original trigger stays in the ImportedEntry.
+            trigger="manual" if metadata.get("trigger") == "manual" else "time",
+            cleared_tool_use_ids=list(ids),
+            # Not recorded by Claude Code; 1 is the smallest the event allows.
+            keep_recent=1,
+            tokens_freed=freed,
+        )
+
+    def _file_history(self, line: _Line) -> FileHistoryRecorded:
+        entry = line.entry
+        trigger = entry.get("messageId")
+        trigger = trigger if isinstance(trigger, str) else None
+        if entry["type"] == "file-history-snapshot":
+            snapshot = entry.get("snapshot")
+            if not isinstance(snapshot, dict):
+                raise _BadLineError("file-history-snapshot without a 'snapshot' object")
+            tracked = snapshot.get("trackedFileBackups")
+            prompt = snapshot.get("messageId")
+            return FileHistoryRecorded(
+                event_id=self.eid(line.number, "file-history"),
+                kind="snapshot",
+                message_uuid=prompt if isinstance(prompt, str) else trigger,
+                trigger_uuid=trigger,
+                is_update=entry.get("isSnapshotUpdate") is True,
+                tracked_files=tracked if isinstance(tracked, dict) else {},
+                timestamp=_timestamp(snapshot.get("timestamp")),
+            )
+        path = entry.get("trackingPath")
+        prompt = entry.get("snapshotMessageId")
+        return FileHistoryRecorded(
+            event_id=self.eid(line.number, "file-history"),
+            kind="delta",
+            message_uuid=prompt if isinstance(prompt, str) else None,
+            trigger_uuid=trigger,
+            is_update=True,
+            tracked_files={path: entry.get("backup")} if isinstance(path, str) else {},
+            timestamp=_timestamp(entry.get("timestamp")),
+        )
+
+
+def _entry_type(entry: dict[str, Any]) -> str:
+    subtype = entry.get("subtype")
+    return f"{entry['type']}/{subtype}" if isinstance(subtype, str) else str(entry["type"])
+
+
+def _model_error(error: Exception) -> str:
+    if isinstance(error, pydantic.ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "entry"
+        return f"{where}: {first['msg']}"
+    return str(error)
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+def _main_session_id(file: _File) -> str:
+    for candidate in (file.session_id, file.path.stem):
+        if candidate:
+            try:
+                return check_session_id(candidate)
+            except ValidationError:
+                continue
+    # Only a sessionId outside our id rule (or none at all) gets a derived id.
+    return f"cc-{uuid.uuid5(_NAMESPACE, file.session_id or file.path.name)}"
+
+
+def _child_session_id(parent_id: str, agent_id: str) -> str:
+    candidate = f"{parent_id}.agent-{agent_id}"
+    try:
+        return check_session_id(candidate)
+    except ValidationError:
+        return f"cc-{uuid.uuid5(_NAMESPACE, candidate)}"
+
+
+def _model_of(file: _File) -> str | None:
+    """The latest real model of the file: what the session continues with."""
+    model = None
+    for line in file.lines:
+        message = line.entry.get("message")
+        if line.entry.get("type") == "assistant" and isinstance(message, dict):
+            value = message.get("model")
+            if isinstance(value, str) and value != _SYNTHETIC_MODEL:
+                model = value
+    return model
+
+
+def _started(plan: _Plan, link: _Link | None) -> SessionStarted:
+    file = plan.file
+    metadata: dict[str, Any] = {"source": SOURCE, "session_id": file.session_id}
+    if file.is_agent:
+        metadata["agent_id"] = file.agent_id
+        if file.meta is not None:
+            metadata["meta"] = file.meta
+    return SessionStarted(
+        event_id=derived_event_id(plan.session_id, 0, "session"),
+        model=_model_of(file),
+        query_source=plan.query_source,
+        parent_session_id=plan.parent_session_id,
+        parent_tool_use_id=link.tool_use_id if link else None,
+        metadata=metadata,
+    )
+
+
+def _link(agent: _Plan, main: _Plan, agents: dict[str, _Plan]) -> _Link:
+    """Find the tool call that spawned ``agent``: its manifest, else the tool result naming it."""
+    agent_id = agent.file.agent_id or ""
+    meta = agent.file.meta or {}
+    parent = main
+    parent_agent = meta.get("parentAgentId")
+    if isinstance(parent_agent, str) and parent_agent in agents:
+        parent = agents[parent_agent]  # nested sub-agents (2.1.172+) name their parent here
+    tool_use_id = meta.get("toolUseId") if isinstance(meta.get("toolUseId"), str) else None
+    after: int | None = None
+    if tool_use_id is None:
+        for candidate in (parent, main, *agents.values()):
+            if agent_id in candidate.agent_results:
+                parent = candidate
+                tool_use_id, after = candidate.agent_results[agent_id]
+                break
+    agent_type = meta.get("agentType") if isinstance(meta.get("agentType"), str) else None
+    if tool_use_id is not None and tool_use_id in parent.tool_uses:
+        # The link event goes right after the call that spawned the agent.
+        after, block = parent.tool_uses[tool_use_id]
+        spawn_input = block.get("input")
+        if isinstance(spawn_input, dict) and isinstance(spawn_input.get("subagent_type"), str):
+            agent_type = spawn_input["subagent_type"]
+    return _Link(parent, tool_use_id, agent_type, after)
+
+
+def _plans(
+    files: list[_File],
+    store: SessionStore,
+    count_text: Callable[[str], int],
+    skip: bool,
+    skipped: list[SkippedLine],
+) -> list[_Plan]:
+    """Every session to write, parents before children, each with all its events."""
+    mains: dict[str, _Plan] = {}
+    for file in files:
+        if file.is_agent:
+            continue
+        plan = _Plan(file, _main_session_id(file))
+        key = file.session_id or plan.session_id
+        if key in mains:
+            msg = (
+                f"{file.path} and {mains[key].file.path} are both main transcripts of session {key}: "
+                "import them separately"
+            )
+            raise ValidationError(msg, field="path")
+        _index_file(plan)
+        mains[key] = plan
+    groups: dict[str, tuple[_Plan, dict[str, _Plan]]] = {}
+    for file in files:
+        if not file.is_agent:
+            continue
+        main = mains.get(file.session_id or "")
+        if main is None:
+            if file.optional:
+                continue  # a flat sibling that belongs to another session of the folder
+            main = _existing_parent(store, file, groups)
+        agents = groups.setdefault(main.session_id, (main, {}))[1]
+        agent_id = file.agent_id or file.path.stem
+        if agent_id in agents:
+            msg = f"{file.path}: sub-agent {agent_id} of session {main.session_id} appears twice"
+            raise ValidationError(msg, field="path")
+        plan = _Plan(file, _child_session_id(main.session_id, agent_id), main.session_id)
+        # The compaction agent re-emits the parent to summarize it (FORMAT.md 6.5): kept, as
+        # what it is, so it never counts as a sub-agent's work.
+        plan.query_source = "compact" if agent_id.startswith("acompact") else "subagent"
+        _index_file(plan)
+        agents[agent_id] = plan
+    ordered = list(mains.values())
+    links: dict[str, _Link] = {}
+    for main, agents in groups.values():
+        if main.stored:
+            ordered.append(main)
+        for plan in agents.values():
+            link = _link(plan, main, agents)
+            links[plan.session_id] = link
+            plan.parent_session_id = link.parent.session_id
+            plan.parent_tool_use_id = link.tool_use_id
+            started = SubagentStarted(
+                event_id=derived_event_id(
+                    link.parent.session_id, link.after_line or 0, f"subagent:{plan.session_id}"
+                ),
+                child_session_id=plan.session_id,
+                parent_tool_use_id=link.tool_use_id,
+                agent_type=link.agent_type,
+            )
+            link.parent.subagents.setdefault(link.after_line, []).append(started)
+        ordered.extend(_children_in_order(agents))
+    for plan in ordered:
+        if plan.stored:
+            plan.events = [started for group in plan.subagents.values() for started in group]
+        else:
+            body = _Converter(plan, count_text, skip, skipped).convert()
+            plan.events = [_started(plan, links.get(plan.session_id)), *body]
+    return ordered
+
+
+def _children_in_order(agents: dict[str, _Plan]) -> list[_Plan]:
+    """Sub-agents with nested ones after the agents they hang off."""
+    out: list[_Plan] = []
+    placed: set[str] = set()
+    remaining = dict(agents)
+    while remaining:
+        progressed = False
+        for agent_id, plan in list(remaining.items()):
+            parent_agent = (plan.file.meta or {}).get("parentAgentId")
+            if not isinstance(parent_agent, str) or parent_agent not in agents or parent_agent in placed:
+                out.append(plan)
+                placed.add(agent_id)
+                del remaining[agent_id]
+                progressed = True
+        if not progressed:  # a parentAgentId cycle (a corrupt manifest): take them as they come
+            out.extend(remaining.values())
+            break
+    return out
+
+
+def _existing_parent(
+    store: SessionStore, file: _File, groups: dict[str, tuple[_Plan, dict[str, _Plan]]]
+) -> _Plan:
+    """A sub-agent file imported without its main transcript: the main must be stored already."""
+    probe = _File(file.path, [], file.session_id, None, False, None, False)
+    session_id = _main_session_id(probe)
+    if session_id in groups:
+        return groups[session_id][0]
+    try:
+        store.get_session(session_id)
+    except SessionNotFoundError:
+        msg = (
+            f"{file.path}: sub-agent transcript of session {file.session_id}, which is neither in this "
+            "import nor in the store: import its main transcript with it"
+        )
+        raise ValidationError(msg, field="path") from None
+    # Its tool calls and results, for the link: the stored lines, as the exporter gives them back.
+    from ..exporters.claude_code import export_claude_code
+
+    lines = [
+        _Line(number, json.loads(text))
+        for number, text in enumerate(export_claude_code(store, session_id), start=1)
+        if text
+    ]
+    plan = _Plan(_File(file.path, lines, file.session_id, None, False, None, False), session_id, stored=True)
+    _index_file(plan)
+    return plan
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def _check_imported(store: SessionStore, plan: _Plan, first: Event | None) -> None:
+    """Refuse to add Claude Code events to a session that was not imported from Claude Code."""
+    metadata = first.metadata if isinstance(first, SessionStarted) else None
+    if metadata is None or metadata.get("source") != SOURCE:
+        msg = (
+            f"session {plan.session_id} already exists and was not imported from Claude Code: "
+            f"{plan.file.path} was not imported"
+        )
+        raise ValidationError(msg, field="session_id")
+
+
+def _write(store: SessionStore, plan: _Plan) -> tuple[int, bool]:
+    """Write one session's events in one transaction; returns (events written, created)."""
+    for sha256, data in plan.blobs.items():
+        ref = store.put_blob(data)
+        if ref.sha256 != sha256:  # pragma: no cover - both are SHA-256 of the same bytes
+            msg = f"blob hash mismatch for {plan.file.path}: {ref.sha256} != {sha256}"
+            raise ValidationError(msg, field="blob_sha256")
+    try:
+        store.get_session(plan.session_id)
+    except SessionNotFoundError:
+        if plan.stored:  # pragma: no cover - checked when planning
+            raise
+        metadata = {"source": SOURCE, "file": str(plan.file.path)}
+        store.create_session(
+            plan.session_id, metadata=metadata, parent_session_id=plan.parent_session_id, events=plan.events
+        )
+        return len(plan.events), True
+    stored = store.read(plan.session_id)
+    _check_imported(store, plan, stored[0].event if stored else None)
+    known = {recorded.event_id for recorded in stored}
+    # A transcript that grew since (Claude Code appends on resume) adds its new lines only.
+    new = [event for event in plan.events if str(event.event_id) not in known]
+    if new:
+        store.append(plan.session_id, new, stored[-1].seq if stored else 0)
+    return len(new), False
+
+
+def import_claude_code(
+    store: SessionStore,
+    paths: Sequence[str | Path],
+    *,
+    skip_bad_lines: bool = False,
+    progress: ProgressCallback | None = None,
+) -> ImportReport:
+    """Import Claude Code transcripts: files, or project folders (``~/.claude/projects/<dir>``).
+
+    A main transcript brings its sub-agents along (flat ``agent-*.jsonl`` siblings with the same
+    ``sessionId``, and ``<sessionId>/subagents/**/agent-*.jsonl``). Every file is read and
+    converted before anything is written; then each session is written in one transaction,
+    parents first. Importing the same files again writes nothing.
+
+    Args:
+        store: where the sessions go.
+        paths: transcript files and/or folders.
+        skip_bad_lines: skip lines that are not JSON objects (and keep lines that cannot be
+            modelled as opaque entries) instead of failing; each is reported in ``skipped``.
+        progress: called with (lines done, lines in total) as the import advances.
+
+    Returns:
+        What each file became, and every line skipped.
+
+    Raises:
+        ValidationError: a path does not exist, a line is malformed (naming file and line;
+            nothing is written), a sub-agent's main session is missing, or a session with the
+            same id exists that was not imported from Claude Code.
+    """
+    skipped: list[SkippedLine] = []
+    files = [
+        _read_file(path, skip_bad_lines, skipped, optional=optional) for path, optional in _discover(paths)
+    ]
+    total = 2 * sum(len(f.lines) for f in files)
+    done = sum(len(f.lines) for f in files)
+    if progress is not None:
+        progress(done, total)
+    plans = _plans(files, store, _count_text(store), skip_bad_lines, skipped)
+    imported: list[ImportedSession] = []
+    for plan in plans:
+        written, created = _write(store, plan)
+        read = 0 if plan.stored else len(plan.file.lines)  # a stored parent was not read from a file
+        done += read
+        if progress is not None:
+            progress(min(done, total), total)
+        imported.append(
+            ImportedSession(
+                session_id=plan.session_id,
+                path=str(plan.file.path),
+                parent_session_id=plan.parent_session_id,
+                parent_tool_use_id=plan.parent_tool_use_id,
+                lines=read,
+                entries=plan.entries,
+                messages=plan.messages,
+                opaque=plan.opaque,
+                events=len(plan.events),
+                written=written,
+                created=created,
+            )
+        )
+    if progress is not None:
+        progress(total, total)
+    return ImportReport(tuple(imported), tuple(skipped))

@@ -1,0 +1,223 @@
+"""Exporting to Claude Code JSONL: imported files come back byte for byte; round trips are exact."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sessionstore
+from sessionstore import (
+    MessageAppended,
+    Session,
+    SessionStore,
+    UsageRecorded,
+    ValidationError,
+    validate_request,
+)
+from sessionstore._context_events import CompactBoundary
+from sessionstore.cli import main
+from sessionstore.exporters import export_claude_code, write_claude_code
+from sessionstore.importers import import_claude_code
+
+from ._claude_code_corpus import MAIN_FILES, PARENT_SESSION, copy_main, corpus_file, flat_project
+from .conftest import Backend, _make_backend
+
+
+@pytest.fixture
+def mem_store() -> Iterator[SessionStore]:
+    """An in-memory store."""
+    opened = sessionstore.open_store(":memory:")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def second_store(backend: Backend, tmp_path: Path) -> Iterator[SessionStore]:
+    """Another, empty database of the same backend as ``store`` (the re-import goes there)."""
+    folder = tmp_path / "second"
+    folder.mkdir()
+    for other in _make_backend(backend.name, folder):
+        opened = other.open()
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+
+def _views(store: SessionStore, session_id: str) -> tuple[bytes, list[object]]:
+    session = Session(store, session_id)
+    return session.request_bytes(), [(e.type, e.payload, e.event_id) for e in session.transcript]
+
+
+@pytest.mark.parametrize("name", sorted(MAIN_FILES))
+def test_export_gives_back_each_real_transcript_byte_for_byte(name: str, mem_store: SessionStore) -> None:
+    """Every line as Claude Code wrote it, in its place (a missing final newline is added)."""
+    path = corpus_file(name)
+    import_claude_code(mem_store, [path])
+
+    assert "\n".join(export_claude_code(mem_store, MAIN_FILES[name])) == path.read_text(
+        encoding="utf-8"
+    ).rstrip("\n")
+
+
+def test_import_export_import_gives_identical_projections(
+    store: SessionStore, second_store: SessionStore, tmp_path: Path
+) -> None:
+    """Main session and sub-agents: identical request bytes and transcript payloads after a round trip."""
+    first = import_claude_code(store, [flat_project(tmp_path)])
+    written = write_claude_code(store, PARENT_SESSION, tmp_path / "exported")
+    second = import_claude_code(second_store, [tmp_path / "exported"])
+
+    assert [f.path.relative_to(tmp_path / "exported").as_posix() for f in written] == [
+        f"{PARENT_SESSION}.jsonl",
+        f"{PARENT_SESSION}/subagents/agent-1698e3ad.jsonl",
+        f"{PARENT_SESSION}/subagents/agent-a382dbae.jsonl",
+    ]
+    assert [s.session_id for s in second.sessions] == [s.session_id for s in first.sessions]
+    for imported in first.sessions:
+        assert _views(second_store, imported.session_id) == _views(store, imported.session_id)
+        assert second_store.get_session(imported.session_id).parent_session_id == imported.parent_session_id
+
+
+@pytest.mark.parametrize("name", sorted(MAIN_FILES))
+def test_round_trip_of_each_transcript(name: str, mem_store: SessionStore, tmp_path: Path) -> None:
+    """Compaction, micro-compaction, persisted output: the same views after export and re-import."""
+    import_claude_code(mem_store, [corpus_file(name)])
+    write_claude_code(mem_store, MAIN_FILES[name], tmp_path)
+    again = sessionstore.open_store(":memory:")
+    import_claude_code(again, [tmp_path / f"{MAIN_FILES[name]}.jsonl"])
+
+    assert _views(again, MAIN_FILES[name]) == _views(mem_store, MAIN_FILES[name])
+    again.close()
+
+
+def test_sidecar_of_a_persisted_output_is_written_back(mem_store: SessionStore, tmp_path: Path) -> None:
+    """The spilled output goes to <sessionId>/tool-results/ under its original name."""
+    name = "entireio__entire-graph__13-a55a80ec0f-2-full.jsonl"
+    path = copy_main(tmp_path, name)
+    sidecar = path.parent / MAIN_FILES[name] / "tool-results" / "bxziswn6g.txt"
+    sidecar.parent.mkdir(parents=True)
+    sidecar.write_bytes(b"full output\n" * 3000)
+    import_claude_code(mem_store, [path])
+    write_claude_code(mem_store, MAIN_FILES[name], tmp_path / "out")
+
+    assert (tmp_path / "out" / MAIN_FILES[name] / "tool-results" / "bxziswn6g.txt").read_bytes() == (
+        sidecar.read_bytes()
+    )
+
+
+def test_events_appended_after_import_continue_the_chain(mem_store: SessionStore) -> None:
+    """A turn added here becomes new lines after the original ones, parented on its last line."""
+    name = f"rcgray__claude-code-bug-phantom-reads-17407__{PARENT_SESSION}.jsonl"
+    path = corpus_file(name)
+    import_claude_code(mem_store, [path])
+    session = Session(mem_store, PARENT_SESSION)
+    session.append(
+        [
+            MessageAppended(role="user", content="one more thing"),
+            MessageAppended(
+                role="assistant", content=[{"type": "text", "text": "sure"}], api_message_id="msg_x"
+            ),
+            UsageRecorded(input_tokens=10, output_tokens=2, api_message_id="msg_x", model="claude-opus-4-5"),
+        ]
+    )
+    lines = export_claude_code(mem_store, PARENT_SESSION)
+    original = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    last_uuid = next(json.loads(line)["uuid"] for line in reversed(original) if '"uuid"' in line)
+    added = [json.loads(line) for line in lines[len(original) :]]
+
+    assert lines[: len(original)] == original
+    assert [a["type"] for a in added] == ["user", "assistant"]
+    assert added[0]["parentUuid"] == last_uuid
+    assert added[1]["parentUuid"] == added[0]["uuid"]
+    assert added[0]["sessionId"] == PARENT_SESSION
+    assert added[0]["cwd"] == json.loads(original[-1])["cwd"]
+    assert added[1]["message"]["usage"]["input_tokens"] == 10
+
+
+def test_a_native_session_exports_as_a_resumable_chain(mem_store: SessionStore, tmp_path: Path) -> None:
+    """Never imported: messages, a compaction and its summary become chained lines that import back."""
+    session = Session.create(mem_store, "native-1", model="claude-sonnet-4-5")
+    tool = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "a.py"}}
+    session.append(
+        [
+            MessageAppended(role="user", content="read a.py"),
+            MessageAppended(role="assistant", content=[tool], api_message_id="msg_1"),
+            MessageAppended(
+                role="user",
+                content=[{"type": "tool_result", "tool_use_id": "toolu_1", "content": "print(1)"}],
+            ),
+            MessageAppended(role="assistant", content="it prints 1", api_message_id="msg_2"),
+            CompactBoundary(
+                trigger="manual",
+                strategy="llm",
+                summarizer="test",
+                summary="We read a.py; it prints 1.",
+                pre_compact_tokens=900,
+                post_compact_raw_tokens=12,
+                post_compact_blocks=1,
+            ),
+            MessageAppended(role="user", content="and b.py?"),
+        ]
+    )
+    lines = [json.loads(line) for line in export_claude_code(mem_store, "native-1")]
+    (tmp_path / "native-1.jsonl").write_text(
+        "".join(line + "\n" for line in export_claude_code(mem_store, "native-1")), encoding="utf-8"
+    )
+    again = sessionstore.open_store(":memory:")
+    import_claude_code(again, [tmp_path / "native-1.jsonl"])
+
+    assert [(line["type"], line.get("subtype")) for line in lines] == [
+        ("user", None),
+        ("assistant", None),
+        ("user", None),
+        ("assistant", None),
+        ("system", "compact_boundary"),
+        ("user", None),
+        ("user", None),
+    ]
+    assert all(
+        line["parentUuid"] == previous["uuid"]
+        for previous, line in itertools.pairwise(lines)
+        if line.get("subtype") != "compact_boundary"
+    )
+    assert lines[4]["logicalParentUuid"] == lines[3]["uuid"]
+    assert lines[5]["isCompactSummary"] is True
+    assert Session(again, "native-1").request() == session.request()
+    validate_request(session.request())
+    again.close()
+
+
+def test_write_refuses_to_overwrite(mem_store: SessionStore, tmp_path: Path) -> None:
+    """Existing files are left alone unless overwrite is asked for; nothing is half-written."""
+    import_claude_code(mem_store, [flat_project(tmp_path)])
+    write_claude_code(mem_store, PARENT_SESSION, tmp_path / "out")
+
+    with pytest.raises(ValidationError, match="would overwrite"):
+        write_claude_code(mem_store, PARENT_SESSION, tmp_path / "out")
+    assert len(write_claude_code(mem_store, PARENT_SESSION, tmp_path / "out", overwrite=True)) == 3
+
+
+def test_cli_export_to_stdout_file_and_folder(tmp_path: Path) -> None:
+    """``export`` prints the lines, writes -o FILE, or lays out --dir with --json rows."""
+    db = str(tmp_path / "cli.db")
+    out = io.StringIO()
+    assert main(["db", "upgrade", "--db", db], out=out) == 0
+    assert main(["import", "--db", db, str(flat_project(tmp_path))], out=out) == 0
+    stdout = io.StringIO()
+    main(["export", "--db", db, PARENT_SESSION], out=stdout)
+    original = (tmp_path / "flat-project" / f"{PARENT_SESSION}.jsonl").read_text(encoding="utf-8")
+    rows = io.StringIO()
+    code = main(["export", "--db", db, PARENT_SESSION, "--dir", str(tmp_path / "dir"), "--json"], out=rows)
+
+    assert stdout.getvalue() == original
+    assert main(["export", "--db", db, PARENT_SESSION, "-o", str(tmp_path / "one.jsonl")], out=out) == 0
+    assert (tmp_path / "one.jsonl").read_text(encoding="utf-8") == original
+    assert main(["export", "--db", db, PARENT_SESSION, "-o", str(tmp_path / "one.jsonl")], out=out) == 1
+    assert code == 0
+    assert [json.loads(r)["lines"] for r in rows.getvalue().splitlines()] == [103, 17, 1]

@@ -1,0 +1,486 @@
+"""Importing real Claude Code transcripts: nothing dropped, uuids and usage kept, views valid."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sessionstore
+from sessionstore import (
+    CLEARED_PLACEHOLDER,
+    MessageAppended,
+    Session,
+    SessionStore,
+    ValidationError,
+    validate_request,
+)
+from sessionstore.cli import main
+from sessionstore.importers import import_claude_code
+from sessionstore.importers.claude_code import SkippedLine
+
+from ._claude_code_corpus import (
+    MAIN_FILES,
+    PARENT_SESSION,
+    SPAWNING_TOOL_USE,
+    copy_main,
+    corpus_file,
+    entries,
+    flat_project,
+    modern_project,
+)
+
+
+@pytest.fixture
+def mem_store() -> Iterator[SessionStore]:
+    """An in-memory store: the per-file checks need no other backend."""
+    opened = sessionstore.open_store(":memory:")
+    yield opened
+    opened.close()
+
+
+def _payloads(store: SessionStore, session_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e.payload_dict() for e in store.read(session_id) if e.type == kind]
+
+
+def _expected_last_usage(path: Path) -> int:
+    """The context size the last API response of the file reported (max output over its chunks)."""
+    best: dict[str, dict[str, Any]] = {}
+    last = None
+    for _, entry in entries(path):
+        message = entry.get("message")
+        if entry.get("type") != "assistant" or message.get("model") == "<synthetic>":
+            continue
+        usage = message["usage"]
+        seen = best.get(message["id"])
+        if seen is None or usage["output_tokens"] > seen["output_tokens"]:
+            best[message["id"]] = usage
+        last = message["id"]
+    assert last is not None
+    usage = best[last]
+    return int(
+        usage["input_tokens"]
+        + usage["cache_creation_input_tokens"]
+        + usage["cache_read_input_tokens"]
+        + usage["output_tokens"]
+    )
+
+
+@pytest.mark.parametrize("name", sorted(MAIN_FILES))
+class TestEachRealTranscript:
+    """Every main transcript of the corpus imports completely and gives a valid request."""
+
+    def test_every_line_is_kept_once_and_message_uuids_are_kept(
+        self, name: str, mem_store: SessionStore
+    ) -> None:
+        """One line record per non-blank line; one message per user/assistant line, same uuid."""
+        path = corpus_file(name)
+        report = import_claude_code(mem_store, [path])
+        session_id = MAIN_FILES[name]
+        lines = entries(path)
+        message_lines = [e for _, e in lines if e["type"] in ("user", "assistant")]
+        recorded = _payloads(mem_store, session_id, "imported_entry") + _payloads(
+            mem_store, session_id, "opaque_entry"
+        )
+        messages = _payloads(mem_store, session_id, "message_appended")
+
+        assert report.sessions[0].session_id == session_id
+        assert sorted(r["line"] for r in recorded) == [number for number, _ in lines]
+        assert report.sessions[0].entries == report.sessions[0].lines == len(lines)
+        assert len(messages) == len(message_lines) == report.sessions[0].messages
+        assert [m["message_uuid"] for m in messages] == [e["uuid"] for e in message_lines]
+
+    def test_usage_is_recorded_once_per_api_call_and_anchors_the_token_state(
+        self, name: str, mem_store: SessionStore
+    ) -> None:
+        """One UsageRecorded per API response id; "used" starts from the last one."""
+        path = corpus_file(name)
+        import_claude_code(mem_store, [path])
+        session = Session(mem_store, MAIN_FILES[name])
+        usages = _payloads(mem_store, MAIN_FILES[name], "usage_recorded")
+        api_ids = {
+            e["message"]["id"]
+            for _, e in entries(path)
+            if e["type"] == "assistant" and e["message"].get("model") != "<synthetic>"
+        }
+
+        assert usages
+        assert sorted(u["api_message_id"] for u in usages) == sorted(api_ids)
+        assert session.api_state.usage_total == _expected_last_usage(path)
+        assert session.used_tokens() >= session.api_state.usage_total
+        assert session.token_state().used == session.used_tokens()
+
+    def test_api_view_is_a_valid_request(self, name: str, mem_store: SessionStore) -> None:
+        """The request after import passes validate_request."""
+        import_claude_code(mem_store, [corpus_file(name)])
+        request = Session(mem_store, MAIN_FILES[name]).request()
+
+        assert request["messages"]
+        validate_request(request)
+
+    def test_reimport_adds_nothing(self, name: str, mem_store: SessionStore) -> None:
+        """The same file again writes no event: the last seq stays."""
+        path = corpus_file(name)
+        import_claude_code(mem_store, [path])
+        before = mem_store.last_seq(MAIN_FILES[name])
+        again = import_claude_code(mem_store, [path])
+
+        assert again.written == 0
+        assert not again.sessions[0].created
+        assert mem_store.last_seq(MAIN_FILES[name]) == before
+
+
+def _corrupt(tmp_path: Path, number: int) -> Path:
+    source = copy_main(tmp_path, next(iter(sorted(MAIN_FILES))))
+    lines = source.read_bytes().split(b"\n")
+    lines[number - 1] = lines[number - 1][: len(lines[number - 1]) // 2]  # a truncated write
+    source.write_bytes(b"\n".join(lines))
+    return source
+
+
+class TestBadLines:
+    """A malformed line fails the import, naming file and line, unless the user skips it."""
+
+    def test_corrupt_line_fails_naming_file_and_line_with_nothing_written(
+        self, tmp_path: Path, store: SessionStore
+    ) -> None:
+        """Nothing of any session is written when one line is bad."""
+        path = _corrupt(tmp_path, 7)
+
+        with pytest.raises(ValidationError, match=rf"{path}:7: malformed line: invalid JSON") as caught:
+            import_claude_code(store, [path])
+
+        assert caught.value.index == 7
+        assert store.list_sessions() == []
+
+    def test_skip_bad_lines_imports_and_reports_the_line(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """With skip_bad_lines the rest is imported and the line is reported."""
+        path = _corrupt(tmp_path, 7)
+        report = import_claude_code(mem_store, [path], skip_bad_lines=True)
+        recorded = _payloads(mem_store, report.sessions[0].session_id, "imported_entry")
+
+        assert [(s.path, s.line) for s in report.skipped] == [(str(path), 7)]
+        assert "invalid JSON" in report.skipped[0].reason
+        assert 7 not in {r["line"] for r in recorded}
+        assert report.sessions[0].lines == len(entries(corpus_file(next(iter(sorted(MAIN_FILES)))))) - 1
+
+    def test_line_that_cannot_be_modelled_fails_or_is_kept_opaque(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """A user line whose content block has no type: an error, or (skipping) an opaque entry."""
+        path = copy_main(tmp_path, sorted(MAIN_FILES)[0])
+        lines = path.read_text(encoding="utf-8").splitlines()
+        bad = {
+            "type": "user",
+            "uuid": "bad-1",
+            "parentUuid": None,
+            "sessionId": MAIN_FILES[sorted(MAIN_FILES)[0]],
+            "message": {"role": "user", "content": [{"text": "no type"}]},
+        }
+        lines.append(json.dumps(bad))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+        with pytest.raises(ValidationError, match=rf":{len(lines)}: malformed 'user' line"):
+            import_claude_code(mem_store, [path])
+        report = import_claude_code(mem_store, [path], skip_bad_lines=True)
+        opaque = _payloads(mem_store, report.sessions[0].session_id, "opaque_entry")
+
+        assert report.skipped == (SkippedLine(str(path), len(lines), report.skipped[0].reason),)
+        assert "kept opaque" in report.skipped[0].reason
+        assert opaque[-1]["entry"] == bad
+
+
+class TestSubagents:
+    """Sub-agent files become child sessions linked to the tool call that spawned them."""
+
+    @pytest.mark.parametrize("layout", [flat_project, modern_project], ids=["flat", "subagents-dir"])
+    def test_subagent_files_are_linked_to_the_parent_tool_call(
+        self, layout: Any, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """Both layouts: child sessions, SessionStarted(subagent), SubagentStarted in the parent."""
+        folder = layout(tmp_path)
+        report = import_claude_code(mem_store, [folder / f"{PARENT_SESSION}.jsonl"])
+        child = f"{PARENT_SESSION}.agent-1698e3ad"
+        warmup = f"{PARENT_SESSION}.agent-a382dbae"
+        started = _payloads(mem_store, child, "session_started")[0]
+        parent_events = mem_store.read(PARENT_SESSION)
+        links = [e for e in parent_events if e.type == "subagent_started"]
+        spawn = next(
+            i
+            for i, e in enumerate(parent_events)
+            if e.type == "message_appended"
+            and any(
+                b.get("id") == SPAWNING_TOOL_USE for b in e.payload_dict()["content"] if isinstance(b, dict)
+            )
+        )
+
+        assert [s.session_id for s in report.sessions] == [PARENT_SESSION, child, warmup]
+        assert mem_store.get_session(child).parent_session_id == PARENT_SESSION
+        assert started["query_source"] == "subagent"
+        assert started["parent_tool_use_id"] == SPAWNING_TOOL_USE
+        assert [link.payload_dict()["child_session_id"] for link in links] == [child, warmup]
+        assert links[0].payload_dict()["parent_tool_use_id"] == SPAWNING_TOOL_USE
+        assert parent_events[spawn + 1] == links[0] or parent_events[spawn + 2] == links[0]
+        assert links[1].payload_dict()["parent_tool_use_id"] is None  # a warm-up agent: no tool call
+        validate_request(Session(mem_store, child).request())
+
+    def test_project_folder_import_takes_every_session(self, tmp_path: Path, mem_store: SessionStore) -> None:
+        """A folder: every main transcript and every sub-agent in it."""
+        folder = flat_project(tmp_path)
+        other = copy_main(tmp_path, sorted(MAIN_FILES)[1])
+        other.rename(folder / other.name)
+        report = import_claude_code(mem_store, [folder])
+
+        assert len(report.sessions) == 4
+
+    def test_subagent_without_its_main_session_is_refused(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """An agent file alone, its main session nowhere: a clear error, nothing written."""
+        folder = flat_project(tmp_path)
+
+        with pytest.raises(ValidationError, match="import its main transcript with it"):
+            import_claude_code(mem_store, [folder / "agent-1698e3ad.jsonl"])
+        assert mem_store.list_sessions() == []
+
+    def test_subagent_imported_after_its_main_session_is_linked(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """The main session already stored: the child is created and the parent gains the link."""
+        folder = flat_project(tmp_path)
+        (folder / "agent-1698e3ad.jsonl").rename(tmp_path / "agent-1698e3ad.jsonl")
+        import_claude_code(mem_store, [folder / f"{PARENT_SESSION}.jsonl"])
+        report = import_claude_code(mem_store, [tmp_path / "agent-1698e3ad.jsonl"])
+
+        assert report.sessions[-1].parent_session_id == PARENT_SESSION
+        assert report.sessions[-1].parent_tool_use_id == SPAWNING_TOOL_USE
+
+
+class TestWhatLinesBecome:
+    """Compaction, micro-compaction, file history, persisted outputs, streaming, unknown types."""
+
+    def test_compact_boundary_starts_the_request_with_claude_codes_summary(
+        self, mem_store: SessionStore
+    ) -> None:
+        """The summary line's text opens the request exactly; nothing before the boundary remains."""
+        name = "entireio__cli__98-78b713483d-0-full.jsonl"
+        path = corpus_file(name)
+        import_claude_code(mem_store, [path])
+        lines = entries(path)
+        boundary = next(e for _, e in lines if e.get("subtype") == "compact_boundary")
+        summary = next(e for _, e in lines if e.get("isCompactSummary"))
+        compact = _payloads(mem_store, MAIN_FILES[name], "compact_boundary")[0]
+        messages = Session(mem_store, MAIN_FILES[name]).request()["messages"]
+        first_prompt = next(e for _, e in lines if e["type"] == "user")["message"]["content"]
+
+        assert compact["summary"] == summary["message"]["content"]
+        assert compact["last_pre_compact_uuid"] == boundary["logicalParentUuid"]
+        assert compact["pre_compact_tokens"] == boundary["compactMetadata"]["preTokens"]
+        assert messages[0] == {
+            "role": "user",
+            "content": [{"type": "text", "text": summary["message"]["content"]}],
+        }
+        assert first_prompt not in json.dumps(messages)
+
+    def test_microcompact_boundary_clears_the_listed_results(self, mem_store: SessionStore) -> None:
+        """The compacted tool ids' results read as the cleared placeholder."""
+        name = "rcgray__claude-code-bug-phantom-reads-17407__d9add9a6-f2cd-42f6-8ae9-135bf8af37ec.jsonl"
+        path = corpus_file(name)
+        import_claude_code(mem_store, [path])
+        meta = next(e for _, e in entries(path) if e.get("subtype") == "microcompact_boundary")
+        ids = meta["microcompactMetadata"]["compactedToolIds"]
+        event = _payloads(mem_store, MAIN_FILES[name], "microcompact_applied")[0]
+        results = {
+            b["tool_use_id"]: b["content"]
+            for m in Session(mem_store, MAIN_FILES[name]).request()["messages"]
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        }
+
+        assert event["cleared_tool_use_ids"] == ids
+        assert event["tokens_freed"] > 0
+        assert all(results[i] == CLEARED_PLACEHOLDER for i in ids)
+
+    def test_file_history_lines_become_file_history_events(self, mem_store: SessionStore) -> None:
+        """One FileHistoryRecorded per file-history-snapshot, tied to its prompt."""
+        name = "entireio__cli__98-78b713483d-0-full.jsonl"
+        path = corpus_file(name)
+        import_claude_code(mem_store, [path])
+        snapshots = [e for _, e in entries(path) if e["type"] == "file-history-snapshot"]
+        recorded = _payloads(mem_store, MAIN_FILES[name], "file_history_recorded")
+
+        assert [r["message_uuid"] for r in recorded] == [s["snapshot"]["messageId"] for s in snapshots]
+        assert [r["is_update"] for r in recorded] == [s["isSnapshotUpdate"] for s in snapshots]
+
+    @pytest.mark.parametrize("with_sidecar", [True, False])
+    def test_persisted_output_stub_becomes_a_persisted_result(
+        self, with_sidecar: bool, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """The stub stays what the model saw; the sidecar, when present, is stored as a blob."""
+        name = "entireio__entire-graph__13-a55a80ec0f-2-full.jsonl"
+        path = copy_main(tmp_path, name)
+        sidecar = b"diff --git a/x b/x\n" * 2000
+        if with_sidecar:
+            (path.parent / MAIN_FILES[name] / "tool-results").mkdir(parents=True)
+            (path.parent / MAIN_FILES[name] / "tool-results" / "bxziswn6g.txt").write_bytes(sidecar)
+        import_claude_code(mem_store, [path])
+        persisted = _payloads(mem_store, MAIN_FILES[name], "tool_result_persisted")[0]
+        result = next(
+            b
+            for m in Session(mem_store, MAIN_FILES[name]).request()["messages"]
+            for b in m["content"]
+            if b.get("tool_use_id") == persisted["tool_use_id"]
+        )
+
+        assert persisted["location"].endswith("/tool-results/bxziswn6g.txt")
+        assert result["content"] == persisted["preview"]
+        assert persisted["preview"].startswith("<persisted-output>")
+        if with_sidecar:
+            assert mem_store.get_blob(persisted["blob_sha256"]) == sidecar
+            assert persisted["original_chars"] == len(sidecar)
+        else:
+            assert persisted["blob_sha256"] == ""
+
+    def test_streamed_chunks_of_one_api_call_form_one_assistant_message(
+        self, mem_store: SessionStore
+    ) -> None:
+        """Chunks interleaved with tool results still form one message per API id."""
+        name = "entireio__entire-graph__13-a55a80ec0f-2-full.jsonl"
+        path = corpus_file(name)
+        import_claude_code(mem_store, [path])
+        messages = Session(mem_store, MAIN_FILES[name]).request()["messages"]
+        tool_uses: dict[str, list[str]] = {}
+        for _, entry in entries(path):
+            if entry["type"] == "assistant":
+                for block in entry["message"]["content"]:
+                    if block["type"] == "tool_use":
+                        tool_uses.setdefault(entry["message"]["id"], []).append(block["id"])
+        holder = {
+            b["id"]: i for i, m in enumerate(messages) for b in m["content"] if b.get("type") == "tool_use"
+        }
+
+        assert any(len(ids) > 1 for ids in tool_uses.values())
+        assert all(len({holder[i] for i in ids}) == 1 for ids in tool_uses.values())
+
+    def test_unknown_entry_types_are_kept_verbatim(self, tmp_path: Path, mem_store: SessionStore) -> None:
+        """A type no release had yet: an OpaqueEntry with the line as written."""
+        path = copy_main(tmp_path, sorted(MAIN_FILES)[0])
+        future = {"type": "hologram-snapshot", "payload": {"z": [1, 2.5, None]}, "sessionId": "x"}
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("\n" + json.dumps(future, separators=(",", ":")) + "\n")
+        import_claude_code(mem_store, [path])
+        opaque = _payloads(mem_store, MAIN_FILES[sorted(MAIN_FILES)[0]], "opaque_entry")
+
+        assert opaque[-1]["entry"] == future
+        assert opaque[-1]["entry_type"] == "hologram-snapshot"
+
+    def test_order_follows_the_parent_chain_not_file_order(self, tmp_path: Path) -> None:
+        """The file's lines reversed give the same conversation and the same request bytes."""
+        name = f"rcgray__claude-code-bug-phantom-reads-17407__{PARENT_SESSION}.jsonl"
+        path = copy_main(tmp_path, name)
+        reversed_path = tmp_path / "reversed" / path.name
+        reversed_path.parent.mkdir()
+        reversed_path.write_bytes(b"\n".join(reversed(path.read_bytes().rstrip(b"\n").split(b"\n"))) + b"\n")
+        stores = [sessionstore.open_store(":memory:") for _ in range(2)]
+        for target, source in zip(stores, (path, reversed_path), strict=True):
+            import_claude_code(target, [source])
+        sessions = [Session(s, PARENT_SESSION) for s in stores]
+        uuids = [
+            [e.payload["message_uuid"] for e in s.transcript if e.type == "message_appended"]
+            for s in sessions
+        ]
+
+        assert uuids[0] == uuids[1]
+        assert sessions[0].request_bytes() == sessions[1].request_bytes()
+        for s in stores:
+            s.close()
+
+    def test_grown_transcript_adds_only_its_new_lines(self, tmp_path: Path, mem_store: SessionStore) -> None:
+        """Claude Code appends on resume: re-importing writes the new lines only."""
+        name = f"rcgray__claude-code-bug-phantom-reads-17407__{PARENT_SESSION}.jsonl"
+        path = copy_main(tmp_path, name)
+        full = path.read_bytes()
+        path.write_bytes(b"\n".join(full.split(b"\n")[:50]) + b"\n")
+        import_claude_code(mem_store, [path])
+        path.write_bytes(full)
+        report = import_claude_code(mem_store, [path])
+        direct = sessionstore.open_store(":memory:")
+        import_claude_code(direct, [path])
+
+        assert 0 < report.written < report.sessions[0].events
+        assert (
+            Session(mem_store, PARENT_SESSION).request_bytes()
+            == Session(direct, PARENT_SESSION).request_bytes()
+        )
+        direct.close()
+
+    def test_a_session_not_imported_from_claude_code_is_never_extended(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """Same id, but a native session: refused, nothing written."""
+        name = sorted(MAIN_FILES)[0]
+        Session.create(mem_store, MAIN_FILES[name]).append([MessageAppended(role="user", content="mine")])
+
+        with pytest.raises(ValidationError, match="was not imported from Claude Code"):
+            import_claude_code(mem_store, [corpus_file(name)])
+        assert mem_store.last_seq(MAIN_FILES[name]) == 2
+
+    def test_progress_reports_lines_up_to_the_total(self, tmp_path: Path, mem_store: SessionStore) -> None:
+        """The callback sees non-decreasing counts ending at the total."""
+        seen: list[tuple[int, int]] = []
+        import_claude_code(mem_store, [flat_project(tmp_path)], progress=lambda d, t: seen.append((d, t)))
+
+        assert seen[-1][0] == seen[-1][1] > 0
+        assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+class TestCommandLine:
+    """``sessionstore import``."""
+
+    def _run(self, *argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return main(list(argv), out=out), out.getvalue()
+
+    def test_import_then_reimport_reports_nothing_written(self, tmp_path: Path) -> None:
+        """Text output names each session; the second run writes nothing."""
+        db = str(tmp_path / "cli.db")
+        assert self._run("db", "upgrade", "--db", db)[0] == 0
+        code, out = self._run("import", "--db", db, str(flat_project(tmp_path)))
+        again, report = self._run("import", "--db", db, str(tmp_path / "flat-project"), "--json")
+
+        assert code == again == 0
+        assert f"{PARENT_SESSION}: 103 lines -> 94 messages" in out
+        assert json.loads(report)["written"] == 0
+
+    def test_bad_line_fails_and_skip_reports_it(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Exit 1 naming file:line; with --skip-bad-lines exit 0 and the line on stderr."""
+        db = str(tmp_path / "cli.db")
+        self._run("db", "upgrade", "--db", db)
+        path = _corrupt(tmp_path, 3)
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+
+        assert self._run("import", "--db", db, str(path))[0] == 1
+        assert f"{path}:3: malformed line" in capsys.readouterr().err
+        assert self._run("import", "--db", db, str(path), "--skip-bad-lines", "--progress")[0] == 0
+        err = capsys.readouterr().err
+        assert f"skipped {path}:3: invalid JSON" in err
+        assert "importing: 100%" in err
+
+    def test_counts_by_kind(self, tmp_path: Path, mem_store: SessionStore) -> None:
+        """Sanity: the event mix of the compaction transcript."""
+        name = "entireio__cli__98-78b713483d-0-full.jsonl"
+        import_claude_code(mem_store, [corpus_file(name)])
+        kinds = Counter(e.type for e in mem_store.read(MAIN_FILES[name]))
+
+        assert kinds["compact_boundary"] == 1
+        assert kinds["imported_entry"] + kinds["opaque_entry"] == len(entries(corpus_file(name)))
