@@ -4,6 +4,12 @@ The tree::
 
     SessionStoreError
     ├── ValidationError (ValueError)         bad input: names the event and the field
+    │   └── PathRefusedError                 a restore path outside the project root (_paths)
+    ├── InvalidRequestError (ValueError)     a Messages API payload breaks an invariant (_validate)
+    ├── BlockingLimitError                   still at the blocking limit after every stage (_pipeline)
+    ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
+    ├── SummaryFailed                        no usable summary; nothing recorded (_summarizers)
+    │   └── PromptTooLong                    the summarization request was over the limit
     ├── SessionNotFoundError (LookupError)
     ├── SessionExistsError
     ├── ConcurrencyError                     expected seq != actual seq; nothing written
