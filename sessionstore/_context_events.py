@@ -46,6 +46,10 @@ class ContextServed(Event):
     token_count: NonNegativeInt
     unreplaced_tool_results: list[str] = Field(default_factory=list)
     model: str | None = None
+    #: Whether prompt-cache breakpoints were added (the replay needs it to rebuild the bytes).
+    cache_control: bool = False
+    #: Request keys beyond system, tools and messages (e.g. ``context_management``).
+    extra: dict[str, object] = Field(default_factory=dict)
 
 
 @register_event

@@ -588,6 +588,9 @@ def revert(session: Session, event_id: str) -> StageReport:
 # --- the pipeline ------------------------------------------------------------------------------
 
 
+_VIEW_KEYS = frozenset({"system", "tools", "messages"})
+
+
 def _served_event(session: Session, request: dict[str, Any], used: int) -> ContextServed:
     state = session.api_state
     start = state.first_visible
@@ -602,6 +605,8 @@ def _served_event(session: Session, request: dict[str, Any], used: int) -> Conte
         token_count=used,
         unreplaced_tool_results=unreplaced,
         model=state.model,
+        cache_control=session.config.cache_control,
+        extra={key: value for key, value in request.items() if key not in _VIEW_KEYS},
     )
 
 

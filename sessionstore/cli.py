@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from . import _migrate
+from ._audit import audit, served_request, view_diff
 from ._collapse import collapse
 from ._compaction import compact
 from ._config import create_engine_for_url, resolve_url
@@ -123,6 +124,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     collapse_cmd.add_argument("--json", action="store_true")
 
+    audit_cmd = commands.add_parser("audit", help="every context operation of a session, as one timeline")
+    _add_db(audit_cmd)
+    audit_cmd.add_argument("session_id")
+    audit_cmd.add_argument("--json", action="store_true")
+
+    served_cmd = commands.add_parser(
+        "served", help="rebuild the request the model saw at turn N and check it"
+    )
+    _add_db(served_cmd)
+    served_cmd.add_argument("session_id")
+    served_cmd.add_argument("--turn", type=int, required=True, help="1 = the first request served")
+    served_cmd.add_argument("--json", action="store_true")
+
+    diff_cmd = commands.add_parser("diff", help="how the request changed between two seqs")
+    _add_db(diff_cmd)
+    diff_cmd.add_argument("session_id")
+    diff_cmd.add_argument("seq_a", type=int)
+    diff_cmd.add_argument("seq_b", type=int)
+    diff_cmd.add_argument("--json", action="store_true")
+
     compact_cmd = commands.add_parser("compact", help="summarize the conversation now (recorded, auditable)")
     _add_db(compact_cmd)
     compact_cmd.add_argument("session_id")
@@ -230,6 +251,8 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         return _run_interchange(args, store, out)
     elif args.command in ("checkpoints", "rewind"):
         return _run_file_history(args, store, out)
+    elif args.command in ("audit", "served", "diff"):
+        return _run_audit(args, Session(store, args.session_id), out)
     elif args.command == "compact":
         session = Session(store, args.session_id)
         summarizer = default_summarizer(model=session.api_state.model)
@@ -474,6 +497,55 @@ def _print_rewind(result: RewindResult, out: TextIO, *, as_json: bool) -> None:
             f"({result.events_dropped} later events left behind)",
             file=out,
         )
+
+
+def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
+    if args.command == "served":
+        replay = served_request(session, args.turn)
+        if args.json:
+            _print_json(out, dataclasses.asdict(replay))
+        else:
+            print(json.dumps(replay.request, ensure_ascii=False, indent=2), file=out)
+            verdict = "matches" if replay.matches else "DOES NOT MATCH"
+            print(
+                f"\nturn {replay.turn} (through seq {replay.through_seq}): {verdict} the recorded fingerprint",  # noqa: E501
+                file=out,
+            )
+        return 0 if replay.matches else 2
+    if args.command == "diff":
+        diff = view_diff(session, args.seq_a, args.seq_b)
+        if args.json:
+            _print_json(out, {"from_seq": args.seq_a, "to_seq": args.seq_b, "diff": diff})
+        else:
+            print(diff or "(no change)", file=out)
+        return 0
+    report = audit(session)
+    if args.json:
+        _print_json(out, report.to_dict())
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"audit of {session.id}", show_lines=False)
+    for column in ("seq", "operation", "what", "freed", "before", "after", "reverted by"):
+        table.add_column(column, overflow="fold")
+    for entry in report.entries:
+        cells = [entry.tokens_freed, entry.tokens_before, entry.tokens_after]
+        table.add_row(
+            str(entry.seq),
+            entry.kind,
+            entry.what,
+            *("" if v is None else str(v) for v in cells),
+            (entry.reverted_by or "")[:8],
+        )
+    console = Console(file=out, width=160, no_color=True)
+    console.print(table)
+    breaker = "OPEN" if report.breaker_open else "closed"
+    console.print(
+        f"requests served: {report.requests_served}; auto-compact breaker: {breaker} "
+        f"({report.consecutive_auto_compact_failures} consecutive failures)"
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

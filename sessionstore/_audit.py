@@ -1,0 +1,231 @@
+"""The audit surface: every context operation of a session as one timeline, and replays of
+what the model was served.
+
+Everything here is read from the log: ``audit`` walks the transcript; ``served_request`` folds
+the API view up to the seq a ``ContextServed`` covers and checks the rebuilt bytes against the
+fingerprint recorded when the request went out; ``view_diff`` compares the request at two seqs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._api_context import ApiContextProjection, materialize, request_bytes
+from ._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+from ._errors import ValidationError
+from ._projection import fold
+from ._session import Session
+from ._transcript import TranscriptEntry
+
+__all__ = ["AuditEntry", "AuditReport", "ServedReplay", "audit", "served_request", "view_diff"]
+
+#: Event types that change (or try to change) what the model sees, and file rewinds.
+AUDITED = (
+    "tool_result_persisted",
+    "snip_applied",
+    "microcompact_applied",
+    "server_edits_applied",
+    "collapse_staged",
+    "collapse_committed",
+    "context_edit_reverted",
+    "session_memory_updated",
+    "compact_boundary",
+    "compact_failed",
+    "files_rewound",
+    "conversation_rewound",
+)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operation: when, what, how many tokens it moved, and whether it was undone."""
+
+    seq: int
+    event_id: str
+    kind: str
+    what: str
+    tokens_freed: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    reverted_by: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The timeline, the breaker's state and how many requests were served."""
+
+    session_id: str
+    entries: list[AuditEntry]
+    requests_served: int
+    consecutive_auto_compact_failures: int
+    breaker_open: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "session_id": self.session_id,
+            "requests_served": self.requests_served,
+            "breaker": {
+                "consecutive_auto_compact_failures": self.consecutive_auto_compact_failures,
+                "open": self.breaker_open,
+            },
+            "entries": [dataclasses.asdict(entry) for entry in self.entries],
+        }
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _describe(entry: TranscriptEntry) -> AuditEntry:
+    """One transcript entry of an audited type as a timeline entry."""
+    p = entry.payload
+    kind = entry.type
+    freed: int | None = None
+    before: int | None = None
+    details: dict[str, Any] = {}
+    if kind == "tool_result_persisted":
+        what = (
+            f"{p.get('tool_name') or 'tool'} result {p['tool_use_id']} "
+            f"({p['original_chars']} chars, {p['reason']}) -> {p['location']}"
+        )
+        freed, details = p.get("tokens_freed"), {"blob": p["blob_sha256"]}
+    elif kind == "snip_applied":
+        what = f"{p['rounds_removed']} oldest rounds ({p['messages_removed']} messages) out of the request"
+        freed, details = p["tokens_freed"], {"keep_from_seq": p["keep_from_seq"]}
+    elif kind == "microcompact_applied":
+        ids = p["cleared_tool_use_ids"]
+        what = f"{p['trigger']}: {len(ids)} old tool results cleared, newest {p['keep_recent']} kept"
+        freed, details = p["tokens_freed"], {"cleared": ids, "gap_minutes": p.get("gap_minutes")}
+    elif kind == "server_edits_applied":
+        what = f"server cleared {p['cleared_input_tokens']} input tokens"
+        freed, details = p["cleared_input_tokens"], {"edits": p["edits"]}
+    elif kind == "collapse_staged":
+        span = f"{p.get('first_message_uuid')} .. {p.get('last_message_uuid')}"
+        what = f"collapse staged for {span}: {_clip(p['summary'], 80)}"
+        details = {k: p[k] for k in ("summary", "tokens_covered", "summary_tokens")}
+    elif kind == "collapse_committed":
+        drained = " (drained)" if p.get("drained") else ""
+        what = f"collapse committed{drained} from staged {p['staged_event_id']}"
+        freed, details = p["tokens_freed"], {"staged_event_id": p["staged_event_id"]}
+    elif kind == "context_edit_reverted":
+        what = f"reverted {p['target_type']} {p['target_event_id']}"
+        details = {"target_event_id": p["target_event_id"]}
+    elif kind == "session_memory_updated":
+        what = f"session memory updated through seq {p['last_summarized_seq']}"
+        details = {"memory": p["memory"]}
+    elif kind == "compact_boundary":
+        how = f"{p['trigger']}, {p['strategy']}, {p['template']}, {p['summarizer']}"
+        what = f"compaction ({how}): {_clip(p['summary'], 80)}"
+        before = p["pre_compact_tokens"]
+        details = {
+            "summary": p["summary"],
+            "keep_from_seq": p["keep_from_seq"],
+            "last_pre_compact_uuid": p.get("last_pre_compact_uuid"),
+            "attachments": [a.get("name") for a in p.get("attachments", [])],
+            "hook_results": p.get("hook_results", []),
+            "ptl_retries": p.get("ptl_retries", 0),
+        }
+    elif kind == "compact_failed":
+        what = f"compaction failed ({p['trigger']}): {_clip(p['reason'])}"
+        details = {"reason": p["reason"]}
+    elif kind == "files_rewound":
+        counts = f"{len(p.get('restored', []))} restored, {len(p.get('deleted', []))} deleted"
+        what = f"files rewound to {p['message_uuid']}: {counts}"
+        details = {k: p.get(k) for k in ("restored", "deleted")}
+    else:
+        what = f"conversation forked at {p['message_uuid']} as {p['fork_session_id']}"
+        details = {"fork_session_id": p["fork_session_id"]}
+    return AuditEntry(entry.seq, entry.event_id, kind, what, freed, before, None, None, details)
+
+
+def audit(session: Session) -> AuditReport:
+    """Every context operation of the session, oldest first, with the breaker's state."""
+    entries = [e for e in session.transcript if e.type in AUDITED]
+    reverted = {
+        str(e.payload["target_event_id"]): e.event_id for e in entries if e.type == "context_edit_reverted"
+    }
+    timeline = []
+    for entry in entries:
+        described = _describe(entry)
+        if entry.event_id in reverted:
+            described = dataclasses.replace(described, reverted_by=reverted[entry.event_id])
+        timeline.append(described)
+    timeline = _with_compaction_after(session, timeline)
+    failures = session.api_state.compact_failures
+    served = sum(1 for e in session.transcript if e.type == "context_served")
+    return AuditReport(
+        session.id, timeline, served, failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+    )
+
+
+def _with_compaction_after(session: Session, timeline: list[AuditEntry]) -> list[AuditEntry]:
+    """Fill each compaction's 'tokens after' from the view rebuilt right after it."""
+    result = []
+    for entry in timeline:
+        if entry.kind == "compact_boundary":
+            state = _api_state_at(session, entry.seq)
+            after = session.estimate(state.view_tokens, state.visible_blocks)
+            entry = AuditEntry(**{**entry.__dict__, "tokens_after": after})
+        result.append(entry)
+    return result
+
+
+def _api_state_at(session: Session, seq: int) -> Any:
+    return fold(ApiContextProjection(), session.store.read(session.id, 1, seq))
+
+
+@dataclass(frozen=True)
+class ServedReplay:
+    """A request rebuilt from the log, and whether it matches what was served."""
+
+    turn: int
+    served_event_id: str
+    through_seq: int
+    request: dict[str, Any]
+    fingerprint: str
+    matches: bool
+
+
+def served_request(session: Session, turn: int) -> ServedReplay:
+    """The request served at ``turn`` (1 = the first ``ContextServed``), rebuilt from the log.
+
+    Raises:
+        ValidationError: no such turn.
+    """
+    served = [e for e in session.transcript if e.type == "context_served"]
+    if not 1 <= turn <= len(served):
+        msg = f"session {session.id!r} served {len(served)} requests; there is no turn {turn}"
+        raise ValidationError(msg, field="turn")
+    entry = served[turn - 1]
+    payload = entry.payload
+    state = _api_state_at(session, int(payload["through_seq"]))
+    request = materialize(state, cache_control=bool(payload.get("cache_control", False)))
+    request.update(payload.get("extra") or {})
+    fingerprint = hashlib.sha256(request_bytes(request)).hexdigest()
+    return ServedReplay(
+        turn,
+        entry.event_id,
+        int(payload["through_seq"]),
+        request,
+        fingerprint,
+        fingerprint == payload["fingerprint"],
+    )
+
+
+def view_diff(session: Session, seq_a: int, seq_b: int) -> str:
+    """A unified diff of the request as it was at ``seq_a`` and at ``seq_b`` (indented JSON)."""
+
+    def lines(seq: int) -> list[str]:
+        return json.dumps(materialize(_api_state_at(session, seq)), indent=1, ensure_ascii=False).splitlines()
+
+    return "\n".join(
+        difflib.unified_diff(lines(seq_a), lines(seq_b), f"seq {seq_a}", f"seq {seq_b}", lineterm="")
+    )
