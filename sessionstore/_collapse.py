@@ -133,14 +133,6 @@ def _message_uuid(session: Session, first_seq: int, end_seq: int, *, last: bool)
     return None
 
 
-def _index_of_uuid(session: Session, message_uuid: str) -> int:
-    for entry in session.transcript_state.entries:
-        if entry.type == "message_appended" and entry.payload.get("message_uuid") == message_uuid:
-            return bisect.bisect_right(session.api_state.message_first_seq, entry.seq) - 1
-    msg = f"message {message_uuid!r} is not in session {session.id!r}"
-    raise ValidationError(msg, field="message_uuid")
-
-
 # --- operations ------------------------------------------------------------------------------
 
 
@@ -222,8 +214,8 @@ def collapse(session: Session, summarizer: Summarizer, from_uuid: str, to_uuid: 
         SummaryFailed: the summarizer failed (nothing is recorded).
     """
     before = session.used_tokens()
-    start = _index_of_uuid(session, from_uuid)
-    end = _index_of_uuid(session, to_uuid) + 1
+    start = session.message_index(from_uuid)
+    end = session.message_index(to_uuid) + 1
     staged = stage_collapse(session, summarizer, start, end)
     committed = commit_collapse(session, str(staged.event_id))
     return CollapseReport((str(staged.event_id), str(committed.event_id)), before, session.used_tokens())

@@ -11,6 +11,7 @@ automatic failures, counted from events, so the breaker survives a restart).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -258,16 +259,7 @@ def _summarize_with_retries(
     messages = list(request.messages)
     for retry in range(MAX_PTL_RETRIES + 1):
         try:
-            summary = summarizer.summarize(
-                SummaryRequest(
-                    messages=messages,
-                    template=request.template,
-                    custom_instructions=request.custom_instructions,
-                    system=request.system,
-                    tools=request.tools,
-                    model=request.model,
-                )
-            )
+            summary = summarizer.summarize(dataclasses.replace(request, messages=messages))
             return summary.text, summary.summarizer, retry
         except PromptTooLong as e:
             if retry == MAX_PTL_RETRIES:
@@ -278,14 +270,6 @@ def _summarize_with_retries(
                 raise SummaryFailed("nothing left to summarize after dropping rounds") from e
             messages = shorter
     raise AssertionError  # pragma: no cover - the loop returns or raises
-
-
-def _pivot_index(session: Session, message_uuid: str) -> int:
-    for entry in session.transcript_state.entries:
-        if entry.type == "message_appended" and entry.payload.get("message_uuid") == message_uuid:
-            return bisect.bisect_right(session.api_state.message_first_seq, entry.seq) - 1
-    msg = f"message {message_uuid!r} is not in session {session.id!r}"
-    raise ValidationError(msg, field="message_uuid")
 
 
 def compact(
@@ -337,7 +321,7 @@ def compact(
         messages = session.request()["messages"]
         if up_to_uuid is not None:
             template = "partial_up_to"
-            keep_index = _pivot_index(session, up_to_uuid) + 1
+            keep_index = session.message_index(up_to_uuid) + 1
             if not _clean_cut(session, keep_index):
                 msg = (
                     f"compacting up to {up_to_uuid!r} would split a tool call from its result or keep nothing"

@@ -8,12 +8,14 @@ cheaply.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
+from ._errors import ValidationError
 from ._events import ContentBlock, ContextConfigured, Event, SessionStarted
 from ._projection import fold, rebuild, save_snapshot
 from ._store import AppendResult, ExpectedSeq, SessionInfo, SessionStore
@@ -206,6 +208,18 @@ class Session:
     def transcript_state(self) -> TranscriptState:
         """The transcript projection's state (read-only by convention)."""
         return self._loaded_transcript()
+
+    def message_index(self, message_uuid: str) -> int:
+        """Index in ``api_state.messages`` of the view message holding ``message_uuid``.
+
+        Raises:
+            ValidationError: no message with that uuid in the session.
+        """
+        for entry in self._loaded_transcript().entries:
+            if entry.type == "message_appended" and entry.payload.get("message_uuid") == message_uuid:
+                return bisect.bisect_right(self._api.message_first_seq, entry.seq) - 1
+        msg = f"message {message_uuid!r} is not in session {self.id!r}"
+        raise ValidationError(msg, field="message_uuid")
 
     def request(self, *, cache_control: bool | None = None) -> dict[str, Any]:
         """The ``{system, tools, messages}`` to send next (add ``model`` and ``max_tokens``).
