@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import ClassVar, Generic, TypeVar
 
 from ._store import RecordedEvent, SessionStore, SnapshotRecord
@@ -90,11 +90,14 @@ def rebuild(
     tokenizer: str,
     use_snapshots: bool = True,
     to_seq: int | None = None,
+    read: Callable[[int, int | None], list[RecordedEvent]] | None = None,
 ) -> tuple[S, int]:
     """The projection's state for the session (up to ``to_seq``), and the last seq folded in.
 
     Starts from the latest snapshot (at or before ``to_seq``) of exactly this projection
-    version and tokenizer when one exists and loads; otherwise folds from seq 1.
+    version and tokenizer when one exists and loads; otherwise folds from seq 1. ``read``
+    (default: the store's own ``read`` of the session) supplies the events, e.g. a fork's
+    continuous log.
     """
     state: S | None = None
     from_seq = 1
@@ -112,7 +115,7 @@ def rebuild(
                     snapshot.seq,
                     exc_info=True,
                 )
-    tail = store.read(session_id, from_seq, to_seq)
+    tail = read(from_seq, to_seq) if read is not None else store.read(session_id, from_seq, to_seq)
     state = fold(projection, tail, state)
     last_seq = tail[-1].seq if tail else from_seq - 1
     return state, last_seq

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
 from ._errors import ValidationError
 from ._events import ContentBlock, ContextConfigured, Event, SessionStarted
+from ._lineage import SessionLog
 from ._projection import fold, rebuild, save_snapshot
 from ._store import AppendResult, ExpectedSeq, SessionInfo, SessionStore
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
@@ -100,8 +101,15 @@ class Session:
         self._api_projection = ApiContextProjection()
         self._transcript_projection = TranscriptProjection()
         self._use_snapshots = use_snapshots
+        #: The session's events in one numbering (a fork sees its parent's prefix).
+        self.log = SessionLog(store, session_id)
         self._api, self.last_seq = rebuild(
-            store, session_id, self._api_projection, tokenizer=self.tokenizer, use_snapshots=use_snapshots
+            store,
+            session_id,
+            self._api_projection,
+            tokenizer=self.tokenizer,
+            use_snapshots=use_snapshots,
+            read=self.log.read,
         )
         # The transcript is built on first use: a resume that only needs the request skips it.
         self._transcript: TranscriptState | None = None
@@ -130,6 +138,45 @@ class Session:
         info: SessionInfo = store.create_session(session_id, metadata=metadata, events=events)
         return cls(store, info.id, config)
 
+    def fork(
+        self,
+        *,
+        at_seq: int | None = None,
+        message_uuid: str | None = None,
+        fork_id: str | None = None,
+        config: SessionConfig | None = None,
+    ) -> Session:
+        """A new session sharing this one's history up to a point (nothing is copied).
+
+        Args:
+            at_seq: the last seq the fork shares (default: everything so far).
+            message_uuid: share up to and including this message instead.
+            fork_id: the fork's session id (default: a new uuid).
+
+        Raises:
+            ValidationError: an unknown message, or a seq beyond this session's last.
+        """
+        if message_uuid is not None:
+            entry = next(
+                (
+                    e
+                    for e in self._loaded_transcript().entries
+                    if e.type == "message_appended" and e.payload.get("message_uuid") == message_uuid
+                ),
+                None,
+            )
+            if entry is None:
+                msg = f"message {message_uuid!r} is not in session {self.id!r}"
+                raise ValidationError(msg, field="message_uuid")
+            at_seq = entry.seq
+        point = self.last_seq if at_seq is None else at_seq
+        if not 0 <= point <= self.last_seq:
+            msg = f"cannot fork session {self.id!r} at seq {point}: it has {self.last_seq}"
+            raise ValidationError(msg, field="at_seq")
+        # fork_seq is in this session's continuous numbering: a fork of a fork shares the prefix too.
+        info = self.store.create_session(fork_id, parent_session_id=self.id, fork_seq=point)
+        return Session(self.store, info.id, config or self.config)
+
     def _loaded_transcript(self) -> TranscriptState:
         """The transcript at ``last_seq``: its snapshot (if any, not beyond) plus the tail."""
         if self._transcript is None:
@@ -141,6 +188,7 @@ class Session:
                 tokenizer=self.tokenizer,
                 use_snapshots=self._use_snapshots,
                 to_seq=self.last_seq,
+                read=self.log.read,
             )
             self._transcript = state
         return self._transcript
@@ -149,7 +197,7 @@ class Session:
 
     def refresh(self) -> int:
         """Apply events appended since the last refresh (by anyone); returns how many."""
-        tail = self.store.read(self.id, self.last_seq + 1)
+        tail = self.log.read(self.last_seq + 1)
         if not tail:
             return 0
         self._api = fold(self._api_projection, tail, self._api)
@@ -170,7 +218,7 @@ class Session:
             expected_seq: defaults to ``last_seq``, so a write by someone else since the
                 last refresh raises ``ConcurrencyError`` instead of interleaving.
         """
-        result = self.store.append(self.id, events, self.last_seq if expected_seq is None else expected_seq)
+        result = self.log.append(events, self.last_seq if expected_seq is None else expected_seq)
         self.refresh()
         return result
 

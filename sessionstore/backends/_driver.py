@@ -63,6 +63,10 @@ class DriverSQL:
         """The session's last seq and hash."""
         return f"SELECT seq, hash FROM events WHERE session_id = {self.mark} ORDER BY seq DESC LIMIT 1"
 
+    def fork_point(self) -> str:
+        """A session's fork_seq (NULL unless it is a fork)."""
+        return f"SELECT fork_seq FROM sessions WHERE id = {self.mark}"
+
     def session_exists(self) -> str:
         """One row when the session exists."""
         return f"SELECT 1 FROM sessions WHERE id = {self.mark}"
@@ -142,6 +146,12 @@ class DriverTransaction:
             return int(row[0]), str(row[1])
         self.cursor.execute(self.sql.session_exists(), (session_id,))
         return (0, GENESIS_HASH) if self.cursor.fetchone() is not None else None
+
+    def fork_seq(self, session_id: str) -> int:
+        """The session's fork point (0 when it is not a fork)."""
+        self.cursor.execute(self.sql.fork_point(), (session_id,))
+        row = self.cursor.fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     def stored_result(self, session_id: str, prepared: Sequence[Prepared]) -> AppendResult | None:
         """The original result if this batch was stored before (an idempotent retry), else None.

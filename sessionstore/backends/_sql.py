@@ -255,8 +255,10 @@ class SqlSessionStore(SessionStore):
                 parent = txn.head(parent_session_id)
                 if parent is None:
                     raise SessionNotFoundError(parent_session_id)
-                if fork_seq is not None and fork_seq > parent[0]:
-                    msg = f"fork_seq {fork_seq} is beyond the parent's last seq {parent[0]}"
+                # A fork of a fork counts seqs through its parent's shared prefix too.
+                parent_last = parent[0] + txn.fork_seq(parent_session_id)
+                if fork_seq is not None and fork_seq > parent_last:
+                    msg = f"fork_seq {fork_seq} is beyond the parent's last seq {parent_last}"
                     raise ValidationError(msg, field="fork_seq")
             txn.insert_session(sid, parent_session_id, fork_seq, now, meta_json)
             if prepared:
