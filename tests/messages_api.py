@@ -42,10 +42,11 @@ class MessagesAPIServer:
                 if path == "/v1/messages/count_tokens":
                     self._reply(200, {"input_tokens": server.count_tokens_result})
                 elif path == "/v1/messages":
-                    if server.queue:
-                        self._reply(*server.queue.pop(0))
+                    status, payload = server.queue.pop(0) if server.queue else (200, server.next_message)
+                    if body.get("stream") and status == 200:
+                        self._stream(payload)
                     else:
-                        self._reply(200, server.next_message)
+                        self._reply(status, payload)
                 else:
                     error = {"type": "not_found_error", "message": f"no route {path}"}
                     self._reply(404, {"type": "error", "error": error})
@@ -55,6 +56,46 @@ class MessagesAPIServer:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("request-id", "req_test")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, message: dict[str, Any]) -> None:
+                """The message as the API's server-sent events (what the SDK's stream reads)."""
+                start = {**message, "content": [], "stop_reason": None}
+                events: list[tuple[str, dict[str, Any]]] = [
+                    ("message_start", {"type": "message_start", "message": start})
+                ]
+                for index, block in enumerate(message["content"]):
+                    if block["type"] == "text":
+                        opening = {"type": "text", "text": ""}
+                        delta = {"type": "text_delta", "text": block["text"]}
+                    else:
+                        opening = {**block, "input": {}}
+                        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                    events += [
+                        (
+                            "content_block_start",
+                            {"type": "content_block_start", "index": index, "content_block": opening},
+                        ),
+                        (
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": index, "delta": delta},
+                        ),
+                        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+                    ]
+                delta_usage = {"output_tokens": message["usage"]["output_tokens"]}
+                stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+                events += [
+                    ("message_delta", {"type": "message_delta", "delta": stop, "usage": delta_usage}),
+                    ("message_stop", {"type": "message_stop"}),
+                ]
+                data = "".join(
+                    f"event: {name}\ndata: {json.dumps(payload)}\n\n" for name, payload in events
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("request-id", "req_stream")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -97,4 +138,23 @@ def text_message(text: str, message_id: str = "msg_summary") -> tuple[int, dict[
         "stop_reason": "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 1000, "output_tokens": 200},
+    }
+
+
+def tool_use_message(
+    tool_id: str, name: str, tool_input: dict[str, Any], message_id: str
+) -> tuple[int, dict[str, Any]]:
+    """An assistant answer that calls one tool."""
+    return 200, {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": [
+            {"type": "text", "text": f"Calling {name}."},
+            {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 500, "output_tokens": 40},
     }

@@ -1,0 +1,586 @@
+"""The agent-loop helper: the pipeline before every call, recording after it, recovery in between.
+
+An agent service keeps no message list: it asks the session for the next request and hands back
+what the model said. ``Conversation`` (``anthropic.Anthropic``) and ``AsyncConversation``
+(``anthropic.AsyncAnthropic``) are parallel types over the same steps:
+
+    prepare (run the pipeline, record ContextServed) -> call (streaming or not)
+    -> record (assistant message, usage, server-side edits) -> tool results -> loop
+
+A user of the raw SDK can use just ``prepare`` and ``record`` around their own call.
+
+Reactive recovery (SPEC 6): a prompt-too-long error is withheld from the caller; staged collapses
+are drained and the call retried; otherwise one reactive compaction per turn and a retry;
+otherwise the error is raised, once, and stop hooks do not run. Token-budget continuation
+(SPEC 7) and sub-agents (child sessions linked to the parent's tool call) live here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import NonNegativeInt
+
+from ._collapse import CollapseConfig, check_spawn, drain_collapses
+from ._compaction import compact
+from ._errors import ConcurrencyError, SessionStoreError
+from ._events import (
+    ContentBlock,
+    Event,
+    MessageAppended,
+    SessionStarted,
+    SubagentStarted,
+    UsageRecorded,
+    register_event,
+)
+from ._pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
+from ._session import Session
+from ._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = [
+    "AsyncConversation",
+    "BudgetDecision",
+    "Conversation",
+    "PromptTooLongError",
+    "ReactiveRecovery",
+    "TokenBudget",
+    "budget_decision",
+    "is_prompt_too_long",
+    "spawn_subagent",
+]
+
+#: SPEC 7: continue below 90% of the budget; 3 continuations under 500 tokens is diminishing.
+COMPLETION_THRESHOLD = 0.9
+DIMINISHING_CONTINUATIONS = 3
+DIMINISHING_DELTA_TOKENS = 500
+
+
+@register_event
+class ReactiveRecovery(Event):
+    """One step of recovery after the API refused a request as too long."""
+
+    type: Literal["reactive_recovery"] = "reactive_recovery"
+    step: Literal["drain", "reactive_compact", "surfaced"]
+    error: str
+    tokens_before: NonNegativeInt
+    tokens_after: NonNegativeInt
+
+
+@register_event
+class BudgetDecision(Event):
+    """Whether the loop continued after a turn, against the caller's output-token budget."""
+
+    type: Literal["budget_decision"] = "budget_decision"
+    action: Literal["continue", "stop"]
+    reason: str
+    turn_tokens: NonNegativeInt
+    budget: NonNegativeInt | None
+    continuations: NonNegativeInt
+
+
+class PromptTooLongError(SessionStoreError):
+    """The request stayed too long after every recovery step; raised once per turn."""
+
+    def __init__(self, message: str, *, gap: int | None) -> None:
+        super().__init__(message)
+        self.gap = gap
+
+
+def is_prompt_too_long(error: BaseException) -> bool:
+    """True for the API's prompt-too-long refusal (HTTP 400) or a 413 request-too-large."""
+    status = getattr(error, "status_code", None)
+    return (status == 400 and "prompt is too long" in str(error).lower()) or status == 413
+
+
+# --- token budget (SPEC 7) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """A caller's output-token budget for one turn (``None`` total means no budget)."""
+
+    total: int | None = None
+
+
+@dataclass
+class _BudgetTracker:
+    turn_tokens: int = 0
+    continuations: int = 0
+    deltas: list[int] = field(default_factory=list)
+
+
+def budget_decision(
+    budget: int | None, turn_tokens: int, continuations: int, deltas: Sequence[int], *, subagent: bool
+) -> tuple[Literal["continue", "stop"], str]:
+    """Continue (with a nudge) or stop, per SPEC 7.
+
+    Args:
+        budget: the turn's output-token budget, or None for no budget.
+        turn_tokens: output tokens produced this turn so far.
+        continuations: nudges sent this turn so far.
+        deltas: output tokens of each response this turn, oldest first.
+        subagent: sub-agents always stop.
+    """
+    if subagent:
+        return "stop", "sub-agents do not continue"
+    if budget is None:
+        return "stop", "no budget"
+    recent = list(deltas[-2:])
+    if (
+        continuations >= DIMINISHING_CONTINUATIONS
+        and len(recent) == 2
+        and all(d < DIMINISHING_DELTA_TOKENS for d in recent)
+    ):
+        return "stop", "diminishing returns"
+    if turn_tokens < budget * COMPLETION_THRESHOLD:
+        return "continue", "below 90% of the budget"
+    return "stop", "budget reached"
+
+
+def _nudge(turn_tokens: int, budget: int) -> str:
+    return f"Keep going: {turn_tokens:,} of {budget:,} output tokens used this turn."
+
+
+# --- recording ---------------------------------------------------------------------------------
+
+
+def _blocks(response: Any) -> list[ContentBlock]:
+    """The response's content blocks as JSON (unset optional fields left out)."""
+    return [block.model_dump(mode="json", exclude_none=True) for block in response.content]
+
+
+def _response_events(response: Any, clock: Callable[[], datetime]) -> list[Event]:
+    usage = response.usage
+    return [
+        MessageAppended(
+            role="assistant",
+            content=_blocks(response),
+            api_message_id=response.id,
+            stop_reason=response.stop_reason,
+            timestamp=clock(),
+        ),
+        UsageRecorded(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+            api_message_id=response.id,
+            model=response.model,
+        ),
+    ]
+
+
+ToolRunner = Callable[[dict[str, Any]], str | list[ContentBlock]]
+StopHook = Callable[[Session], None]
+
+
+@dataclass
+class _Shared:
+    """What the sync and async helpers share: the session, pipeline and loop settings."""
+
+    session: Session
+    model: str
+    max_tokens: int
+    pipeline: Pipeline
+    summarizer: Summarizer
+    stream: bool
+    on_conflict: Literal["raise", "reload"]
+    stop_hooks: Sequence[StopHook]
+    budget: TokenBudget
+    clock: Callable[[], datetime]
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Append after what the session has seen; on a conflict reload and retry, or raise."""
+        try:
+            self.session.append(events)
+        except ConcurrencyError:
+            if self.on_conflict != "reload":
+                raise
+            self.session.refresh()
+            self.session.append(events)
+
+    def params(self, prepared: PreparedRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, **prepared.request}
+        if prepared.beta:
+            params["betas"] = [CONTEXT_MANAGEMENT_BETA]
+        return params
+
+    def record(self, response: Any) -> None:
+        self.append(_response_events(response, self.clock))
+        if getattr(response, "context_management", None) is not None:
+            record_applied_edits(self.session, response)
+
+    def recover(self, error: BaseException, tried_compact: bool) -> tuple[bool, bool]:
+        """One recovery step after a prompt-too-long; returns (retry?, tried_compact)."""
+        session = self.session
+        before = session.used_tokens()
+        drained = drain_collapses(session)
+        if drained.event_ids:
+            self.append(
+                [
+                    ReactiveRecovery(
+                        step="drain",
+                        error=str(error),
+                        tokens_before=before,
+                        tokens_after=session.used_tokens(),
+                    )
+                ]
+            )
+            return True, tried_compact
+        if not tried_compact:
+            report = compact(session, self.summarizer, trigger="reactive")
+            self.append(
+                [
+                    ReactiveRecovery(
+                        step="reactive_compact",
+                        error=str(error),
+                        tokens_before=before,
+                        tokens_after=report.tokens_after,
+                    )
+                ]
+            )
+            return report.ok, True
+        self.append(
+            [ReactiveRecovery(step="surfaced", error=str(error), tokens_before=before, tokens_after=before)]
+        )
+        return False, tried_compact
+
+    def after_turn(self, response: Any, tracker: _BudgetTracker) -> str | None:
+        """The nudge to send when the budget says continue, else None (and stop hooks run)."""
+        output = int(response.usage.output_tokens)
+        tracker.turn_tokens += output
+        tracker.deltas.append(output)
+        subagent = self.session.api_state.query_source != "main"
+        action, reason = budget_decision(
+            self.budget.total, tracker.turn_tokens, tracker.continuations, tracker.deltas, subagent=subagent
+        )
+        if self.budget.total is not None or subagent:
+            self.append(
+                [
+                    BudgetDecision(
+                        action=action,
+                        reason=reason,
+                        turn_tokens=tracker.turn_tokens,
+                        budget=self.budget.total,
+                        continuations=tracker.continuations,
+                    )
+                ]
+            )
+        if action == "continue" and self.budget.total is not None:
+            tracker.continuations += 1
+            return _nudge(tracker.turn_tokens, self.budget.total)
+        for hook in self.stop_hooks:
+            hook(self.session)
+        return None
+
+
+def _tool_results(uses: Sequence[dict[str, Any]], runner: ToolRunner) -> list[ContentBlock]:
+    results: list[ContentBlock] = []
+    for use in uses:
+        try:
+            content = runner(use)
+            results.append({"type": "tool_result", "tool_use_id": use["id"], "content": content})
+        except Exception as e:
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": use["id"],
+                    "content": f"{type(e).__name__}: {e}",
+                    "is_error": True,
+                }
+            )
+    return results
+
+
+def _tool_uses(response: Any) -> list[dict[str, Any]]:
+    return [b for b in _blocks(response) if b.get("type") == "tool_use"]
+
+
+def _surface(error: BaseException) -> PromptTooLongError:
+    return PromptTooLongError(
+        f"request still too long after recovery: {error}", gap=parse_prompt_too_long(str(error))
+    )
+
+
+# --- sync --------------------------------------------------------------------------------------
+
+
+class Conversation:
+    """Drive one session with ``anthropic.Anthropic``: prepare, call, record, loop.
+
+    Args:
+        session: the live session to drive.
+        client: an ``anthropic.Anthropic`` client.
+        model / max_tokens: sent with every request.
+        pipeline: the stages before every call (default ``Pipeline()``).
+        summarizer: for reactive compaction (default: offline).
+        stream: call through the streaming API.
+        on_conflict: when another process appended first: ``"reload"`` and retry, or ``"raise"``.
+        stop_hooks: called with the session when a turn ends normally (never after a surfaced error).
+        budget: the output-token budget per turn for continuation (SPEC 7).
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        client: anthropic.Anthropic,
+        *,
+        model: str,
+        max_tokens: int = 4096,
+        pipeline: Pipeline | None = None,
+        summarizer: Summarizer | None = None,
+        stream: bool = False,
+        on_conflict: Literal["raise", "reload"] = "raise",
+        stop_hooks: Sequence[StopHook] = (),
+        budget: TokenBudget | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.client = client
+        self._shared = _Shared(
+            session,
+            model,
+            max_tokens,
+            pipeline or Pipeline(),
+            summarizer or OfflineSummarizer(),
+            stream,
+            on_conflict,
+            stop_hooks,
+            budget or TokenBudget(),
+            clock or (lambda: datetime.now(UTC)),
+        )
+
+    @property
+    def session(self) -> Session:
+        """The session this conversation drives."""
+        return self._shared.session
+
+    def user(self, content: str | list[ContentBlock]) -> None:
+        """Append a user message."""
+        self._shared.append([MessageAppended(role="user", content=content, timestamp=self._shared.clock())])
+
+    def prepare(self) -> PreparedRequest:
+        """Run the pipeline and return the request (recorded as ContextServed)."""
+        return self._shared.pipeline.prepare(self.session)
+
+    def params(self, prepared: PreparedRequest) -> dict[str, Any]:
+        """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``)."""
+        return self._shared.params(prepared)
+
+    def record(self, response: Any) -> None:
+        """Record a response: the assistant message, its usage and any server-side edits."""
+        self._shared.record(response)
+
+    def _call(self, prepared: PreparedRequest) -> Any:
+        params = self.params(prepared)
+        api = self.client.beta.messages if prepared.beta else self.client.messages
+        if self._shared.stream:
+            with api.stream(**params) as stream:
+                return stream.get_final_message()
+        return api.create(**params)
+
+    def step(self) -> Any:
+        """One model call with reactive recovery; the response is recorded and returned.
+
+        Raises:
+            PromptTooLongError: still too long after draining and one reactive compaction.
+        """
+        tried_compact = False
+        while True:
+            prepared = self.prepare()
+            try:
+                response = self._call(prepared)
+            except Exception as e:
+                if not is_prompt_too_long(e):
+                    raise
+                retry, tried_compact = self._shared.recover(e, tried_compact)
+                if not retry:
+                    raise _surface(e) from e
+                continue
+            self.record(response)
+            return response
+
+    def run(self, tool_runner: ToolRunner | None = None, *, max_steps: int = 50) -> Any:
+        """Call, run tools, and continue until the model stops (or the budget says stop)."""
+        tracker = _BudgetTracker()
+        response = None
+        for _ in range(max_steps):
+            response = self.step()
+            uses = _tool_uses(response)
+            if uses and tool_runner is not None:
+                self._shared.append([MessageAppended(role="user", content=_tool_results(uses, tool_runner))])
+                continue
+            nudge = self._shared.after_turn(response, tracker)
+            if nudge is None:
+                return response
+            self.user(nudge)
+        return response
+
+
+# --- async -------------------------------------------------------------------------------------
+
+
+class AsyncConversation:
+    """The same loop over ``anthropic.AsyncAnthropic``; database work runs in a worker thread."""
+
+    def __init__(
+        self,
+        session: Session,
+        client: anthropic.AsyncAnthropic,
+        *,
+        model: str,
+        max_tokens: int = 4096,
+        pipeline: Pipeline | None = None,
+        summarizer: Summarizer | None = None,
+        stream: bool = False,
+        on_conflict: Literal["raise", "reload"] = "raise",
+        stop_hooks: Sequence[StopHook] = (),
+        budget: TokenBudget | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.client = client
+        self._shared = _Shared(
+            session,
+            model,
+            max_tokens,
+            pipeline or Pipeline(),
+            summarizer or OfflineSummarizer(),
+            stream,
+            on_conflict,
+            stop_hooks,
+            budget or TokenBudget(),
+            clock or (lambda: datetime.now(UTC)),
+        )
+
+    @property
+    def session(self) -> Session:
+        """The session this conversation drives."""
+        return self._shared.session
+
+    async def user(self, content: str | list[ContentBlock]) -> None:
+        """Append a user message."""
+        event = MessageAppended(role="user", content=content, timestamp=self._shared.clock())
+        await asyncio.to_thread(self._shared.append, [event])
+
+    async def prepare(self) -> PreparedRequest:
+        """Run the pipeline and return the request (recorded as ContextServed)."""
+        return await asyncio.to_thread(self._shared.pipeline.prepare, self.session)
+
+    def params(self, prepared: PreparedRequest) -> dict[str, Any]:
+        """Keyword arguments for ``client.messages.create``."""
+        return self._shared.params(prepared)
+
+    async def record(self, response: Any) -> None:
+        """Record a response: the assistant message, its usage and any server-side edits."""
+        await asyncio.to_thread(self._shared.record, response)
+
+    async def _call(self, prepared: PreparedRequest) -> Any:
+        params = self.params(prepared)
+        api = self.client.beta.messages if prepared.beta else self.client.messages
+        if self._shared.stream:
+            async with api.stream(**params) as stream:
+                return await stream.get_final_message()
+        return await api.create(**params)
+
+    async def step(self) -> Any:
+        """One model call with reactive recovery (see ``Conversation.step``)."""
+        tried_compact = False
+        while True:
+            prepared = await self.prepare()
+            try:
+                response = await self._call(prepared)
+            except Exception as e:
+                if not is_prompt_too_long(e):
+                    raise
+                retry, tried_compact = await asyncio.to_thread(self._shared.recover, e, tried_compact)
+                if not retry:
+                    raise _surface(e) from e
+                continue
+            await self.record(response)
+            return response
+
+    async def run(
+        self,
+        tool_runner: Callable[[dict[str, Any]], Awaitable[str | list[ContentBlock]]] | None = None,
+        *,
+        max_steps: int = 50,
+    ) -> Any:
+        """Call, run tools (awaited), and continue until the model stops."""
+        tracker = _BudgetTracker()
+        response = None
+        for _ in range(max_steps):
+            response = await self.step()
+            uses = _tool_uses(response)
+            if uses and tool_runner is not None:
+                results: list[ContentBlock] = []
+                for use in uses:
+                    try:
+                        results.append(
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": use["id"],
+                                "content": await tool_runner(use),
+                            }
+                        )
+                    except Exception as e:
+                        results.append(
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": use["id"],
+                                "content": f"{type(e).__name__}: {e}",
+                                "is_error": True,
+                            }
+                        )
+                await asyncio.to_thread(self._shared.append, [MessageAppended(role="user", content=results)])
+                continue
+            nudge = await asyncio.to_thread(self._shared.after_turn, response, tracker)
+            if nudge is None:
+                return response
+            await self.user(nudge)
+        return response
+
+
+# --- sub-agents --------------------------------------------------------------------------------
+
+
+def spawn_subagent(
+    parent: Session,
+    tool_use_id: str,
+    *,
+    agent_type: str | None = None,
+    model: str | None = None,
+    collapse: CollapseConfig | None = None,
+    session_id: str | None = None,
+) -> Session:
+    """A child session for one tool call of ``parent``, linked both ways.
+
+    Sub-agents never auto-compact, never run time-based or server-side micro-compaction, and
+    never touch the parent's state (their query source is ``subagent``).
+
+    Raises:
+        SubagentSpawnRefused: collapse is enabled and the parent is at 95% of its window.
+    """
+    check_spawn(parent, collapse or CollapseConfig(enabled=True))
+    child = parent.store.create_session(
+        session_id,
+        parent_session_id=parent.id,
+        metadata={"agent_type": agent_type} if agent_type else None,
+        events=[
+            SessionStarted(
+                model=model or parent.api_state.model,
+                query_source="subagent",
+                parent_session_id=parent.id,
+                parent_tool_use_id=tool_use_id,
+            )
+        ],
+    )
+    parent.append(
+        [SubagentStarted(child_session_id=child.id, parent_tool_use_id=tool_use_id, agent_type=agent_type)]
+    )
+    return Session(parent.store, child.id, parent.config)

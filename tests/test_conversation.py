@@ -1,0 +1,343 @@
+"""The agent loop on the real anthropic SDK against a local Messages API (no mock of the SDK)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+import sessionstore
+from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, UsageRecorded
+from sessionstore._collapse import CollapseConfig, SubagentSpawnRefused, stage_collapse
+from sessionstore._conversation import (
+    AsyncConversation,
+    Conversation,
+    PromptTooLongError,
+    TokenBudget,
+    budget_decision,
+    spawn_subagent,
+)
+from sessionstore._summarizers import OfflineSummarizer
+
+from .messages_api import prompt_too_long, text_message, tool_use_message
+
+
+def _client(api: Any, **kwargs: Any) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        api_key="k", base_url=api.url, max_retries=kwargs.pop("max_retries", 0), **kwargs
+    )
+
+
+def _script(api: Any) -> None:
+    """Two tool rounds, then a final answer."""
+    api.queue += [
+        tool_use_message("toolu_1", "Read", {"file_path": "a.py"}, "msg_1"),
+        tool_use_message("toolu_2", "Bash", {"command": "pytest"}, "msg_2"),
+        text_message("All tests pass.", "msg_3"),
+    ]
+
+
+def _runner(use: dict[str, Any]) -> str:
+    return f"output of {use['name']} {use['input']}"
+
+
+def _kinds(session: Session) -> list[str]:
+    return [e.type for e in session.transcript]
+
+
+class TestSyncLoop:
+    @pytest.mark.parametrize("stream", [False, True])
+    def test_tool_loop_records_every_step_and_sends_valid_requests(
+        self, messages_api: Any, stream: bool
+    ) -> None:
+        """Each response and tool result becomes events; every request the SDK sent is valid."""
+        _script(messages_api)
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5", system="You are terse.")
+        loop = Conversation(
+            session, _client(messages_api), model="claude-opus-5-5", max_tokens=1000, stream=stream
+        )
+
+        loop.user("Fix the tests.")
+        final = loop.run(_runner)
+
+        assert final.content[0].text == "All tests pass."
+        bodies = [r["body"] for r in messages_api.requests]
+        assert len(bodies) == 3
+        for body in bodies:
+            sessionstore.validate_request(body)
+        assert bodies[-1]["messages"][-1]["content"][0] == {
+            "type": "tool_result",
+            "tool_use_id": "toolu_2",
+            "content": "output of Bash {'command': 'pytest'}",
+        }
+        assert _kinds(session).count("usage_recorded") == 3
+        assert _kinds(session).count("context_served") == 3
+        assert session.api_state.usage_total == 1200  # the last response: 1,000 in + 200 out
+
+    def test_raw_sdk_users_need_only_prepare_and_record(self, messages_api: Any) -> None:
+        """prepare() gives the request, record() takes the response: the caller owns the call."""
+        messages_api.queue.append(text_message("hello", "msg_r"))
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+        loop.user("hi")
+
+        prepared = loop.prepare()
+        response = _client(messages_api).messages.create(**loop.params(prepared))
+        loop.record(response)
+
+        assert session.request()["messages"][-1] == {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "hello"}],
+        }
+
+    def test_overloaded_and_rate_limited_retries_leave_no_duplicates(self, messages_api: Any) -> None:
+        """The SDK retries 529 and 429 itself; one answer is recorded once."""
+        messages_api.queue += [
+            (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            (429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+            text_message("done", "msg_ok"),
+        ]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        loop = Conversation(session, _client(messages_api, max_retries=2), model="claude-opus-5-5")
+        loop.user("go")
+
+        loop.step()
+
+        assert _kinds(session).count("message_appended") == 2
+        assert _kinds(session).count("context_served") == 1
+
+
+class TestResume:
+    def test_request_after_resume_equals_the_uninterrupted_one(
+        self, messages_api: Any, tmp_path: Path
+    ) -> None:
+        """Stop after two steps, reopen the store and session, continue: the next request is identical."""
+        expected_db, resumed_db = tmp_path / "straight.db", tmp_path / "resumed.db"
+        for db, interrupt in ((expected_db, False), (resumed_db, True)):
+            _script(messages_api)
+            store = sessionstore.open_store(db, migrate=True)
+            session = Session.create(store, "s-1", model="claude-opus-5-5")
+            loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+            loop.user("Fix the tests.")
+            for _ in range(2):
+                response = loop.step()
+                results = [
+                    {"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
+                    for b in response.content
+                    if b.type == "tool_use"
+                ]
+                loop._shared.append([MessageAppended(role="user", content=results)])
+            if interrupt:
+                store.close()  # the first process is gone
+                store = sessionstore.open_store(db)
+                loop = Conversation(Session(store, "s-1"), _client(messages_api), model="claude-opus-5-5")
+            loop.step()
+            store.close()
+
+        straight, resumed = messages_api.requests[2]["body"], messages_api.requests[5]["body"]
+        assert resumed == straight
+
+
+class TestRecovery:
+    def test_prompt_too_long_is_recovered_without_the_caller_seeing_it(self, messages_api: Any) -> None:
+        """A mid-session prompt-too-long triggers a reactive compaction and a retry."""
+        messages_api.queue += [prompt_too_long(210_000), text_message("recovered", "msg_after")]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        for n in range(4):
+            session.append(
+                [
+                    MessageAppended(role="user", content=f"q{n}"),
+                    MessageAppended(role="assistant", content=f"a{n} " * 200),
+                ]
+            )
+        loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+        loop.user("and now?")
+
+        response = loop.step()
+
+        assert response.content[0].text == "recovered"
+        recovery = [e for e in session.transcript if e.type == "reactive_recovery"]
+        assert [e.payload["step"] for e in recovery] == ["reactive_compact"]
+        boundary = next(e for e in session.transcript if e.type == "compact_boundary")
+        assert boundary.payload["trigger"] == "reactive"
+        assert messages_api.requests[-1]["body"]["messages"][0]["content"][0]["text"].startswith(
+            "This session continues"
+        )
+
+    def test_drain_comes_first_when_collapses_are_staged(self, messages_api: Any) -> None:
+        """Staged collapses are committed (no model call) before any compaction is tried."""
+        messages_api.queue += [prompt_too_long(205_000), text_message("ok", "msg_d")]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        for n in range(6):
+            session.append(
+                [
+                    MessageAppended(role="user", content=f"q{n}"),
+                    MessageAppended(role="assistant", content=f"a{n}"),
+                ]
+            )
+        stage_collapse(session, OfflineSummarizer(), 0, 4)
+        loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+        loop.user("next")
+
+        loop.step()
+
+        steps = [e.payload["step"] for e in session.transcript if e.type == "reactive_recovery"]
+        assert steps == ["drain"]
+        assert "compact_boundary" not in _kinds(session)
+
+    def test_unrecoverable_error_is_raised_once_and_stop_hooks_do_not_run(self, messages_api: Any) -> None:
+        """Too long even after compaction: one PromptTooLongError, no stop hook, the steps recorded."""
+        messages_api.queue += [prompt_too_long(300_000), prompt_too_long(250_000)]
+        stopped: list[str] = []
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        loop = Conversation(
+            session,
+            _client(messages_api),
+            model="claude-opus-5-5",
+            stop_hooks=[lambda s: stopped.append(s.id)],
+        )
+        loop.user("huge")
+
+        with pytest.raises(PromptTooLongError) as caught:
+            loop.run(_runner)
+
+        assert caught.value.gap == 50_000
+        assert stopped == []
+        steps = [e.payload["step"] for e in session.transcript if e.type == "reactive_recovery"]
+        assert steps == ["reactive_compact", "surfaced"]
+        assert len(messages_api.requests) == 2
+
+
+class TestBudget:
+    @pytest.mark.parametrize(
+        ("budget", "turn", "continuations", "deltas", "subagent", "expected"),
+        [
+            (None, 100, 0, [100], False, ("stop", "no budget")),
+            (10_000, 100, 0, [100], True, ("stop", "sub-agents do not continue")),
+            (10_000, 8_999, 0, [8_999], False, ("continue", "below 90% of the budget")),
+            (10_000, 9_000, 0, [9_000], False, ("stop", "budget reached")),
+            (10_000, 2_000, 3, [1_000, 400, 300], False, ("stop", "diminishing returns")),
+            (10_000, 2_000, 3, [1_000, 400, 600], False, ("continue", "below 90% of the budget")),
+            (10_000, 2_000, 2, [1_000, 400, 300], False, ("continue", "below 90% of the budget")),
+        ],
+    )
+    def test_decisions(
+        self,
+        budget: int | None,
+        turn: int,
+        continuations: int,
+        deltas: list[int],
+        subagent: bool,
+        expected: Any,
+    ) -> None:
+        """SPEC 7's rules, one row each."""
+        assert budget_decision(budget, turn, continuations, deltas, subagent=subagent) == expected
+
+    def test_loop_nudges_until_the_budget_is_reached(self, messages_api: Any) -> None:
+        """Below 90% the loop sends a nudge and continues; each decision is an event."""
+        answer = text_message("part", "msg_b")[1]
+        messages_api.queue += [(200, {**answer, "usage": {"input_tokens": 10, "output_tokens": 600}})] * 2
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        loop = Conversation(
+            session, _client(messages_api), model="claude-opus-5-5", budget=TokenBudget(1_300)
+        )
+        loop.user("write a lot")
+
+        loop.run()
+
+        decisions = [
+            (e.payload["action"], e.payload["reason"])
+            for e in session.transcript
+            if e.type == "budget_decision"
+        ]
+        assert decisions == [("continue", "below 90% of the budget"), ("stop", "budget reached")]
+        assert (
+            "Keep going: 600 of 1,300"
+            in messages_api.requests[1]["body"]["messages"][-1]["content"][-1]["text"]
+        )
+
+
+class TestSubagents:
+    def test_spawn_links_both_ways_and_is_refused_at_ninety_five_percent(self) -> None:
+        """A child session carries the parent tool call; near the limit no child is spawned."""
+        store = sessionstore.open_store(":memory:")
+        parent = Session.create(
+            store, model="claude-opus-5-5", context_window=100_000, max_output_tokens=10_000
+        )
+
+        child = spawn_subagent(parent, "toolu_task", agent_type="researcher")
+        parent.append([UsageRecorded(input_tokens=86_000, output_tokens=0)])
+
+        assert child.api_state.query_source == "subagent"
+        assert store.get_session(child.id).parent_session_id == parent.id
+        assert [
+            e.payload.get("child_session_id") for e in parent.transcript if e.type == "subagent_started"
+        ] == [child.id]
+        with pytest.raises(SubagentSpawnRefused):
+            spawn_subagent(parent, "toolu_other")
+
+    def test_subagents_never_compact(self) -> None:
+        """Even far above the threshold, a sub-agent's pipeline does not compact."""
+        store = sessionstore.open_store(":memory:")
+        parent = Session.create(store, model="claude-opus-5-5")
+        child = spawn_subagent(parent, "toolu_task", collapse=CollapseConfig(enabled=False))
+        child.append(
+            [MessageAppended(role="user", content="x"), UsageRecorded(input_tokens=978_000, output_tokens=0)]
+        )
+
+        with pytest.raises(sessionstore.BlockingLimitError):
+            Pipeline(PipelineConfig()).prepare(child)
+        assert "compact_boundary" not in _kinds(child)
+
+
+def test_second_writer_conflicts_or_reloads(messages_api: Any) -> None:
+    """Two helpers on one session: with 'raise' the stale one fails; with 'reload' it retries."""
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, "shared", model="claude-opus-5-5")
+    first = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+    stale = Conversation(Session(store, "shared"), _client(messages_api), model="claude-opus-5-5")
+    reloading = Conversation(
+        Session(store, "shared"), _client(messages_api), model="claude-opus-5-5", on_conflict="reload"
+    )
+
+    first.user("from the first process")
+    with pytest.raises(sessionstore.ConcurrencyError):
+        stale.user("from a stale process")
+    reloading.user("from a process that reloads")
+
+    texts = [
+        e.payload["content"] for e in Session(store, "shared").transcript if e.type == "message_appended"
+    ]
+    assert texts == ["from the first process", "from a process that reloads"]
+
+
+def test_async_loop_matches_the_sync_one(messages_api: Any) -> None:
+    """AsyncConversation runs the same steps over AsyncAnthropic and sends the same requests."""
+    _script(messages_api)
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, model="claude-opus-5-5", system="You are terse.")
+    client = anthropic.AsyncAnthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+    loop = AsyncConversation(session, client, model="claude-opus-5-5", max_tokens=1000, stream=True)
+
+    async def runner(use: dict[str, Any]) -> str:
+        return _runner(use)
+
+    async def main() -> Any:
+        await loop.user("Fix the tests.")
+        return await loop.run(runner)
+
+    final = asyncio.run(main())
+
+    assert final.content[0].text == "All tests pass."
+    assert len(messages_api.requests) == 3
+    assert [e.type for e in session.transcript].count("usage_recorded") == 3
