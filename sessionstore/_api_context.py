@@ -31,6 +31,8 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
   summary stands in their place (results opening the span, answering a call before it, stay;
   results opening the message after it, answering a call inside it, go).
 
+* A server-side ``compaction`` block (the Messages API's own compaction) in an assistant
+  message: the request starts at that message, the block standing in for what came before.
 * ``CompactBoundary``: everything before the latest boundary leaves the request except the
   messages it keeps; the summary opens the request, attachments and hook results follow the
   kept messages (``_with_compaction``).
@@ -158,6 +160,9 @@ class ApiContextState:
     compact: dict[str, Any] | None = None
     #: Messages below this index are behind a compact boundary: nothing new merges into them.
     merge_floor: int = 0
+    #: Index of the assistant message holding the latest server-side compaction block (-1: none);
+    #: the request starts there, the block standing in for everything before it.
+    server_compaction_index: int = -1
     #: Consecutive failed automatic compactions (the circuit breaker counts these).
     compact_failures: int = 0
     #: The latest session memory: text, last summarized seq, tokens and tool calls at extraction.
@@ -191,7 +196,7 @@ class ApiContextState:
         if self.compact is not None:
             keep = self.compact["keep_from_seq"] or self.compact["seq"] + 1
             first = max(first, bisect.bisect_left(self.message_first_seq, keep))
-        return first
+        return max(first, self.server_compaction_index)
 
 
 # --- normalization steps -----------------------------------------------------------------
@@ -296,6 +301,9 @@ def _add_assistant(
             _new_message(state, "assistant", blocks, tokens, seq)
         state.last_assistant_index = len(state.messages) - 1
         state.last_assistant_api_id = event.api_message_id
+    if any(b.get("type") == "compaction" and b.get("content") is not None for b in blocks):
+        # The API summarized everything before this block (a null content means it failed: a no-op).
+        state.server_compaction_index = state.last_assistant_index
     for block in blocks:
         if block.get("type") == "tool_use":
             tool_id = str(block.get("id"))

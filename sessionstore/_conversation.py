@@ -209,7 +209,7 @@ class _Shared:
     def params(self, prepared: PreparedRequest) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, **prepared.request}
         if prepared.beta:
-            params["betas"] = [CONTEXT_MANAGEMENT_BETA]
+            params["betas"] = list(prepared.betas) or [CONTEXT_MANAGEMENT_BETA]
         return params
 
     def record(self, response: Any) -> None:

@@ -44,6 +44,7 @@ from ._window import TokenState
 
 __all__ = [
     "COMPACTABLE_TOOLS",
+    "COMPACTION_BETA",
     "CONTEXT_MANAGEMENT_BETA",
     "STAGE_ORDER",
     "BlockingLimitError",
@@ -52,6 +53,7 @@ __all__ = [
     "Pipeline",
     "PipelineConfig",
     "PreparedRequest",
+    "ServerCompactionConfig",
     "SnipConfig",
     "StageReport",
     "microcompact",
@@ -69,6 +71,8 @@ COMPACTABLE_TOOLS = frozenset(
 )
 #: The beta that enables server-side context editing in the Messages API.
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+#: The beta that enables the Messages API's own compaction (``compact_20260112``).
+COMPACTION_BETA = "compact-2026-01-12"
 
 
 class BlockingLimitError(SessionStoreError):
@@ -159,6 +163,21 @@ class MicrocompactConfig:
 
 
 @dataclass(frozen=True)
+class ServerCompactionConfig:
+    """The Messages API's own compaction (``compact_20260112``), opt-in.
+
+    When on, every request asks the server to compact once its input passes
+    ``trigger_tokens``; the response then opens with a ``compaction`` block, recorded verbatim
+    with the message, and the API view sends it in place of everything before it.
+    """
+
+    enabled: bool = False
+    trigger_tokens: int = 150_000
+    instructions: str | None = None
+    pause_after_compaction: bool = False
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """Switches and parameters of every stage."""
 
@@ -169,6 +188,7 @@ class PipelineConfig:
     #: Auto-compact runs unless disabled here or by the window's switches (WindowConfig).
     auto_compact: bool = True
     compact: CompactConfig = field(default_factory=CompactConfig)
+    server_compaction: ServerCompactionConfig = field(default_factory=ServerCompactionConfig)
     blocking_limit: bool = True
 
 
@@ -195,6 +215,8 @@ class PreparedRequest:
     reports: tuple[StageReport, ...]
     served_event_id: str
     beta: bool = False
+    #: The beta headers the request needs (``client.beta.messages.create(betas=...)``).
+    betas: tuple[str, ...] = ()
 
 
 # --- helpers shared by the stages ------------------------------------------------------------
@@ -668,11 +690,26 @@ class Pipeline:
         if config.blocking_limit and tokens.at_blocking_limit:
             raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)
         request = session.request()
-        beta = False
+        edits: list[dict[str, Any]] = []
+        betas: list[str] = []
         mc = config.microcompact
         if cleared is None and mc.server_side and session.api_state.query_source == "main":
-            request["context_management"] = server_side_edits(mc)
-            beta = True
+            edits += server_side_edits(mc)["edits"]
+            betas.append(CONTEXT_MANAGEMENT_BETA)
+        sc = config.server_compaction
+        if sc.enabled and session.api_state.query_source == "main":
+            edit: dict[str, Any] = {
+                "type": "compact_20260112",
+                "trigger": {"type": "input_tokens", "value": sc.trigger_tokens},
+                "pause_after_compaction": sc.pause_after_compaction,
+            }
+            if sc.instructions:
+                edit["instructions"] = sc.instructions
+            edits.append(edit)
+            betas.append(COMPACTION_BETA)
+        if edits:
+            request["context_management"] = {"edits": edits}
+        beta = bool(betas)
         served = _served_event(session, request, tokens.used)
         session.append([served])
-        return PreparedRequest(request, tokens, tuple(reports), str(served.event_id), beta)
+        return PreparedRequest(request, tokens, tuple(reports), str(served.event_id), beta, tuple(betas))

@@ -20,6 +20,7 @@ from sessionstore._conversation import (
     budget_decision,
     spawn_subagent,
 )
+from sessionstore._pipeline import ServerCompactionConfig
 from sessionstore._summarizers import OfflineSummarizer
 
 from .messages_api import prompt_too_long, text_message, tool_use_message
@@ -341,3 +342,50 @@ def test_async_loop_matches_the_sync_one(messages_api: Any) -> None:
     assert final.content[0].text == "All tests pass."
     assert len(messages_api.requests) == 3
     assert [e.type for e in session.transcript].count("usage_recorded") == 3
+
+
+def _compaction_answer(content: str | None, message_id: str) -> tuple[int, dict[str, Any]]:
+    status, message = text_message("continuing", message_id)
+    block = {"type": "compaction", "content": content, "signature": "sig-1"}
+    return status, {**message, "content": [block, *message["content"]]}
+
+
+@pytest.mark.parametrize(("summary", "dropped"), [("what happened so far", True), (None, False)])
+def test_server_side_compaction_block_replaces_what_it_summarizes(
+    messages_api: Any, summary: str | None, dropped: bool
+) -> None:
+    """Opt-in: the request asks for compact_20260112; a returned block stands in for the history."""
+    messages_api.queue += [_compaction_answer(summary, "msg_c"), text_message("next", "msg_n")]
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, model="claude-opus-5-5")
+    for n in range(3):
+        session.append(
+            [
+                MessageAppended(role="user", content=f"q{n}"),
+                MessageAppended(role="assistant", content=f"a{n}"),
+            ]
+        )
+    config = PipelineConfig(server_compaction=ServerCompactionConfig(enabled=True, trigger_tokens=50_000))
+    loop = Conversation(session, _client(messages_api), model="claude-opus-5-5", pipeline=Pipeline(config))
+    loop.user("go on")
+
+    loop.step()
+    loop.user("and then?")
+    loop.step()
+
+    first, second = (r["body"] for r in messages_api.requests)
+    assert first["context_management"]["edits"][0] == {
+        "type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 50_000},
+        "pause_after_compaction": False,
+    }
+    assert "compact-2026-01-12" in messages_api.requests[0]["headers"].get("anthropic-beta", "")
+    texts = [b.get("text") for m in second["messages"] for b in m["content"]]
+    assert ("q0" not in texts) is dropped
+    if dropped:
+        assert second["messages"][1]["content"][0] == {
+            "type": "compaction",
+            "content": summary,
+            "signature": "sig-1",
+        }
+    sessionstore.validate_request(second)
