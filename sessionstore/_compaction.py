@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import math
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,6 +39,8 @@ __all__ = [
     "maybe_extract_memory",
     "memory_keep_index",
     "round_groups",
+    "shell_pre_compact_hook",
+    "shell_text_hook",
 ]
 
 MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
@@ -61,6 +65,68 @@ class CompactHooks:
     pre_compact: Sequence[Callable[[str], tuple[str | None, str | None]]] = ()
     session_start: Sequence[Callable[[str], str | None]] = ()
     post_compact: Sequence[Callable[[str], str | None]] = ()
+
+
+def _run_shell(command: Sequence[str], payload: dict[str, Any], timeout: float) -> str:
+    """Run ``command`` with ``payload`` as JSON on stdin; its stdout, stripped.
+
+    Raises:
+        SummaryFailed: the command failed or timed out (the compaction then records a failure).
+    """
+    try:
+        done = subprocess.run(
+            list(command),
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        msg = f"hook {command[0]!r} could not run: {e}"
+        raise SummaryFailed(msg) from e
+    if done.returncode != 0:
+        msg = f"hook {command[0]!r} exited with {done.returncode}: {done.stderr.strip()[:200]}"
+        raise SummaryFailed(msg)
+    return done.stdout.strip()
+
+
+def shell_pre_compact_hook(
+    command: Sequence[str], timeout: float = 30.0
+) -> Callable[[str], tuple[str | None, str | None]]:
+    """A pre-compact hook that runs a command: stdin ``{"hook": "pre_compact", "trigger": ...}``.
+
+    Its stdout is either JSON ``{"instructions": ..., "message": ...}`` or plain text taken as
+    extra instructions.
+    """
+
+    def hook(trigger: str) -> tuple[str | None, str | None]:
+        out = _run_shell(command, {"hook": "pre_compact", "trigger": trigger}, timeout)
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError:
+            return (out or None), None
+        if not isinstance(data, dict):
+            return (out or None), None
+        return data.get("instructions"), data.get("message")
+
+    return hook
+
+
+def shell_text_hook(
+    command: Sequence[str], event: Literal["session_start", "post_compact"], timeout: float = 30.0
+) -> Callable[[str], str | None]:
+    """A session-start or post-compact hook that runs a command; its stdout is added after the summary.
+
+    stdin is ``{"hook": event, "source": ...}`` for session-start hooks and
+    ``{"hook": event, "summary": ...}`` for post-compact hooks.
+    """
+    key = "source" if event == "session_start" else "summary"
+
+    def hook(value: str) -> str | None:
+        return _run_shell(command, {"hook": event, key: value}, timeout) or None
+
+    return hook
 
 
 @dataclass(frozen=True)
@@ -298,12 +364,15 @@ def compact(
     window = session.token_state().window
     instructions = custom_instructions
     shown: list[str] = []
-    for hook in config.hooks.pre_compact:
-        extra, message = hook(trigger)
-        if extra:
-            instructions = f"{instructions}\n{extra}" if instructions else extra
-        if message:
-            shown.append(message)
+    try:
+        for hook in config.hooks.pre_compact:
+            extra, message = hook(trigger)
+            if extra:
+                instructions = f"{instructions}\n{extra}" if instructions else extra
+            if message:
+                shown.append(message)
+    except SummaryFailed as e:
+        return _failed(session, trigger, e.reason, before)
     first = state.first_visible
     keep_index = len(state.messages)  # nothing kept
     strategy: Literal["llm", "session_memory"] = "llm"
@@ -335,12 +404,13 @@ def compact(
                 SummaryRequest(messages, template, instructions, state.system, state.tools, state.model),
             )
         except SummaryFailed as e:
-            failed = CompactFailed(trigger=trigger, reason=e.reason)
-            session.append([failed])
-            return CompactReport(str(failed.event_id), False, strategy, before, before, reason=e.reason)
+            return _failed(session, trigger, e.reason, before)
     hook_results = [*shown]
-    hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
-    hook_results += [t for h in config.hooks.post_compact if (t := h(summary_text))]
+    try:
+        hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
+        hook_results += [t for h in config.hooks.post_compact if (t := h(summary_text))]
+    except SummaryFailed as e:
+        return _failed(session, trigger, e.reason, before)
     kept = state.messages[keep_index:]
     attachments = _restored_files(session, kept)
     boundary = CompactBoundary(
@@ -389,6 +459,13 @@ def _restored_files(session: Session, kept: Sequence[Message]) -> list[dict[str,
             continue
         candidates.append(Candidate("file", read.path, text))
     return select_attachments(candidates, [], None, visible_paths=paths_in(kept), count=session.count_text)
+
+
+def _failed(session: Session, trigger: Trigger, reason: str, before: int) -> CompactReport:
+    """Record a failed compaction; the context stays exactly as it was."""
+    failed = CompactFailed(trigger=trigger, reason=reason)
+    session.append([failed])
+    return CompactReport(str(failed.event_id), False, "llm", before, before, reason=reason)
 
 
 def _clean_cut(session: Session, index: int) -> bool:

@@ -313,3 +313,59 @@ def test_message_after_a_boundary_is_not_merged_into_a_hidden_one() -> None:
     texts = [b["text"] for m in session.request()["messages"] for b in m["content"]]
     assert texts[-1] == "new question"
     assert Session(store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()
+
+
+def test_shell_hooks_receive_json_and_feed_the_compaction(tmp_path: Any) -> None:
+    """Shell commands as hooks: JSON on stdin, their stdout becomes instructions and added text."""
+    import sys
+
+    from sessionstore._compaction import shell_pre_compact_hook, shell_text_hook
+
+    script = tmp_path / "hook.py"
+    script.write_text(
+        "import json, sys\n"
+        "data = json.load(sys.stdin)\n"
+        "if data['hook'] == 'pre_compact':\n"
+        "    print(json.dumps({'instructions': 'mention ' + data['trigger'], 'message': 'compacting'}))\n"
+        "else:\n"
+        "    print('post hook saw ' + str(len(data['summary'])) + ' chars')\n"
+    )
+    seen: list[str] = []
+
+    class Recording(OfflineSummarizer):
+        def summarize(self, request: Any) -> Any:
+            seen.append(request.custom_instructions or "")
+            return super().summarize(request)
+
+    hooks = CompactHooks(
+        pre_compact=[shell_pre_compact_hook([sys.executable, str(script)])],
+        post_compact=[shell_text_hook([sys.executable, str(script)], "post_compact")],
+    )
+    session = _session(turns=2)
+
+    compact(session, Recording(), config=CompactConfig(hooks=hooks))
+    texts = [b["text"] for b in session.request()["messages"][0]["content"]]
+
+    assert seen == ["mention manual"]
+    assert texts[1] == "compacting"
+    assert texts[2].startswith("post hook saw ")
+
+
+def test_a_failing_shell_hook_records_a_failure_and_changes_nothing(tmp_path: Any) -> None:
+    """A hook that exits non-zero is a recorded failure; the request is unchanged."""
+    import sys
+
+    from sessionstore._compaction import shell_pre_compact_hook
+
+    session = _session(turns=2)
+    before = session.request_bytes()
+    hooks = CompactHooks(
+        pre_compact=[shell_pre_compact_hook([sys.executable, "-c", "import sys; sys.exit(3)"])]
+    )
+
+    report = compact(session, OfflineSummarizer(), config=CompactConfig(hooks=hooks))
+
+    assert not report.ok
+    assert "exited with 3" in (report.reason or "")
+    assert session.request_bytes() == before
+    assert [e.type for e in session.transcript][-1] == "compact_failed"
