@@ -52,12 +52,16 @@ class DriverSQL:
             other event writer (see the backend modules for why each is what it is).
         to_timestamp: turns an aware UTC datetime into the driver's parameter.
         many_returning: the driver returns RETURNING rows from ``executemany``.
+        last_rowid: a query for the last inserted position, when positions in one batch are
+            consecutive by construction (a single writer with AUTOINCREMENT).
     """
 
     mark: str
     begin_write: str
     to_timestamp: Callable[[datetime], Any]
     many_returning: bool
+    #: A query for the last inserted position, where batches may rely on it (SQLite).
+    last_rowid: str | None = None
 
     def head(self) -> str:
         """The session's last seq and hash."""
@@ -192,6 +196,13 @@ class DriverTransaction:
                 if not self.cursor.nextset():
                     break
             return tuple(positions)
+        if self.sql.last_rowid is not None and len(rows) > 1:
+            # SQLite: the write lock is held and positions come from AUTOINCREMENT, so one
+            # executemany assigns consecutive positions ending at last_insert_rowid().
+            self.cursor.executemany(statement.removesuffix(" RETURNING position"), rows)
+            self.cursor.execute(self.sql.last_rowid)
+            last = int(self.cursor.fetchone()[0])
+            return tuple(range(last - len(rows) + 1, last + 1))
         result = []
         for row in rows:
             self.cursor.execute(statement, row)

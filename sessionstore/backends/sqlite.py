@@ -83,5 +83,7 @@ class SQLiteSessionStore(SqlSessionStore):
         mark="?",
         begin_write="BEGIN IMMEDIATE",  # see the module docstring: no SQLITE_BUSY under contention
         to_timestamp=sqlite_timestamp,
-        many_returning=False,  # sqlite3's executemany returns no rows; per-row execute is in-process
+        many_returning=False,  # sqlite3's executemany returns no rows ...
+        # ... but BEGIN IMMEDIATE makes the positions of one batch consecutive.
+        last_rowid="SELECT last_insert_rowid()",
     )
