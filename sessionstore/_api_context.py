@@ -41,6 +41,7 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -69,6 +70,7 @@ __all__ = [
     "LEADING_USER_MARKER",
     "ApiContextProjection",
     "ApiContextState",
+    "IncrementalFingerprint",
     "committed_spans",
     "leading_results",
     "materialize",
@@ -726,6 +728,48 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
         _cache_last_message(messages)
     request["messages"] = messages
     return request
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class IncrementalFingerprint:
+    """SHA-256 of a request's canonical bytes, reusing the hash state of unchanged messages.
+
+    The canonical bytes of ``{..., "messages": [m1, m2, ...], ...}`` are the keys before
+    ``messages``, then each message's JSON joined by commas, then the keys after — exactly
+    ``request_bytes``. The state after each message is kept while the message objects stay
+    the same (the view never edits a message in place).
+    """
+
+    def __init__(self) -> None:
+        self._prefix: bytes | None = None
+        self._after: list[tuple[Message, Any]] = []
+
+    def digest(self, request: dict[str, Any]) -> str:
+        """The hex digest of ``request_bytes(request)``."""
+        keys = list(request)
+        at = keys.index("messages") if "messages" in keys else len(keys)
+        before = {k: request[k] for k in keys[:at]}
+        after = {k: request[k] for k in keys[at + 1 :]}
+        prefix = ((_dumps(before)[:-1] + ",") if before else "{") + '"messages":['
+        suffix = "]" + ("," + _dumps(after)[1:] if after else "}")
+        prefix_bytes = prefix.encode()
+        if prefix_bytes != self._prefix:
+            self._prefix, self._after = prefix_bytes, []
+        messages = request.get("messages", [])
+        same = 0
+        while same < min(len(messages), len(self._after)) and self._after[same][0] is messages[same]:
+            same += 1
+        del self._after[same:]
+        state = self._after[-1][1].copy() if self._after else hashlib.sha256(prefix_bytes)
+        for index in range(same, len(messages)):
+            state.update((("," if index else "") + _dumps(messages[index])).encode())
+            self._after.append((messages[index], state.copy()))
+        final = state.copy()
+        final.update(suffix.encode())
+        return final.hexdigest()
 
 
 def request_bytes(request: dict[str, Any]) -> bytes:

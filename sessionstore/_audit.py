@@ -13,7 +13,7 @@ import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from ._api_context import ApiContextProjection, materialize, request_bytes
 from ._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
@@ -22,7 +22,15 @@ from ._projection import fold
 from ._session import Session
 from ._transcript import TranscriptEntry
 
-__all__ = ["AuditEntry", "AuditReport", "ServedReplay", "audit", "served_request", "view_diff"]
+__all__ = [
+    "AuditEntry",
+    "AuditReport",
+    "ServedReplay",
+    "audit",
+    "render_audit",
+    "served_request",
+    "view_diff",
+]
 
 #: Event types that change (or try to change) what the model sees, and file rewinds.
 AUDITED = (
@@ -176,6 +184,32 @@ def _with_compaction_after(session: Session, timeline: list[AuditEntry]) -> list
             entry = AuditEntry(**{**entry.__dict__, "tokens_after": after})
         result.append(entry)
     return result
+
+
+def render_audit(report: AuditReport, out: TextIO) -> None:
+    """Print the timeline as a table, then the served-request count and the breaker's state."""
+    from rich.console import Console  # imported here: only the terminal views need rich
+    from rich.table import Table
+
+    table = Table(title=f"audit of {report.session_id}", show_lines=False)
+    for column in ("seq", "operation", "what", "freed", "before", "after", "reverted by"):
+        table.add_column(column, overflow="fold")
+    for entry in report.entries:
+        cells = [entry.tokens_freed, entry.tokens_before, entry.tokens_after]
+        table.add_row(
+            str(entry.seq),
+            entry.kind,
+            entry.what,
+            *("" if v is None else str(v) for v in cells),
+            (entry.reverted_by or "")[:8],
+        )
+    console = Console(file=out, width=160, no_color=True)
+    console.print(table)
+    breaker = "OPEN" if report.breaker_open else "closed"
+    console.print(
+        f"requests served: {report.requests_served}; auto-compact breaker: {breaker} "
+        f"({report.consecutive_auto_compact_failures} consecutive failures)"
+    )
 
 
 def _api_state_at(session: Session, seq: int) -> Any:

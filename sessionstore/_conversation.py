@@ -195,6 +195,18 @@ class _Shared:
     stop_hooks: Sequence[StopHook]
     budget: TokenBudget
     clock: Callable[[], datetime]
+    #: At most one reactive compaction per turn (a turn ends when the model stops or the user speaks).
+    compacted_this_turn: bool = False
+
+    def prepare(self) -> PreparedRequest:
+        """Run the pipeline; on a conflict with another writer, reload and retry once if configured."""
+        try:
+            return self.pipeline.prepare(self.session)
+        except ConcurrencyError:
+            if self.on_conflict != "reload":
+                raise
+            self.session.refresh()
+            return self.pipeline.prepare(self.session)
 
     def append(self, events: Sequence[Event]) -> None:
         """Append after what the session has seen; on a conflict reload and retry, or raise."""
@@ -217,8 +229,12 @@ class _Shared:
         if getattr(response, "context_management", None) is not None:
             record_applied_edits(self.session, response)
 
-    def recover(self, error: BaseException, tried_compact: bool) -> tuple[bool, bool]:
-        """One recovery step after a prompt-too-long; returns (retry?, tried_compact)."""
+    def recover(self, error: BaseException) -> bool:
+        """One recovery step after a prompt-too-long; True when the call should be retried.
+
+        Drain first; then one reactive compaction per turn (never for a sub-agent); otherwise
+        the failure is recorded as surfaced and the caller raises.
+        """
         session = self.session
         before = session.used_tokens()
         drained = drain_collapses(session)
@@ -233,8 +249,9 @@ class _Shared:
                     )
                 ]
             )
-            return True, tried_compact
-        if not tried_compact:
+            return True
+        if not self.compacted_this_turn and session.api_state.query_source == "main":
+            self.compacted_this_turn = True
             report = compact(session, self.summarizer, trigger="reactive")
             self.append(
                 [
@@ -246,11 +263,12 @@ class _Shared:
                     )
                 ]
             )
-            return report.ok, True
+            if report.ok:
+                return True
         self.append(
             [ReactiveRecovery(step="surfaced", error=str(error), tokens_before=before, tokens_after=before)]
         )
-        return False, tried_compact
+        return False
 
     def after_turn(self, response: Any, tracker: _BudgetTracker) -> str | None:
         """The nudge to send when the budget says continue, else None (and stop hooks run)."""
@@ -276,6 +294,7 @@ class _Shared:
         if action == "continue" and self.budget.total is not None:
             tracker.continuations += 1
             return _nudge(tracker.turn_tokens, self.budget.total)
+        self.compacted_this_turn = False
         for hook in self.stop_hooks:
             hook(self.session)
         return None
@@ -362,12 +381,13 @@ class Conversation:
         return self._shared.session
 
     def user(self, content: str | list[ContentBlock]) -> None:
-        """Append a user message."""
+        """Append a user message (a new turn begins)."""
+        self._shared.compacted_this_turn = False
         self._shared.append([MessageAppended(role="user", content=content, timestamp=self._shared.clock())])
 
     def prepare(self) -> PreparedRequest:
         """Run the pipeline and return the request (recorded as ContextServed)."""
-        return self._shared.pipeline.prepare(self.session)
+        return self._shared.prepare()
 
     def params(self, prepared: PreparedRequest) -> dict[str, Any]:
         """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``)."""
@@ -391,7 +411,6 @@ class Conversation:
         Raises:
             PromptTooLongError: still too long after draining and one reactive compaction.
         """
-        tried_compact = False
         while True:
             prepared = self.prepare()
             try:
@@ -399,8 +418,7 @@ class Conversation:
             except Exception as e:
                 if not is_prompt_too_long(e):
                     raise
-                retry, tried_compact = self._shared.recover(e, tried_compact)
-                if not retry:
+                if not self._shared.recover(e):
                     raise _surface(e) from e
                 continue
             self.record(response)
@@ -419,7 +437,7 @@ class Conversation:
             nudge = self._shared.after_turn(response, tracker)
             if nudge is None:
                 return response
-            self.user(nudge)
+            self._shared.append([MessageAppended(role="user", content=nudge, timestamp=self._shared.clock())])
         return response
 
 
@@ -464,13 +482,14 @@ class AsyncConversation:
         return self._shared.session
 
     async def user(self, content: str | list[ContentBlock]) -> None:
-        """Append a user message."""
+        """Append a user message (a new turn begins)."""
+        self._shared.compacted_this_turn = False
         event = MessageAppended(role="user", content=content, timestamp=self._shared.clock())
         await asyncio.to_thread(self._shared.append, [event])
 
     async def prepare(self) -> PreparedRequest:
         """Run the pipeline and return the request (recorded as ContextServed)."""
-        return await asyncio.to_thread(self._shared.pipeline.prepare, self.session)
+        return await asyncio.to_thread(self._shared.prepare)
 
     def params(self, prepared: PreparedRequest) -> dict[str, Any]:
         """Keyword arguments for ``client.messages.create``."""
@@ -490,7 +509,6 @@ class AsyncConversation:
 
     async def step(self) -> Any:
         """One model call with reactive recovery (see ``Conversation.step``)."""
-        tried_compact = False
         while True:
             prepared = await self.prepare()
             try:
@@ -498,8 +516,7 @@ class AsyncConversation:
             except Exception as e:
                 if not is_prompt_too_long(e):
                     raise
-                retry, tried_compact = await asyncio.to_thread(self._shared.recover, e, tried_compact)
-                if not retry:
+                if not await asyncio.to_thread(self._shared.recover, e):
                     raise _surface(e) from e
                 continue
             await self.record(response)
@@ -542,7 +559,8 @@ class AsyncConversation:
             nudge = await asyncio.to_thread(self._shared.after_turn, response, tracker)
             if nudge is None:
                 return response
-            await self.user(nudge)
+            nudge_event = MessageAppended(role="user", content=nudge, timestamp=self._shared.clock())
+            await asyncio.to_thread(self._shared.append, [nudge_event])
         return response
 
 

@@ -14,7 +14,6 @@ pipeline runs the stages below and says so in ``STAGE_ORDER``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -24,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._api_context import CLEARED_PLACEHOLDER, leading_results, request_bytes
+from ._api_context import CLEARED_PLACEHOLDER, leading_results
 from ._collapse import CollapseConfig, collapse_stage
 from ._compaction import CompactConfig, autocompact_stage, maybe_extract_memory
 from ._context_events import (
@@ -622,7 +621,7 @@ def _served_event(session: Session, request: dict[str, Any], used: int) -> Conte
         if index >= start and tool_use_id not in state.replaced
     ]
     return ContextServed(
-        fingerprint=hashlib.sha256(request_bytes(request)).hexdigest(),
+        fingerprint=session.fingerprint(request),
         through_seq=session.last_seq,
         token_count=used,
         unreplaced_tool_results=unreplaced,

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
+from ._api_context import (
+    ApiContextProjection,
+    ApiContextState,
+    IncrementalFingerprint,
+    materialize,
+    request_bytes,
+)
 from ._errors import ValidationError
 from ._events import ContentBlock, ContextConfigured, Event, SessionStarted
 from ._lineage import SessionLog
@@ -111,6 +117,7 @@ class Session:
             use_snapshots=use_snapshots,
             read=self.log.read,
         )
+        self._fingerprints = IncrementalFingerprint()
         # The transcript is built on first use: a resume that only needs the request skips it.
         self._transcript: TranscriptState | None = None
         self._last_snapshot_seq = self.last_seq
@@ -277,6 +284,14 @@ class Session:
         """
         use_cache = self.config.cache_control if cache_control is None else cache_control
         return materialize(self._api, cache_control=use_cache)
+
+    def fingerprint(self, request: dict[str, Any]) -> str:
+        """SHA-256 (hex) of ``request_bytes(request)``, hashing only what changed since last time.
+
+        Messages are never edited in place (a change makes a new dict), so the hash state after
+        each unchanged message is reused: a turn costs what it added, not the whole history.
+        """
+        return self._fingerprints.digest(request)
 
     def request_bytes(self, *, cache_control: bool | None = None) -> bytes:
         """The request, canonically serialized: identical bytes for an identical log."""

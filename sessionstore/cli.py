@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from . import _migrate
-from ._audit import audit, served_request, view_diff
+from ._audit import audit, render_audit, served_request, view_diff
 from ._collapse import collapse
 from ._compaction import compact
 from ._config import create_engine_for_url, resolve_url
@@ -29,6 +29,7 @@ from ._pipeline import microcompact, revert, snip
 from ._session import Session
 from ._store import ANY, ExpectedSeq, SessionInfo, SessionStore
 from ._summarizers import default_summarizer
+from ._verify import run_command as _run_verify
 from .demo import run_demo
 
 __all__ = ["main"]
@@ -59,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         if name != "current":
             sub.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
 
-    demo = commands.add_parser("demo", help="run a short end-to-end session and show its log")
+    demo = commands.add_parser("demo", help="drive a generated agent session through every context stage")
     _add_db(demo)
     demo.add_argument("--json", action="store_true", help="print a summary object instead")
 
@@ -84,9 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("session_id")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    verify = commands.add_parser("verify", help="check a session's hash chain")
+    verify = commands.add_parser(
+        "verify", help="check hash chains and projection snapshots (one session, or all)"
+    )
     _add_db(verify)
-    verify.add_argument("session_id")
+    verify.add_argument("session_id", nargs="?", help="the session (default: every session)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
 
     context = commands.add_parser("context", help="the request the model would get next, and its token state")
@@ -323,14 +326,7 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
                     file=out,
                 )
     elif args.command == "verify":
-        report = store.verify(args.session_id)
-        if args.json:
-            _print_json(out, {**dataclasses.asdict(report), "ok": report.ok})
-            return 0 if report.ok else 2
-        if not report.ok:
-            print(f"{args.session_id}: BROKEN at seq {report.first_bad_seq}: {report.reason}", file=out)
-            return 2
-        print(f"{args.session_id}: ok ({report.events_checked} events)", file=out)
+        return _run_verify(args, store, out)  # chain + snapshots (sessionstore/_verify.py)
     return 0
 
 
@@ -523,28 +519,7 @@ def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
     if args.json:
         _print_json(out, report.to_dict())
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"audit of {session.id}", show_lines=False)
-    for column in ("seq", "operation", "what", "freed", "before", "after", "reverted by"):
-        table.add_column(column, overflow="fold")
-    for entry in report.entries:
-        cells = [entry.tokens_freed, entry.tokens_before, entry.tokens_after]
-        table.add_row(
-            str(entry.seq),
-            entry.kind,
-            entry.what,
-            *("" if v is None else str(v) for v in cells),
-            (entry.reverted_by or "")[:8],
-        )
-    console = Console(file=out, width=160, no_color=True)
-    console.print(table)
-    breaker = "OPEN" if report.breaker_open else "closed"
-    console.print(
-        f"requests served: {report.requests_served}; auto-compact breaker: {breaker} "
-        f"({report.consecutive_auto_compact_failures} consecutive failures)"
-    )
+    render_audit(report, out)
     return 0
 
 

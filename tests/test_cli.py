@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -24,29 +25,56 @@ def _run(
 
 
 def test_demo_runs_on_the_embedded_default_and_verifies(tmp_path: Path) -> None:
-    """The main job: a fresh home gets a database and a verified session."""
+    """The main job: a fresh home gets a database, and the generated session goes through every
+    stage with a gauge per turn, then the audit table and the checks."""
     code, out = _run("demo")
+    lines = out.splitlines()
+    gauges = [line for line in lines if line.startswith("turn ")]
 
     assert code == 0
-    assert "hash chain: ok (9 events)" in out
-    assert "deduplicated=True" in out
-    assert "stale writer refused: expected 1, actual 6" in out
-    assert "pipeline: 1 tool result persisted to the blob store" in out
-    assert "next request: 4 messages (user -> assistant -> user -> assistant), valid" in out
-    assert "restores the request byte for byte: True" in out
+    assert lines[0].startswith("database: sqlite:") and str(tmp_path / "home") in lines[0]
+    assert 40 <= len(gauges) <= 80
+    assert all(re.search(r"\[[#.|]{30}\] +[\d,]+/72,000 +\d+% left", line) for line in gauges)
+    fired = " ".join(gauges)
+    for stage in ("budget -", "microcompact -", "snip -", "collapse staged", "collapse -", "compact -"):
+        assert stage in fired, stage
+    assert "equal byte for byte to the log replayed without the collapse: True" in out
+    assert "audit of " in out and "reverted collapse_committed" in out  # the rich table
+    assert re.search(r"events: \d+; hash chain: ok", out)
+    assert re.search(r"the last \(turn \d+\) rebuilt from the log matches its fingerprint", out)
+    assert lines[-1].endswith("every check passed")
 
 
-def test_demo_json_summary(tmp_path: Path) -> None:
-    """`demo --json` prints one object with the run's outcome."""
+def test_demo_json_summary() -> None:
+    """`demo --json` prints one object: every stage fired, the rollback restored the request,
+    the chain verified and the last request replays to its fingerprint."""
     code, out = _run("demo", "--db", ":memory:", "--json")
     summary = json.loads(out)
+    turns = summary["turns"]
+    rollback = summary["collapse_rollback"]
+    entries = summary["audit"]["entries"]
 
     assert code == 0
-    assert summary["hash_chain_ok"] is True
-    assert summary["retry_deduplicated"] is True
-    assert summary["revert_restores_request"] is True
-    assert summary["persisted_tool_results"] == ["toolu_demo_1"]
-    assert summary["tokens"]["used"] > 0
+    assert summary["ok"] is True and all(summary["checks"].values())
+    assert set(summary["stages"]) >= {
+        "tool_result_persisted",
+        "snip_applied",
+        "microcompact_applied",
+        "collapse_staged",
+        "collapse_committed",
+        "context_edit_reverted",
+        "compact_boundary",
+    }
+    assert all(count >= 1 for count in summary["stages"].values())
+    assert rollback["restored_byte_for_byte"] is True
+    assert rollback["bytes_restored"] > rollback["bytes_collapsed"]
+    reverted = next(e for e in entries if e["event_id"] == rollback["collapse_event_id"])
+    assert reverted["kind"] == "collapse_committed" and reverted["reverted_by"] == rollback["revert_event_id"]
+    assert summary["verify"] == {"ok": True, "events": summary["verify"]["events"], "first_bad_seq": None}
+    assert summary["replay"]["matches"] is True
+    assert summary["replay"]["turn"] == summary["requests_served"] == len(turns)
+    assert all(row["used"] < row["effective_window"] for row in turns)
+    assert any(r["stage"] == "auto_compact" for row in turns for r in row["reports"])
 
 
 def test_session_lifecycle_through_the_cli(

@@ -389,3 +389,33 @@ def test_server_side_compaction_block_replaces_what_it_summarizes(
             "signature": "sig-1",
         }
     sessionstore.validate_request(second)
+
+
+def test_subagents_are_never_compacted_even_to_recover(messages_api: Any) -> None:
+    """A sub-agent's prompt-too-long is surfaced (recorded), not compacted."""
+    messages_api.queue.append(prompt_too_long(201_000))
+    store = sessionstore.open_store(":memory:")
+    parent = Session.create(store, model="claude-opus-5-5")
+    child = spawn_subagent(parent, "toolu_task", collapse=CollapseConfig(enabled=False))
+    loop = Conversation(child, _client(messages_api), model="claude-opus-5-5")
+    loop.user("long research")
+
+    with pytest.raises(PromptTooLongError):
+        loop.step()
+
+    assert [e.payload["step"] for e in child.transcript if e.type == "reactive_recovery"] == ["surfaced"]
+    assert "compact_boundary" not in _kinds(child)
+
+
+def test_prepare_reloads_after_another_writer_when_configured(messages_api: Any) -> None:
+    """A stale helper configured to reload picks up the other writer's events and prepares."""
+    store = sessionstore.open_store(":memory:")
+    Session.create(store, "two", model="claude-opus-5-5")
+    stale = Conversation(
+        Session(store, "two"), _client(messages_api), model="claude-opus-5-5", on_conflict="reload"
+    )
+    Session(store, "two").append([MessageAppended(role="user", content="written elsewhere")])
+
+    prepared = stale.prepare()
+
+    assert prepared.request["messages"][0]["content"][0]["text"] == "written elsewhere"

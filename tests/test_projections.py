@@ -448,3 +448,24 @@ def test_only_the_two_newest_snapshots_are_kept() -> None:
 
     assert sorted(seqs) == [25, 30]
     assert Session(store, session.id).request_bytes() == session.request_bytes()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=messy_logs(), data=st.data())
+def test_incremental_fingerprint_equals_hashing_the_whole_request(
+    events: list[Event], data: st.DataObject
+) -> None:
+    """After every append, with or without cache breakpoints and extra keys, the digests agree."""
+    import hashlib
+
+    from sessionstore._api_context import request_bytes
+
+    with _store() as store:
+        session = Session(store, store.create_session().id, _NO_AUTO_SNAPSHOTS)
+        for event in events:
+            session.append([event])
+            request = session.request(cache_control=data.draw(st.booleans()))
+            if data.draw(st.booleans()):
+                request["context_management"] = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+
+            assert session.fingerprint(request) == hashlib.sha256(request_bytes(request)).hexdigest()

@@ -1,0 +1,287 @@
+"""``sessionstore verify``: the hash chain, and every projection snapshot against a full rebuild.
+
+The chain check (``SessionStore.verify``) proves the log was not altered. A snapshot is not
+part of the chain: it is a cache a reader starts from instead of seq 1, so a snapshot that
+loads but holds the wrong state would silently change what the model is sent. This module
+therefore also folds every registered projection twice, from its latest snapshot (the way a
+reader resumes) and from seq 1, and compares the two states. For ``api_context`` it also
+compares the request bytes and ``used_tokens()`` of ``Session(store, sid)`` against
+``Session(store, sid, use_snapshots=False)``: the numbers a caller actually sees.
+
+Outcomes per projection:
+
+* ``match``: the snapshot folded forward equals the rebuild.
+* ``mismatch``: it does not. Readers would serve the snapshot's version: this fails
+  verification (exit status 2), like a broken chain.
+* ``unreadable``: the snapshot does not load. Every reader ignores such a snapshot and folds
+  from seq 1 instead (``rebuild``), so it cannot change a result: reported, but not a failure.
+* ``none``: no snapshot for this store's tokenizer and the projection's current version.
+* ``error``: folding the log raised (an undecodable or unknown event, say): a failure.
+
+Only snapshots a reader of *this* store would use are checked: the current version of each
+registered projection, keyed by this store's tokenizer. Everything here only reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO
+
+# Imported for their projections' registration: verify checks every registered projection.
+from . import _api_context, _file_history, _transcript  # noqa: F401
+from ._projection import _PROJECTIONS, Projection, rebuild
+from ._session import NO_TOKENIZER, Session, SessionConfig
+from ._store import SessionStore, VerifyReport
+
+__all__ = ["ProjectionCheck", "SessionVerification", "run_command", "verify_all", "verify_session"]
+
+Status = Literal["match", "mismatch", "unreadable", "none", "error"]
+#: Never write a snapshot while verifying: verify reads only.
+_READ_ONLY = SessionConfig(snapshot_every=0)
+#: How often to re-align two live views when another writer keeps appending meanwhile.
+_ALIGN_TRIES = 5
+
+
+@dataclass(frozen=True)
+class ProjectionCheck:
+    """One projection's snapshot compared with the full rebuild.
+
+    Attributes:
+        projection: the projection's name.
+        status: see the module docstring.
+        snapshot_seq: seq of the snapshot checked (None: none was found).
+        detail: why it failed or was ignored (empty when it matched or none exists).
+    """
+
+    projection: str
+    status: Status
+    snapshot_seq: int | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """False for a mismatch or an error; an unreadable snapshot is ignored by readers."""
+        return self.status not in ("mismatch", "error")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as a JSON-ready dict."""
+        return {
+            "projection": self.projection,
+            "status": self.status,
+            "snapshot_seq": self.snapshot_seq,
+            "detail": self.detail,
+            "ok": self.ok,
+        }
+
+
+@dataclass(frozen=True)
+class SessionVerification:
+    """The chain report of one session, and its projection checks up to ``checked_seq``."""
+
+    chain: VerifyReport
+    checked_seq: int
+    projections: tuple[ProjectionCheck, ...] = field(default_factory=tuple)
+
+    @property
+    def session_id(self) -> str:
+        """The session verified."""
+        return self.chain.session_id
+
+    @property
+    def ok(self) -> bool:
+        """True when the chain verifies and no snapshot disagrees with the rebuild."""
+        return self.chain.ok and all(check.ok for check in self.projections)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verification as a JSON-ready dict (the chain report's keys at the top level)."""
+        chain = self.chain
+        return {
+            "session_id": chain.session_id,
+            "events_checked": chain.events_checked,
+            "first_bad_seq": chain.first_bad_seq,
+            "reason": chain.reason,
+            "chain_ok": chain.ok,
+            "checked_seq": self.checked_seq,
+            "projections": [check.to_dict() for check in self.projections],
+            "ok": self.ok,
+        }
+
+    def summary(self) -> str:
+        """One line: ``ok``, ``BROKEN at seq N``, and any snapshot that failed or was ignored."""
+        chain = self.chain
+        if not chain.ok:
+            head = f"{chain.session_id}: BROKEN at seq {chain.first_bad_seq}: {chain.reason}"
+        elif all(c.ok for c in self.projections):
+            head = f"{chain.session_id}: ok ({chain.events_checked} events)"
+        else:
+            head = f"{chain.session_id}: SNAPSHOT MISMATCH ({chain.events_checked} events)"
+        checked = [c for c in self.projections if c.status != "none"]
+        if checked:
+            head += "; snapshots: " + ", ".join(_describe(c) for c in checked)
+        return head
+
+
+def _describe(check: ProjectionCheck) -> str:
+    where = check.projection if check.snapshot_seq is None else f"{check.projection}@{check.snapshot_seq}"
+    if check.status == "match":
+        return f"{where} ok"
+    return f"{where} {check.status.upper()} ({check.detail})"
+
+
+def _first_difference(a: str, b: str) -> str:
+    """Where two dumps of a state differ: the top-level keys of an object, the first item of an array."""
+    try:
+        left, right = json.loads(a), json.loads(b)
+    except ValueError:
+        left = right = None
+    if isinstance(left, dict) and isinstance(right, dict):
+        keys = sorted(k for k in left.keys() | right.keys() if left.get(k) != right.get(k))
+        return "state differs in " + ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+    if isinstance(left, list) and isinstance(right, list):
+        at = next((i for i, (x, y) in enumerate(zip(left, right, strict=False)) if x != y), None)
+        if at is None:
+            return f"{len(left)} items, {len(right)} rebuilt"
+        return f"item {at} differs ({len(left)} items, {len(right)} rebuilt)"
+    return "state differs"
+
+
+def _snapshot(
+    store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, to_seq: int
+) -> tuple[int | None, str | None]:
+    """(seq of the snapshot a reader would start from, why it does not load), or (None, None)."""
+    snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, to_seq)
+    if snapshot is None:
+        return None, None
+    try:
+        projection.load(snapshot.state)
+    except Exception as e:  # rebuild() ignores a snapshot for any failure to load: so do we
+        return snapshot.seq, f"{type(e).__name__}: {e}"
+    return snapshot.seq, None
+
+
+def _live_pair(store: SessionStore, session_id: str) -> tuple[Session, Session]:
+    """A Session resumed as readers resume it, and one folded from seq 1, at the same seq."""
+    scratch = Session(store, session_id, _READ_ONLY, use_snapshots=False)
+    live = Session(store, session_id, _READ_ONLY)
+    for _ in range(_ALIGN_TRIES):  # a writer appending meanwhile: catch both up to one seq
+        if live.last_seq == scratch.last_seq:
+            break
+        scratch.refresh()
+        live.refresh()
+    return live, scratch
+
+
+def _check_api_context(live: Session, scratch: Session, snapshot_seq: int) -> ProjectionCheck:
+    name = _api_context.ApiContextProjection.name
+    problems: list[str] = []
+    if live.last_seq != scratch.last_seq:
+        detail = f"the session kept growing ({live.last_seq} vs {scratch.last_seq}): try again"
+        return ProjectionCheck(name, "error", snapshot_seq, detail)
+    if live.request_bytes() != scratch.request_bytes():
+        problems.append("request bytes differ")
+    used, rebuilt = live.used_tokens(), scratch.used_tokens()
+    if used != rebuilt:
+        problems.append(f"used_tokens {used} != {rebuilt} rebuilt")
+    projection = _api_context.ApiContextProjection()
+    resumed, full = projection.dump(live.api_state), projection.dump(scratch.api_state)
+    if resumed != full:
+        problems.append(_first_difference(resumed, full))
+    if problems:
+        return ProjectionCheck(name, "mismatch", snapshot_seq, "; ".join(problems))
+    return ProjectionCheck(name, "match", snapshot_seq)
+
+
+def _check_generic(
+    store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, to_seq: int
+) -> ProjectionCheck:
+    seq, unreadable = _snapshot(store, session_id, projection, tokenizer, to_seq)
+    if seq is None:
+        return ProjectionCheck(projection.name, "none")
+    if unreadable is not None:
+        return ProjectionCheck(projection.name, "unreadable", seq, unreadable)
+    resumed, _ = rebuild(store, session_id, projection, tokenizer=tokenizer, to_seq=to_seq)
+    full, _ = rebuild(store, session_id, projection, tokenizer=tokenizer, use_snapshots=False, to_seq=to_seq)
+    a, b = projection.dump(resumed), projection.dump(full)
+    if a != b:
+        return ProjectionCheck(projection.name, "mismatch", seq, _first_difference(a, b))
+    return ProjectionCheck(projection.name, "match", seq)
+
+
+def _other_projections() -> list[Projection[Any]]:
+    """One instance of every registered projection but ``api_context`` (checked through Session)."""
+    api = _api_context.ApiContextProjection.name
+    return [cls() for (name, _), cls in sorted(_PROJECTIONS.items()) if name != api]
+
+
+def verify_session(store: SessionStore, session_id: str) -> SessionVerification:
+    """Walk the session's hash chain, then check every projection snapshot against a rebuild.
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    chain = store.verify(session_id)
+    counter = getattr(store, "token_counter", None)
+    tokenizer = counter.name if counter is not None else NO_TOKENIZER
+    checks: list[ProjectionCheck] = []
+    api_name = _api_context.ApiContextProjection.name
+    to_seq = chain.events_checked
+    try:
+        api = _api_context.ApiContextProjection()
+        seq, unreadable = _snapshot(store, session_id, api, tokenizer, store.last_seq(session_id))
+        if seq is None:
+            checks.append(ProjectionCheck(api_name, "none"))
+        elif unreadable is not None:  # Session skips it too (logging a warning): don't load it
+            checks.append(ProjectionCheck(api_name, "unreadable", seq, unreadable))
+        else:
+            live, scratch = _live_pair(store, session_id)
+            to_seq = scratch.last_seq
+            checks.append(_check_api_context(live, scratch, seq))
+    except Exception as e:  # a tampered or unknown event can make the fold itself raise
+        checks.append(ProjectionCheck(api_name, "error", None, f"{type(e).__name__}: {e}"))
+    for projection in _other_projections():
+        try:
+            checks.append(_check_generic(store, session_id, projection, tokenizer, to_seq))
+        except Exception as e:
+            checks.append(ProjectionCheck(projection.name, "error", None, f"{type(e).__name__}: {e}"))
+    return SessionVerification(chain, to_seq, tuple(checks))
+
+
+def verify_all(store: SessionStore, *, page_size: int = 100) -> Iterator[SessionVerification]:
+    """``verify_session`` for every session in the store, in id order, a page at a time."""
+    after: str | None = None
+    while True:
+        page = store.list_sessions(limit=page_size, after=after)
+        for info in page:
+            yield verify_session(store, info.id)
+        if len(page) < page_size:
+            return
+        after = page[-1].id
+
+
+def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    """The CLI's ``verify [SESSION] [--json]``: 0 when everything verifies, else 2.
+
+    With a session: its line (or JSON object). Without: one line per session and a total (with
+    ``--json``, one object: ``{"sessions": [...], "total", "failed", "ok"}``).
+    """
+    if args.session_id is not None:
+        result = verify_session(store, args.session_id)
+        print(json.dumps(result.to_dict()) if args.json else result.summary(), file=out)
+        return 0 if result.ok else 2
+    total = failed = 0
+    rows: list[dict[str, Any]] = []
+    for result in verify_all(store):
+        total += 1
+        failed += not result.ok
+        if args.json:
+            rows.append(result.to_dict())
+        else:
+            print(result.summary(), file=out, flush=True)  # a line as each session is done
+    if args.json:
+        print(json.dumps({"sessions": rows, "total": total, "failed": failed, "ok": not failed}), file=out)
+    else:
+        print(f"{total} sessions verified: {total - failed} ok, {failed} failed", file=out)
+    return 2 if failed else 0

@@ -1,0 +1,28 @@
+"""docs/cli.md documents every command the parser has (read from argparse, so none is missed)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sessionstore.cli import _parser
+
+CLI_DOC = Path(__file__).parent.parent / "docs" / "cli.md"
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
+def test_every_command_has_a_section_and_an_example() -> None:
+    """Each command: a `### sessionstore NAME` heading and an example line running it."""
+    text = CLI_DOC.read_text()
+    commands = _subcommands(_parser())
+
+    assert len(commands) >= 20
+    for name, sub in commands.items():
+        assert f"### `sessionstore {name}`" in text, f"docs/cli.md has no section for `{name}`"
+        assert f"sessionstore {name} " in text.split(f"### `sessionstore {name}`", 1)[1], name
+        for action in _subcommands(sub):  # db upgrade / current / downgrade
+            assert f"`{name} {action}" in text, f"docs/cli.md does not describe `{name} {action}`"
