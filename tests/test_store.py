@@ -484,3 +484,15 @@ class TestTamperEvidence:
 
         with pytest.raises(sessionstore.IntegrityCheckError, match="blob"):
             store.get_blob(ref.sha256)
+
+
+def test_a_very_large_batch_is_stored_whole(store: SessionStore) -> None:
+    """More events than a driver allows parameters in one statement (PostgreSQL: 65,535) still work."""
+    sid = store.create_session().id
+    batch = [UsageRecorded(input_tokens=i, output_tokens=0) for i in range(70_000)]
+
+    result = store.append(sid, batch, expected_seq=ANY)
+    again = store.append(sid, batch[:3], expected_seq=ANY)
+
+    assert result.last_seq == 70_000
+    assert again.deduplicated

@@ -21,6 +21,8 @@ from .._store import AppendResult
 
 __all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
 
+#: Event ids looked up per statement when checking a batch for an idempotent retry.
+_LOOKUP_CHUNK = 1000
 _EVENT_COLUMNS = (
     "session_id, seq, event_id, type, schema_version, payload, token_count, prev_hash, hash, created_at"
 )
@@ -163,8 +165,13 @@ class DriverTransaction:
         Raises:
             DuplicateEventError: some ids are stored but the batch is not a faithful retry.
         """
-        self.cursor.execute(self.sql.stored(len(prepared)), [p.event_id for p in prepared])
-        stored = {row[0]: row for row in self.cursor.fetchall()}
+        ids = [p.event_id for p in prepared]
+        stored: dict[str, Any] = {}
+        # Chunks: drivers cap a statement's parameters (PostgreSQL at 65,535).
+        for start in range(0, len(ids), _LOOKUP_CHUNK):
+            chunk = ids[start : start + _LOOKUP_CHUNK]
+            self.cursor.execute(self.sql.stored(len(chunk)), chunk)
+            stored.update((row[0], row) for row in self.cursor.fetchall())
         if not stored:
             return None
         for p in prepared:
