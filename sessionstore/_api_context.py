@@ -626,7 +626,11 @@ def committed_spans(state: ApiContextState) -> list[tuple[int, int, str]]:
 
 
 def _with_collapses(state: ApiContextState, first: int) -> list[Message]:
-    """The visible messages with each committed collapse's span replaced by its summary."""
+    """The visible messages with each committed collapse's span replaced by its summary.
+
+    A summary is a user message; the prompt after the span (and the summary of an adjacent
+    span) merge into it, so roles still alternate.
+    """
     spans = [span for span in committed_spans(state) if span[0] >= first]
     if not spans:
         return state.messages[first:]
@@ -639,18 +643,10 @@ def _with_collapses(state: ApiContextState, first: int) -> list[Message]:
         out.extend(messages[position:start])
         head = messages[start]["content"]
         kept = head[: leading_results(head)] if messages[start]["role"] == "user" else []
-        after = messages[end]["content"]
-        content = [
-            *kept,
-            {"type": "text", "text": COLLAPSE_PREFIX + summary},
-            *after[leading_results(after) :],
-        ]
-        if out and out[-1]["role"] == "user":  # the span began right after a user message
-            content = [*out.pop()["content"], *content]
-        out.append({"role": "user", "content": content})
-        position = end + 1
+        out.append({"role": "user", "content": [*kept, {"type": "text", "text": COLLAPSE_PREFIX + summary}]})
+        position = end
     out.extend(messages[position:])
-    return out
+    return _merge_same_role(out)
 
 
 def _merge_same_role(messages: list[Message]) -> list[Message]:

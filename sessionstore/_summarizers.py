@@ -234,6 +234,30 @@ def _clip(text: str, limit: int = _QUOTE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: Characters each list section of an offline summary may hold: a summary is bounded (like a
+#: model's output) so it never grows with the history it covers.
+_SECTION_CHARS = 12_000
+
+
+def _bounded(lines: list[str], what: str, *, newest: bool = False) -> str:
+    """``lines`` joined, keeping the first (or newest) that fit the section budget."""
+    ordered = list(reversed(lines)) if newest else list(lines)
+    kept: list[str] = []
+    used = 0
+    for line in ordered:
+        if used + len(line) + 1 > _SECTION_CHARS:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    if newest:
+        kept.reverse()
+    omitted = len(lines) - len(kept)
+    if omitted:
+        note = f"- ({omitted} {'earlier' if newest else 'more'} {what} omitted)"
+        kept = [note, *kept] if newest else [*kept, note]
+    return "\n".join(kept)
+
+
 class OfflineSummarizer:
     """A deterministic, extractive summary of the nine sections; no model, no network."""
 
@@ -281,15 +305,20 @@ class OfflineSummarizer:
             SUMMARY_SECTIONS[0]: _clip(user_texts[0]) if user_texts else "No user request recorded.",
             SUMMARY_SECTIONS[1]: ", ".join(f"{n} ({c}x)" for n, c in sorted(tools_used.items()))
             or "No tools used.",
-            SUMMARY_SECTIONS[2]: "\n".join(
-                [*(f"- edited {p}" for p in files_edited), *(f"- read {p}" for p in files_read)]
+            SUMMARY_SECTIONS[2]: _bounded(
+                [*(f"- edited {p}" for p in files_edited), *(f"- read {p}" for p in files_read)], "files"
             )
             or "No files touched.",
-            SUMMARY_SECTIONS[3]: "\n".join(f"- {e}" for e in errors) or "No errors recorded.",
+            SUMMARY_SECTIONS[3]: _bounded([f"- {e}" for e in errors], "errors", newest=True)
+            or "No errors recorded.",
             SUMMARY_SECTIONS[4]: "\n".join(f"- {_clip(t, 200)}" for t in assistant_texts[-5:])
             or "Nothing recorded.",
-            SUMMARY_SECTIONS[5]: "\n".join(f"- {t.strip()}" for t in user_texts) or "None.",
-            SUMMARY_SECTIONS[6]: "\n".join(f"- {t}" for t in todos) or "None recorded.",
+            SUMMARY_SECTIONS[5]: _bounded(
+                [f"- {_clip(t, 1_000)}" for t in user_texts], "messages", newest=True
+            )
+            or "None.",
+            SUMMARY_SECTIONS[6]: _bounded([f"- {t}" for t in todos], "tasks", newest=True)
+            or "None recorded.",
             SUMMARY_SECTIONS[7]: _clip(assistant_texts[-1]) if assistant_texts else "Nothing recorded.",
             SUMMARY_SECTIONS[8]: f'Continue from the latest request: "{_clip(user_texts[-1])}"'
             if user_texts

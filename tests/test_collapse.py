@@ -172,3 +172,19 @@ def test_spawn_refused_at_ninety_five_percent() -> None:
     with pytest.raises(SubagentSpawnRefused):
         check_spawn(session)
     check_spawn(session, CollapseConfig(enabled=False))
+
+
+def test_adjacent_collapses_both_apply() -> None:
+    """A span starting where the previous one ended is applied too (both summaries are sent)."""
+    session, prompts = _session(turns=6)
+
+    first = collapse(session, OfflineSummarizer(), prompts[0], _last_uuid_before(session, prompts[2]))
+    second = collapse(session, OfflineSummarizer(), prompts[2], _last_uuid_before(session, prompts[4]))
+    request = session.request()
+
+    texts = [b.get("text", "") for b in request["messages"][0]["content"]]
+    assert sum(t.startswith(COLLAPSE_PREFIX) for t in texts) == 2
+    assert texts[-1] == "task 4: look at file_4.py"
+    assert len(request["messages"]) == 1 + 7  # both summaries and prompt 4 merged, then turns 4-5
+    assert second.tokens_after < first.tokens_after
+    sessionstore.validate_request(request)

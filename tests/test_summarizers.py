@@ -179,3 +179,20 @@ class TestAnthropic:
 
         with pytest.raises(SummaryFailed):
             self._summarizer(messages_api).summarize(SummaryRequest(messages=CONVERSATION))
+
+
+def test_offline_summary_is_bounded_however_long_the_history() -> None:
+    """Lists keep the newest entries within a budget and say how many were left out."""
+    long_history = [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": [{"type": "text", "text": f"message {i} " * 30}],
+        }
+        for i in range(4_000)
+    ]
+
+    text = OfflineSummarizer().summarize(SummaryRequest(messages=long_history)).text
+
+    assert len(text) < 40_000
+    assert "earlier messages omitted)" in text
+    assert "message 3998" in text
