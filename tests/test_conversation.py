@@ -114,35 +114,78 @@ class TestSyncLoop:
         assert _kinds(session).count("context_served") == 1
 
 
-class TestResume:
-    def test_request_after_resume_equals_the_uninterrupted_one(
-        self, messages_api: Any, tmp_path: Path
-    ) -> None:
-        """Stop after two steps, reopen the store and session, continue: the next request is identical."""
-        expected_db, resumed_db = tmp_path / "straight.db", tmp_path / "resumed.db"
-        for db, interrupt in ((expected_db, False), (resumed_db, True)):
-            _script(messages_api)
-            store = sessionstore.open_store(db, migrate=True)
-            session = Session.create(store, "s-1", model="claude-opus-5-5")
-            loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
-            loop.user("Fix the tests.")
-            for _ in range(2):
-                response = loop.step()
-                results = [
-                    {"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
-                    for b in response.content
-                    if b.type == "tool_use"
-                ]
-                loop._shared.append([MessageAppended(role="user", content=results)])
-            if interrupt:
-                store.close()  # the first process is gone
-                store = sessionstore.open_store(db)
-                loop = Conversation(Session(store, "s-1"), _client(messages_api), model="claude-opus-5-5")
-            loop.step()
-            store.close()
+_FIRST_HALF = """
+import asyncio, sys
+import anthropic
+import sessionstore
+from sessionstore import MessageAppended, Session
+from sessionstore._conversation import AsyncConversation, Conversation
 
-        straight, resumed = messages_api.requests[2]["body"], messages_api.requests[5]["body"]
-        assert resumed == straight
+db, url, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+store = sessionstore.open_store(db, migrate=True)
+session = Session.create(store, "s-1", model="claude-opus-5-5")
+
+def results(response):
+    uses = [b for b in response.content if b.type == "tool_use"]
+    return [{"type": "tool_result", "tool_use_id": b.id, "content": "ok"} for b in uses]
+
+if mode == "sync":
+    client = anthropic.Anthropic(api_key="k", base_url=url, max_retries=0)
+    loop = Conversation(session, client, model="claude-opus-5-5")
+    loop.user("Fix the tests.")
+    for _ in range(2):
+        loop.session.append([MessageAppended(role="user", content=results(loop.step()))])
+else:
+    async def main():
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=url, max_retries=0)
+        loop = AsyncConversation(session, client, model="claude-opus-5-5")
+        await loop.user("Fix the tests.")
+        for _ in range(2):
+            response = await loop.step()
+            loop.session.append([MessageAppended(role="user", content=results(response))])
+    asyncio.run(main())
+"""
+
+
+class TestResume:
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    def test_request_after_resume_in_a_new_process_equals_the_uninterrupted_one(
+        self, messages_api: Any, tmp_path: Path, mode: str
+    ) -> None:
+        """A first process runs two steps and exits; a second resumes: its request is the same bytes."""
+        import subprocess
+        import sys
+
+        _script(messages_api)
+        straight = sessionstore.open_store(tmp_path / "straight.db", migrate=True)
+        loop = Conversation(
+            Session.create(straight, "s-1", model="claude-opus-5-5"),
+            _client(messages_api),
+            model="claude-opus-5-5",
+        )
+        loop.user("Fix the tests.")
+        for _ in range(2):
+            response = loop.step()
+            results = [
+                {"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
+                for b in response.content
+                if b.type == "tool_use"
+            ]
+            loop.session.append([MessageAppended(role="user", content=results)])
+        loop.step()
+
+        _script(messages_api)
+        db = tmp_path / "resumed.db"
+        done = subprocess.run(
+            [sys.executable, "-c", _FIRST_HALF, str(db), messages_api.url, mode],
+            capture_output=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        resumed = sessionstore.open_store(db)
+        Conversation(Session(resumed, "s-1"), _client(messages_api), model="claude-opus-5-5").step()
+
+        assert messages_api.requests[5]["body"] == messages_api.requests[2]["body"]
 
 
 class TestRecovery:
