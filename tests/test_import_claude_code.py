@@ -22,6 +22,7 @@ from sessionstore import (
     validate_request,
 )
 from sessionstore.cli import main
+from sessionstore.exporters import export_claude_code
 from sessionstore.importers import import_claude_code
 from sessionstore.importers.claude_code import SkippedLine
 
@@ -136,6 +137,75 @@ class TestEachRealTranscript:
         assert mem_store.last_seq(MAIN_FILES[name]) == before
 
 
+# --- small synthetic transcripts, shaped like the corpus lines (2.0.60 envelope) ----------------
+
+_SYNTH_SESSION = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b8c1a7f"
+
+
+def _cc_line(kind: str, key: str, parent: str | None, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A user/assistant line with Claude Code's envelope, keys in the order Claude Code writes them."""
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/Users/dev/proj",
+        "sessionId": _SYNTH_SESSION,
+        "version": "2.0.60",
+        "gitBranch": "main",
+        "type": kind,
+        "message": message,
+        "uuid": key,
+        "timestamp": "2026-01-13T08:34:23.214Z",
+        **extra,
+    }
+
+
+def _cc_user(key: str, parent: str | None, content: str | list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return _cc_line("user", key, parent, {"role": "user", "content": content}, **extra)
+
+
+def _cc_assistant(key: str, parent: str | None, api_id: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    message = {
+        "model": "claude-opus-4-5-20251101",
+        "id": api_id,
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": 626,
+            "cache_read_input_tokens": 7787,
+            "output_tokens": 42,
+            "service_tier": "standard",
+        },
+    }
+    return _cc_line("assistant", key, parent, message, requestId=f"req_{key}")
+
+
+def _cc_conversation() -> list[dict[str, Any]]:
+    """Prompt, answer, prompt, answer: a clean four-line chain."""
+    return [
+        _cc_user("u-1", None, "list the files"),
+        _cc_assistant("a-1", "u-1", "msg_1", [{"type": "text", "text": "Here they are."}]),
+        _cc_user("u-2", "a-1", "thanks, now count them"),
+        _cc_assistant("a-2", "u-2", "msg_2", [{"type": "text", "text": "There are 3."}]),
+    ]
+
+
+def _write_jsonl(path: Path, lines: list[dict[str, Any]], *, tail: bytes = b"\n") -> Path:
+    """The lines as Claude Code writes them (compact JSON, one a line), then ``tail``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = b"\n".join(json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() for e in lines)
+    path.write_bytes(body + tail)
+    return path
+
+
+def _message_uuids(store: SessionStore, session_id: str) -> list[str]:
+    return [m["message_uuid"] for m in _payloads(store, session_id, "message_appended")]
+
+
 def _corrupt(tmp_path: Path, number: int) -> Path:
     source = copy_main(tmp_path, next(iter(sorted(MAIN_FILES))))
     lines = source.read_bytes().split(b"\n")
@@ -197,6 +267,44 @@ class TestBadLines:
         assert "kept opaque" in report.skipped[0].reason
         assert opaque[-1]["entry"] == bad
 
+
+    @pytest.mark.parametrize(
+        ("cut", "reason"),
+        [(b'{"parentUuid":"u-2","isSidechain":false,"type":"assis', "invalid JSON"),
+         ('{"type":"user","message":{"content":"caf\u00e9'.encode()[:-1], "not UTF-8")],
+        ids=["mid-json", "mid-utf8-character"],
+    )
+    def test_truncated_last_line_fails_or_is_skipped(
+        self, cut: bytes, reason: str, tmp_path: Path, store: SessionStore
+    ) -> None:
+        """A file cut mid-line (a crash while writing): an error at that line, or skipped and reported."""
+        complete = _cc_conversation()[:3]
+        path = _write_jsonl(tmp_path / f"{_SYNTH_SESSION}.jsonl", complete, tail=b"\n" + cut)
+
+        with pytest.raises(ValidationError, match=rf"{path}:4: malformed line: {reason}") as caught:
+            import_claude_code(store, [path])
+        assert caught.value.index == 4
+        assert store.list_sessions() == []
+
+        report = import_claude_code(store, [path], skip_bad_lines=True)
+
+        assert [(s.path, s.line) for s in report.skipped] == [(str(path), 4)]
+        assert reason in report.skipped[0].reason
+        assert report.sessions[0].lines == report.sessions[0].entries == 3
+        assert _message_uuids(store, _SYNTH_SESSION) == ["u-1", "a-1", "u-2"]
+
+    def test_complete_last_line_without_final_newline_imports_normally(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """Entire's copies end without a newline: the last line is still a line like any other."""
+        lines = _cc_conversation()
+        path = _write_jsonl(tmp_path / f"{_SYNTH_SESSION}.jsonl", lines, tail=b"")
+        report = import_claude_code(mem_store, [path])
+
+        assert report.skipped == ()
+        assert report.sessions[0].lines == report.sessions[0].entries == 4
+        assert _message_uuids(mem_store, _SYNTH_SESSION) == ["u-1", "a-1", "u-2", "a-2"]
+        assert export_claude_code(mem_store, _SYNTH_SESSION) == path.read_text(encoding="utf-8").split("\n")
 
 class TestSubagents:
     """Sub-agent files become child sessions linked to the tool call that spawned them."""
