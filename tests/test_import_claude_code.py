@@ -142,7 +142,9 @@ class TestEachRealTranscript:
 _SYNTH_SESSION = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b8c1a7f"
 
 
-def _cc_line(kind: str, key: str, parent: str | None, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def _cc_line(
+    kind: str, key: str, parent: str | None, message: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
     """A user/assistant line with Claude Code's envelope, keys in the order Claude Code writes them."""
     return {
         "parentUuid": parent,
@@ -160,7 +162,9 @@ def _cc_line(kind: str, key: str, parent: str | None, message: dict[str, Any], *
     }
 
 
-def _cc_user(key: str, parent: str | None, content: str | list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def _cc_user(
+    key: str, parent: str | None, content: str | list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
     return _cc_line("user", key, parent, {"role": "user", "content": content}, **extra)
 
 
@@ -267,11 +271,12 @@ class TestBadLines:
         assert "kept opaque" in report.skipped[0].reason
         assert opaque[-1]["entry"] == bad
 
-
     @pytest.mark.parametrize(
         ("cut", "reason"),
-        [(b'{"parentUuid":"u-2","isSidechain":false,"type":"assis', "invalid JSON"),
-         ('{"type":"user","message":{"content":"caf\u00e9'.encode()[:-1], "not UTF-8")],
+        [
+            (b'{"parentUuid":"u-2","isSidechain":false,"type":"assis', "invalid JSON"),
+            ('{"type":"user","message":{"content":"caf\u00e9'.encode()[:-1], "not UTF-8"),
+        ],
         ids=["mid-json", "mid-utf8-character"],
     )
     def test_truncated_last_line_fails_or_is_skipped(
@@ -305,6 +310,7 @@ class TestBadLines:
         assert report.sessions[0].lines == report.sessions[0].entries == 4
         assert _message_uuids(mem_store, _SYNTH_SESSION) == ["u-1", "a-1", "u-2", "a-2"]
         assert export_claude_code(mem_store, _SYNTH_SESSION) == path.read_text(encoding="utf-8").split("\n")
+
 
 class TestSubagents:
     """Sub-agent files become child sessions linked to the tool call that spawned them."""
@@ -370,6 +376,68 @@ class TestSubagents:
 
         assert report.sessions[-1].parent_session_id == PARENT_SESSION
         assert report.sessions[-1].parent_tool_use_id == SPAWNING_TOOL_USE
+
+    @pytest.mark.parametrize("given", ["file", "folder"])
+    def test_missing_subagent_file_imports_the_main_session_alone(
+        self, given: str, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """A Task call names agent-<id>.jsonl, which is absent: the main session imports, no child.
+
+        The tool result (the agent's final answer, what the model saw) stays in the main session;
+        importing the agent file later links it as usual.
+        """
+        agent_id = "5e1f0a2b"
+        spawn = {
+            "type": "tool_use",
+            "id": "toolu_spawn",
+            "name": "Task",
+            "input": {"description": "Survey", "prompt": "List the modules.", "subagent_type": "Explore"},
+        }
+        answer = [{"type": "text", "text": "Three modules: a, b, c."}]
+        result = {"tool_use_id": "toolu_spawn", "type": "tool_result", "content": answer}
+        lines = [
+            _cc_user("u-1", None, "survey the code"),
+            _cc_assistant("a-1", "u-1", "msg_1", [spawn]),
+            _cc_user(
+                "u-2",
+                "a-1",
+                [result],
+                toolUseResult={"status": "completed", "agentId": agent_id, "content": answer},
+            ),
+            _cc_assistant("a-2", "u-2", "msg_2", [{"type": "text", "text": "a, b and c."}]),
+        ]
+        folder = tmp_path / "project"
+        path = _write_jsonl(folder / f"{_SYNTH_SESSION}.jsonl", lines)
+        (folder / _SYNTH_SESSION / "subagents").mkdir(parents=True)  # the 2.1+ folder, without the file
+        report = import_claude_code(mem_store, [path if given == "file" else folder])
+        results = [
+            b
+            for m in Session(mem_store, _SYNTH_SESSION).request()["messages"]
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        ]
+
+        assert [s.session_id for s in report.sessions] == [_SYNTH_SESSION]
+        assert report.skipped == ()
+        assert report.sessions[0].entries == 4
+        assert [i.id for i in mem_store.list_sessions()] == [_SYNTH_SESSION]
+        assert _payloads(mem_store, _SYNTH_SESSION, "subagent_started") == []
+        assert results == [result]
+
+        agent = _cc_line(
+            "assistant",
+            "s-1",
+            None,
+            {**_cc_assistant("s-1", None, "msg_3", answer)["message"], "model": "claude-sonnet-4-5-20250929"},
+            agentId=agent_id,
+        )
+        agent["isSidechain"] = True
+        late = import_claude_code(mem_store, [_write_jsonl(tmp_path / f"agent-{agent_id}.jsonl", [agent])])
+        links = _payloads(mem_store, _SYNTH_SESSION, "subagent_started")
+
+        assert late.sessions[-1].session_id == f"{_SYNTH_SESSION}.agent-{agent_id}"
+        assert late.sessions[-1].parent_tool_use_id == "toolu_spawn"
+        assert [(x["parent_tool_use_id"], x["agent_type"]) for x in links] == [("toolu_spawn", "Explore")]
 
 
 class TestWhatLinesBecome:
@@ -510,6 +578,33 @@ class TestWhatLinesBecome:
         assert sessions[0].request_bytes() == sessions[1].request_bytes()
         for s in stores:
             s.close()
+
+    def test_dangling_parent_uuids_restart_the_chain_and_nothing_is_dropped(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """A parent outside the file (a sliced copy's first line; a lost line mid-file): a root.
+
+        The line takes its file position, keeps the parentUuid it had, and exports as it was.
+        """
+        lines = _cc_conversation()
+        lines[0]["parentUuid"] = "before-the-slice"
+        lines[2]["parentUuid"] = "lost-line"
+        path = _write_jsonl(tmp_path / f"{_SYNTH_SESSION}.jsonl", lines)
+        report = import_claude_code(mem_store, [path])
+        messages = _payloads(mem_store, _SYNTH_SESSION, "message_appended")
+        request = Session(mem_store, _SYNTH_SESSION).request()
+
+        assert report.skipped == ()
+        assert report.sessions[0].entries == report.sessions[0].messages == 4
+        assert [(m["message_uuid"], m["parent_uuid"]) for m in messages] == [
+            ("u-1", "before-the-slice"),
+            ("a-1", "u-1"),
+            ("u-2", "lost-line"),
+            ("a-2", "u-2"),
+        ]
+        assert [m["role"] for m in request["messages"]] == ["user", "assistant", "user", "assistant"]
+        validate_request(request)
+        assert export_claude_code(mem_store, _SYNTH_SESSION) == path.read_text(encoding="utf-8").splitlines()
 
     def test_grown_transcript_adds_only_its_new_lines(self, tmp_path: Path, mem_store: SessionStore) -> None:
         """Claude Code appends on resume: re-importing writes the new lines only."""
