@@ -54,7 +54,9 @@ from ._context_events import (
     ContextEditReverted,
     ContextServed,
     MicrocompactApplied,
+    PlanUpdated,
     SessionMemoryUpdated,
+    SkillInvoked,
     SnipApplied,
     ToolResultPersisted,
 )
@@ -171,6 +173,10 @@ class ApiContextState:
     memory: dict[str, Any] | None = None
     #: Main-thread tool calls so far (session-memory extraction paces itself by them).
     tool_calls: int = 0
+    #: Skills invoked, oldest first (a re-invocation moves to the end), and the current plan:
+    #: what a compaction puts back after the summary.
+    skills: dict[str, str] = field(default_factory=dict)
+    plan: str | None = None
 
     @property
     def view_tokens(self) -> int:
@@ -495,6 +501,11 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
     elif isinstance(edit, CompactFailed):
         if edit.trigger == "auto":
             state.compact_failures += 1
+    elif isinstance(edit, SkillInvoked):
+        state.skills.pop(edit.name, None)
+        state.skills[edit.name] = edit.content
+    elif isinstance(edit, PlanUpdated):
+        state.plan = edit.plan
     elif isinstance(edit, SessionMemoryUpdated):
         state.memory = {
             "text": edit.memory,
@@ -523,6 +534,8 @@ _EDIT_TYPES = (
     CompactBoundary,
     CompactFailed,
     SessionMemoryUpdated,
+    SkillInvoked,
+    PlanUpdated,
 )
 
 

@@ -412,7 +412,7 @@ def compact(
     except SummaryFailed as e:
         return _failed(session, trigger, e.reason, before)
     kept = state.messages[keep_index:]
-    attachments = _restored_files(session, kept)
+    attachments = _restored(session, kept)
     boundary = CompactBoundary(
         trigger=trigger,
         strategy=strategy,
@@ -445,8 +445,8 @@ def compact(
     )
 
 
-def _restored_files(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]:
-    """Recently read files to put back after the summary, within the post-compact budgets."""
+def _restored(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]:
+    """Recently read files, invoked skills and the plan, within the post-compact budgets."""
     from ._file_history import FileHistory
 
     candidates = []
@@ -458,7 +458,12 @@ def _restored_files(session: Session, kept: Sequence[Message]) -> list[dict[str,
         except KeyError:
             continue
         candidates.append(Candidate("file", read.path, text))
-    return select_attachments(candidates, [], None, visible_paths=paths_in(kept), count=session.count_text)
+    state = session.api_state
+    skills = [Candidate("skill", name, text) for name, text in reversed(state.skills.items())]
+    plan = Candidate("plan", "plan", state.plan) if state.plan else None
+    return select_attachments(
+        candidates, skills, plan, visible_paths=paths_in(kept), count=session.count_text
+    )
 
 
 def _failed(session: Session, trigger: Trigger, reason: str, before: int) -> CompactReport:

@@ -18,10 +18,12 @@ __all__ = [
     "CompactBoundary",
     "CompactFailed",
     "SessionMemoryUpdated",
+    "SkillInvoked",
     "CollapseStaged",
     "ContextEditReverted",
     "ContextServed",
     "MicrocompactApplied",
+    "PlanUpdated",
     "REVERTIBLE_TYPES",
     "ServerEditsApplied",
     "SnipApplied",
@@ -201,6 +203,23 @@ class SessionMemoryUpdated(Event):
     last_summarized_seq: NonNegativeInt
     tokens_at_extraction: NonNegativeInt
     tool_calls_at_extraction: NonNegativeInt = 0
+
+
+@register_event
+class SkillInvoked(Event):
+    """A skill's instructions were loaded into the conversation (restored after a compaction)."""
+
+    type: Literal["skill_invoked"] = "skill_invoked"
+    name: str
+    content: str
+
+
+@register_event
+class PlanUpdated(Event):
+    """The agent's current plan (restored in full after a compaction)."""
+
+    type: Literal["plan_updated"] = "plan_updated"
+    plan: str
 
 
 #: Event types a ``ContextEditReverted`` may target.

@@ -111,3 +111,28 @@ def test_compaction_restores_recently_read_files() -> None:
     assert report.ok
     assert any(t.startswith("[Restored after compaction: src/handler.py]\ndef handler()") for t in texts)
     sessionstore.validate_request(session.request())
+
+
+def test_compaction_restores_skills_newest_first_and_the_plan() -> None:
+    """Skills invoked and the current plan come back after the summary."""
+    from sessionstore._context_events import PlanUpdated, SkillInvoked
+
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0))
+    session.append(
+        [
+            MessageAppended(role="user", content="ship the release"),
+            SkillInvoked(name="release", content="1. bump the version\n2. tag"),
+            SkillInvoked(name="changelog", content="Write one line per change."),
+            PlanUpdated(plan="- bump\n- tag\n- announce"),
+            MessageAppended(role="assistant", content="on it"),
+        ]
+    )
+
+    compact(session, OfflineSummarizer())
+    texts = [b["text"] for b in session.request()["messages"][0]["content"]]
+
+    assert texts[1].startswith("[Skill changelog]")
+    assert texts[2].startswith("[Skill release]")
+    assert texts[3] == "[Current plan]\n- bump\n- tag\n- announce"
+    sessionstore.validate_request(session.request())
