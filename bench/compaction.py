@@ -63,7 +63,8 @@ done before (memory extraction; staging every span); ``summary KB`` = the summar
 of them together).
 
 (b) Cadence in a live session. A fresh session is driven turn by turn for ``--live-turns``
-(1,500; ``--quick`` 400): append one turn (prompt, rounds, usages, answer) in one
+(1,000; ``--quick`` 400; ~40 compactions at ~24 turns each, enough to see the cadence settle, and
+what keeps the full run within 5 minutes): append one turn (prompt, rounds, usages, answer) in one
 ``session.append``, then ``Pipeline(config, summarizer=OfflineSummarizer(), clock=...)
 .prepare(session)``. The clock reads one minute after the last assistant message, so time-based
 micro-compact never fires. Each round's usage is ``used_tokens()`` before the turn plus the turn's
@@ -148,7 +149,7 @@ MODEL = "claude-opus-5-5"
 CONTEXT_WINDOW = 200_000
 MAX_OUTPUT_TOKENS = 64_000
 FULL_SIZES, QUICK_SIZES = (2_000, 10_000), (300, 1_000)
-FULL_LIVE, QUICK_LIVE = 1_500, 400
+FULL_LIVE, QUICK_LIVE = 1_000, 400
 SETUP_BATCH = 500
 COUNT_BATCH = 50  # turns per tokenizing task
 BASE_TIME = datetime(2025, 6, 17, 9, 0, tzinfo=UTC)

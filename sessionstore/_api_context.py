@@ -201,7 +201,7 @@ class ApiContextState:
     def first_visible(self) -> int:
         """Index of the first message neither snipped nor behind the latest compact boundary."""
         first = bisect.bisect_left(self.message_first_seq, self.snip_keep_from) if self.snip_keep_from else 0
-        if self.compact is not None:
+        if self.compact is not None and not self.compact.get("from_seq"):
             keep = self.compact["keep_from_seq"] or self.compact["seq"] + 1
             first = max(first, bisect.bisect_left(self.message_first_seq, keep))
         return max(first, self.server_compaction_index)
@@ -478,6 +478,7 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
         state.compact = {
             "seq": seq,
             "keep_from_seq": edit.keep_from_seq,
+            "from_seq": edit.summarized_from_seq,
             "summary": edit.summary,
             "verbatim": edit.summarizer in _VERBATIM_SUMMARIZERS,
             "attachments": [str(a.get("text", "")) for a in edit.attachments],
@@ -489,7 +490,7 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
             "removed_blocks_at": state.removed_blocks,
             "blocks_at": state.view_blocks,
         }
-        if not edit.keep_from_seq:
+        if not edit.keep_from_seq or edit.summarized_from_seq:
             # Calls still open were summarized away with everything else: no result can follow them.
             state.open_tool_ids.clear()
             state.last_assistant_index = -1
@@ -692,6 +693,10 @@ def _with_compaction(state: ApiContextState, messages: list[Message], first: int
         {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
     ]
     middle = [{"role": "user", "content": extra}] if extra else []
+    if compact.get("from_seq"):
+        # Partial "from": the earlier messages stay first, the summary covers the rest.
+        pivot = max(0, bisect.bisect_left(state.message_first_seq, compact["from_seq"]) - first)
+        return _merge_same_role([*messages[:pivot], summary, *middle, *messages[kept:]])
     return _merge_same_role([summary, *messages[:kept], *middle, *messages[kept:]])
 
 

@@ -345,6 +345,7 @@ def compact(
     trigger: Trigger = "manual",
     custom_instructions: str | None = None,
     up_to_uuid: str | None = None,
+    from_uuid: str | None = None,
     config: CompactConfig | None = None,
     use_memory: bool = False,
 ) -> CompactReport:
@@ -353,6 +354,8 @@ def compact(
     Args:
         up_to_uuid: summarize up to and including this message and keep what follows verbatim
             (the partial "up to" template); it must end an API round.
+        from_uuid: summarize from this user prompt on and keep what precedes it verbatim,
+            before the summary (the partial "from" template).
         use_memory: try a session-memory compact (no model call) before the LLM summary.
 
     Raises:
@@ -376,7 +379,8 @@ def compact(
     first = state.first_visible
     keep_index = len(state.messages)  # nothing kept
     strategy: Literal["llm", "session_memory"] = "llm"
-    template: Literal["base", "partial_up_to"] = "base"
+    template: Literal["base", "partial_from", "partial_up_to"] = "base"
+    from_index = 0
     retries = 0
     memory_index = memory_keep_index(session, config) if use_memory and config.session_memory else None
     if memory_index is not None and state.memory is not None:
@@ -397,6 +401,13 @@ def compact(
                 )
                 raise ValidationError(msg, field="message_uuid")
             messages = state.messages[first:keep_index]
+        elif from_uuid is not None:
+            template = "partial_from"
+            from_index = session.message_index(from_uuid)
+            if not _clean_cut(session, from_index):
+                msg = f"compacting from {from_uuid!r} would split a tool call from its result or keep nothing"
+                raise ValidationError(msg, field="message_uuid")
+            messages = state.messages[from_index:]
         try:
             summary_text, summarizer_name, retries = _summarize_with_retries(
                 session,
@@ -411,7 +422,7 @@ def compact(
         hook_results += [t for h in config.hooks.post_compact if (t := h(summary_text))]
     except SummaryFailed as e:
         return _failed(session, trigger, e.reason, before)
-    kept = state.messages[keep_index:]
+    kept = state.messages[first:from_index] if from_index else state.messages[keep_index:]
     attachments = _restored(session, kept)
     boundary = CompactBoundary(
         trigger=trigger,
@@ -419,13 +430,14 @@ def compact(
         template=template,
         summarizer=summarizer_name,
         summary=summary_text,
-        keep_from_seq=state.message_first_seq[keep_index] if kept else 0,
+        keep_from_seq=state.message_first_seq[keep_index] if kept and not from_index else 0,
+        summarized_from_seq=state.message_first_seq[from_index] if from_index else 0,
         last_pre_compact_uuid=_last_message_uuid(session),
         pre_compact_tokens=before,
         post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + summary_text)
         + sum(session.count_text(h) for h in hook_results)
         + sum(int(a["tokens"]) for a in attachments)
-        + sum(state.message_tokens[keep_index:]),
+        + sum(state.message_tokens[first:from_index] if from_index else state.message_tokens[keep_index:]),
         post_compact_blocks=1 + len(hook_results) + len(attachments) + sum(len(m["content"]) for m in kept),
         attachments=attachments,
         hook_results=hook_results,

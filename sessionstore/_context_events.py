@@ -169,6 +169,9 @@ class CompactBoundary(Event):
     summarizer: str
     summary: str
     keep_from_seq: NonNegativeInt = 0
+    #: For the "partial from" template: messages that began before this seq stay verbatim
+    #: *before* the summary, which covers the rest up to the boundary (0: not partial-from).
+    summarized_from_seq: NonNegativeInt = 0
     last_pre_compact_uuid: str | None = None
     pre_compact_tokens: NonNegativeInt
     #: Raw tokens of what the request holds right after the boundary (summary, kept, attachments).

@@ -151,7 +151,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(compact_cmd)
     compact_cmd.add_argument("session_id")
     compact_cmd.add_argument("--instructions", help="extra instructions for the summary")
-    compact_cmd.add_argument("--up-to", dest="up_to_uuid", help="summarize up to this message, keep the rest")
+    pivot = compact_cmd.add_mutually_exclusive_group()
+    pivot.add_argument("--up-to", dest="up_to_uuid", help="summarize up to this message, keep the rest")
+    pivot.add_argument(
+        "--from", dest="from_uuid", help="summarize from this prompt on, keep what precedes it"
+    )
     compact_cmd.add_argument("--json", action="store_true")
 
     revert_cmd = commands.add_parser(
@@ -260,7 +264,11 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         session = Session(store, args.session_id)
         summarizer = default_summarizer(model=session.api_state.model)
         compacted = compact(
-            session, summarizer, custom_instructions=args.instructions, up_to_uuid=args.up_to_uuid
+            session,
+            summarizer,
+            custom_instructions=args.instructions,
+            up_to_uuid=args.up_to_uuid,
+            from_uuid=args.from_uuid,
         )
         if args.json:
             _print_json(out, dataclasses.asdict(compacted))

@@ -369,3 +369,24 @@ def test_a_failing_shell_hook_records_a_failure_and_changes_nothing(tmp_path: An
     assert "exited with 3" in (report.reason or "")
     assert session.request_bytes() == before
     assert [e.type for e in session.transcript][-1] == "compact_failed"
+
+
+def test_partial_from_keeps_the_earlier_turns_before_the_summary() -> None:
+    """Summarize from a prompt on: the turns before it stay verbatim and first; appends continue."""
+    session = _session()
+    before = session.request()["messages"]
+
+    report = compact(session, OfflineSummarizer(), from_uuid="p4")
+    after = session.request()["messages"]
+    session.append([MessageAppended(role="user", content="what next?")])
+
+    assert report.ok
+    assert after[:16] == before[:16]  # turns 0-3 untouched
+    assert after[16]["content"][0]["text"].startswith(COMPACT_SUMMARY_PREFIX)
+    assert len(after) == 17
+    assert session.request()["messages"][-1]["content"][-1]["text"] == "what next?"
+    assert report.tokens_after < report.tokens_before
+    sessionstore.validate_request(session.request())
+    assert Session(session.store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()
+    with pytest.raises(sessionstore.ValidationError, match="split a tool call"):
+        compact(session, OfflineSummarizer(), from_uuid="r1")
