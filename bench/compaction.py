@@ -55,10 +55,11 @@ drops the usage anchor); ``req est`` = an independent calibrated estimate of the
 counts of every other message): it should equal ``after``, and a note flags it when it does not;
 ``req MB`` = ``len(request_bytes)`` before and after; ``msgs`` = messages in the request;
 ``offline ms`` = wall time of the reduction call itself (``compact(...)`` / ``drain_collapses``),
-with the parts of it spent in the summarizer (``summ``), in ``_last_message_uuid`` (``uuid``: on
-first use it builds the transcript view, a full re-read of the log), in ``_restored_files``
-(``files``: it folds a ``FileHistory`` view of the log to put recently read files back), in
-``count_text`` (``tok``) and in ``session.append`` (``append``); ``prep ms`` = the summarizer work
+with the parts of it spent in the summarizer (``summ``), building the transcript view
+(``transcr``: ``Session._loaded_transcript``; on first use a full re-read of the log, which
+``compact()`` needs for the last message's uuid), building a ``FileHistory`` view (``files``: a
+fold of the log, to put recently read files back after the summary), in ``count_text``
+(``tok``) and in ``session.append`` (``append``); ``prep ms`` = the summarizer work
 done before (memory extraction; staging every span); ``summary KB`` = the summary (collapse: all
 of them together).
 
@@ -87,7 +88,7 @@ boundary; ``memory`` = ``SessionMemoryUpdated`` events; ``prepare ms`` = median 
 ``end: used/req est`` = ``used_tokens()`` and the request estimate of (a) at the end; ``end`` =
 ``ok`` or where a ``BlockingLimitError`` stopped the run. Below the table: the gaps in order, the
 strategy, summary size and ``used_tokens()`` after every boundary, the ``prepare`` time of the
-compacting turns with the total spent in ``_restored_files``, and a MISMATCH line when, after
+compacting turns with the total spent building ``FileHistory`` views, and a MISMATCH line when, after
 some boundary or commit, the request held more than ``used_tokens()`` said (the worst case).
 
 ``--profile`` adds cProfile tables (own time, top 16) of one ``compact()`` and one memory
@@ -132,7 +133,7 @@ from sessionstore import (
     SessionConfig,
     SessionStarted,
     UsageRecorded,
-    _compaction,
+    _file_history,
     open_store,
 )
 from sessionstore._api_context import leading_results
@@ -422,38 +423,43 @@ def _ms(seconds: float) -> float:
     return seconds * 1e3
 
 
-class Timed:
-    """Wraps a callable and accumulates the wall time spent in it (seconds)."""
+class Timer:
+    """Accumulated wall time (seconds) and calls of one wrapped callable."""
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
+    def __init__(self) -> None:
         self.total = 0.0
         self.calls = 0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.total += time.perf_counter() - start
-            self.calls += 1
-
 
 class Probe:
-    """Timers patched onto live objects and module globals, restored by ``close`` (no file edits)."""
+    """Timers patched onto live objects, classes and module globals, restored by ``close``.
+
+    Nothing in the package is edited: ``wrap`` swaps an attribute for a plain function that
+    times the original (a plain function, so it also binds as a method when ``owner`` is a
+    class). A name a later version no longer has is skipped, and its column shows ``-``.
+    """
 
     def __init__(self) -> None:
-        self.timers: dict[str, Timed] = {}
+        self.timers: dict[str, Timer] = {}
         self._undo: list[Callable[[], None]] = []
 
     def wrap(self, owner: Any, attr: str, label: str) -> None:
-        fn = getattr(owner, attr, None)
-        if fn is None:  # renamed by a later version: that column shows "-"
-            return
-        timer = Timed(fn)
         had_own = attr in getattr(owner, "__dict__", {})
-        setattr(owner, attr, timer)
-        self.timers[label] = timer
+        fn = owner.__dict__[attr] if had_own else getattr(owner, attr, None)
+        if fn is None:
+            return
+        timer = self.timers.setdefault(label, Timer())
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                timer.total += time.perf_counter() - start
+                timer.calls += 1
+
+        setattr(owner, attr, timed)
         self._undo.append(lambda: setattr(owner, attr, fn) if had_own else delattr(owner, attr))
 
     def seconds(self, label: str) -> float | None:
@@ -467,10 +473,11 @@ class Probe:
 
 
 def _probe(session: Session, summarizer: OfflineSummarizer) -> Probe:
+    """Where a reduction's time goes: the columns summ, transcript, files, tok and append."""
     probe = Probe()
     probe.wrap(summarizer, "summarize", "summ")
-    probe.wrap(_compaction, "_last_message_uuid", "uuid")
-    probe.wrap(_compaction, "_restored_files", "files")
+    probe.wrap(session, "_loaded_transcript", "transcript")  # built on first use: a full re-read
+    probe.wrap(_file_history.FileHistory, "__init__", "files")  # folds the file-history view
     probe.wrap(session, "count_text", "tok")
     probe.wrap(session, "append", "append")
     return probe
@@ -729,7 +736,7 @@ def reduce_once(session: Session, strategy: str, turns: int) -> tuple[ReductionR
         used = f"{len(drained.event_ids)} spans"
         if staged != len(drained.event_ids):
             note = f"staged {staged}, drained {len(drained.event_ids)}"
-    parts = {label: probe.seconds(label) for label in ("summ", "uuid", "files", "tok", "append")}
+    parts = {label: probe.seconds(label) for label in ("summ", "transcript", "files", "tok", "append")}
     probe.close()
     after = session.used_tokens()
     mb_after, msgs_after = _request_stats(session)
@@ -836,7 +843,7 @@ class LiveRow:
     end_request: int = 0
     worst: tuple[float, int, int, int] = (0.0, 0, 0, 0)  # (request/used, turn, used, request)
     compact_ms: list[float] = field(default_factory=list)  # prepare of the turns that compacted
-    files_s: float | None = None  # total time in _compaction._restored_files
+    files_s: float | None = None  # total time building FileHistory views
     seconds: float = 0.0
 
 
@@ -860,7 +867,7 @@ def run_live(folder: Path, name: str, config: PipelineConfig, turns: int) -> Liv
     pipeline = Pipeline(config, summarizer=OfflineSummarizer(), clock=lambda: now[0])
     row = LiveRow(name, turns)
     probe = Probe()
-    probe.wrap(_compaction, "_restored_files", "files")
+    probe.wrap(_file_history.FileHistory, "__init__", "files")
 
     def check(index: int) -> None:
         used, request = session.used_tokens(), request_estimate(session)
@@ -963,7 +970,7 @@ def print_reductions(rows: list[ReductionRow]) -> None:
             ("msgs", "after", 6),
             ("offline", "ms", 8),
             ("summ", "ms", 6),
-            ("uuid", "ms", 6),
+            ("transcr", "ms", 7),
             ("files", "ms", 6),
             ("tok", "ms", 5),
             ("append", "ms", 6),
@@ -985,7 +992,7 @@ def print_reductions(rows: list[ReductionRow]) -> None:
                 f"{r.msgs_after:,}",
                 f"{r.offline_ms:,.0f}",
                 _opt(r.parts_ms["summ"]),
-                _opt(r.parts_ms["uuid"]),
+                _opt(r.parts_ms["transcript"]),
                 _opt(r.parts_ms["files"]),
                 _opt(r.parts_ms["tok"]),
                 _opt(r.parts_ms["append"]),
@@ -997,9 +1004,9 @@ def print_reductions(rows: list[ReductionRow]) -> None:
         ],
     )
     print(
-        "  tokens: used_tokens(); req est: the materialized request's own calibrated estimate (should equal"
-        " 'after'); offline = the reduction call; summ/uuid/files/tok/append: parts of it; prep: summarizer"
-        " work done earlier (memory extraction, staging every span)"
+        "  tokens: used_tokens(); req est: the materialized request's own calibrated estimate (should"
+        " equal 'after'); offline = the reduction call; summ/transcr/files/tok/append: parts of it; prep:"
+        " summarizer work done earlier (memory extraction, staging every span)"
     )
     for r in rows:
         if r.note:
@@ -1067,12 +1074,12 @@ def print_live(rows: list[LiveRow]) -> None:
             print(f"  {r.name}: summary KB of each: " + ", ".join(f"{kb:.0f}" for kb in r.summary_kb))
             print(f"  {r.name}: used_tokens() after each: " + ", ".join(_k(u) for u in r.after))
             if r.compact_ms:
-                files = "-" if r.files_s is None else f"{r.files_s:.1f} s"
+                files = "-" if r.files_s is None else f"{r.files_s:.2f} s"
                 print(
                     f"  {r.name}: prepare of a compacting turn: "
                     f"median {statistics.median(r.compact_ms):.0f} ms, "
-                    f"first {r.compact_ms[0]:.0f} ms, last {r.compact_ms[-1]:.0f} ms; in _restored_files "
-                    f"(FileHistory fold) over all compactions: {files}"
+                    f"first {r.compact_ms[0]:.0f} ms, last {r.compact_ms[-1]:.0f} ms; "
+                    f"folding FileHistory views over all compactions: {files}"
                 )
         ratio, turn, used, request = r.worst
         if ratio > 1.05:
