@@ -18,7 +18,7 @@ Write) and the user message answers them with ``tool_result`` blocks of 200 B - 
 assistant message, whose numbers follow the context: input = "used" before the round plus the
 calibrated estimate of what the turn added before it, output = the estimate of the assistant
 message, so ``used_tokens()`` tracks the view as an API would report it. About 9 events,
-~19 KB and ~5,000 tokens a turn. Model ``claude-opus-5-5`` with
+~24 KB of request JSON and ~6,900 tokens (calibrated estimate) a turn. Model ``claude-opus-5-5`` with
 ``context_window=200_000, max_output_tokens=64_000``: effective window 180,000, auto-compact
 threshold 167,000, blocking limit 177,000.
 
@@ -28,11 +28,12 @@ threshold 167,000, blocking limit 177,000.
 appends; not timed) and the file is copied aside at each size. The history is *counted*
 (tiktoken), not appended with ``token_counter=None``: without stored counts every message weighs
 0 tokens, so a session-memory compact finds no cut (``memory_keep_index`` never reaches
-``memory_min_tokens``) and a collapse frees 0 tokens. The copy is copied again per strategy and a
-``Session`` is opened on it (full fold, ``SessionConfig(snapshot_every=0)``; not timed), so every
-strategy starts from the same history. (Automatic snapshots are off: with the default every
-1,000 events, the append inside a reduction that crosses a multiple of 1,000 would also write a
-full snapshot of both views, ~10 s at 10,000 turns; bench/projection.py costs those.)
+``memory_min_tokens``) and a collapse frees no counted tokens (only the per-block overhead of the
+estimate). That copy is copied again per strategy and a ``Session`` is opened on it (full fold,
+``SessionConfig(snapshot_every=0)``; not timed), so every strategy starts from the same history.
+(Automatic snapshots are off: with the default every 1,000 events, the append inside a reduction
+that crosses a multiple of 1,000 would also write a full snapshot of both views, ~10 s at 10,000
+turns; bench/projection.py costs those.)
 
 * ``llm``: ``compact(session, OfflineSummarizer(), trigger="manual")``, the base template over
   the whole request.
@@ -88,13 +89,13 @@ boundary; ``memory`` = ``SessionMemoryUpdated`` events; ``prepare ms`` = median 
 ``end: used/req est`` = ``used_tokens()`` and the request estimate of (a) at the end; ``end`` =
 ``ok`` or where a ``BlockingLimitError`` stopped the run. Below the table: the gaps in order, the
 strategy, summary size and ``used_tokens()`` after every boundary, the ``prepare`` time of the
-compacting turns with the total spent building ``FileHistory`` views, and a MISMATCH line when, after
-some boundary or commit, the request held more than ``used_tokens()`` said (the worst case).
+compacting turns with the total spent building ``FileHistory`` views, and a MISMATCH line when,
+after some boundary or commit, the request held more than ``used_tokens()`` said (the worst case).
 
 ``--profile`` adds cProfile tables (own time, top 16) of one ``compact()`` and one memory
-compact at the largest size, each on its own copy. On an otherwise idle 2-core machine the full
-run takes about 3-4 minutes, ``--quick`` about 40 s. The script only reports; no targets are
-asserted.
+compact at the largest size, each on its own copy. On a 2-core machine the full run takes 3-4
+minutes (the live runs use both cores), ``--quick`` 30-40 s. The script only reports; no targets
+are asserted.
 """
 
 from __future__ import annotations

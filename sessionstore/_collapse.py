@@ -239,23 +239,33 @@ def _next_span(session: Session, config: CollapseConfig) -> tuple[int, int] | No
     return None
 
 
-def collapse_stage(session: Session, config: CollapseConfig, summarizer: Summarizer) -> list[str]:
-    """The pipeline stage: stage one span ahead of pressure, commit from the commit mark.
+#: Spans staged per pipeline run at most while the context stays above the commit mark.
+MAX_SPANS_PER_RUN = 8
 
-    Returns the ids of the events it appended.
+
+def collapse_stage(session: Session, config: CollapseConfig, summarizer: Summarizer) -> list[str]:
+    """The pipeline stage: stage spans ahead of pressure, commit them from the commit mark.
+
+    One span is staged per run below the commit mark; above it, spans are staged and committed
+    (up to ``MAX_SPANS_PER_RUN``) until the context is below the mark. Returns the event ids.
     """
     if not config.enabled or session.api_state.query_source != "main":
         return []
     appended: list[str] = []
-    state = session.token_state()
-    effective = state.window.effective_window
-    if state.used >= effective * config.stage_percent / 100:
-        span = _next_span(session, config)
-        if span is not None:
-            appended.append(str(stage_collapse(session, summarizer, *span).event_id))
+    effective = session.token_state().window.effective_window
+    stage_mark = effective * config.stage_percent / 100
     commit_mark = effective * config.commit_percent / 100
-    for event_id, _ in sorted(session.api_state.staged.items(), key=lambda item: item[1]["first_seq"]):
-        if session.used_tokens() < commit_mark:
+    for _ in range(MAX_SPANS_PER_RUN):
+        staged_one = False
+        if session.used_tokens() >= stage_mark:
+            span = _next_span(session, config)
+            if span is not None:
+                appended.append(str(stage_collapse(session, summarizer, *span).event_id))
+                staged_one = True
+        for event_id, _ in sorted(session.api_state.staged.items(), key=lambda item: item[1]["first_seq"]):
+            if session.used_tokens() < commit_mark:
+                break
+            appended.append(str(commit_collapse(session, event_id).event_id))
+        if not staged_one or session.used_tokens() < commit_mark:
             break
-        appended.append(str(commit_collapse(session, event_id).event_id))
     return appended

@@ -240,6 +240,8 @@ def memory_keep_index(session: Session, config: CompactConfig) -> int | None:
     start = max(first, _index_after_seq(session, memory["last_seq"]))
     index = start
     tokens = sum(state.message_tokens[start:])
+    if tokens > config.memory_max_tokens:
+        return None  # a stale memory: keeping everything after it would not fit; summarize instead
     while index > first and (
         tokens < config.memory_min_tokens
         or _text_messages(messages[index:]) < config.memory_min_text_messages
@@ -267,7 +269,11 @@ def maybe_extract_memory(session: Session, summarizer: Summarizer, config: Compa
     state = session.api_state
     used = session.used_tokens()
     memory = state.memory
-    if memory is None:
+    compacted_since = (
+        memory is not None and state.compact is not None and memory["last_seq"] < state.compact["seq"]
+    )
+    if memory is None or compacted_since:
+        # First extraction, or the first since a compaction reset the context it measured.
         due = used >= config.extract_init_tokens
     else:
         grown = used - memory["tokens"] >= config.extract_growth_tokens
@@ -496,10 +502,17 @@ def _clean_cut(session: Session, index: int) -> bool:
 
 
 def _last_message_uuid(session: Session) -> str | None:
-    for entry in reversed(session.transcript_state.entries):
-        value = entry.payload.get("message_uuid")
-        if entry.type == "message_appended" and isinstance(value, str):
-            return value
+    """The newest message's uuid, read from the log's tail (not the whole transcript)."""
+    end = session.last_seq
+    width = 64
+    while end >= 1:
+        start = max(1, end - width + 1)
+        for recorded in reversed(session.log.read(start, end)):
+            if recorded.type == "message_appended":
+                value = recorded.payload_dict().get("message_uuid")
+                if isinstance(value, str):
+                    return value
+        end, width = start - 1, width * 4
     return None
 
 

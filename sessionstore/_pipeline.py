@@ -675,7 +675,7 @@ class Pipeline:
             freed = max(0, before - session.used_tokens())
             reports.append(StageReport("collapse", freed, tuple(collapsed)))
         if config.auto_compact and session.api_state.query_source == "main":
-            if config.compact.session_memory:
+            if config.compact.session_memory and not config.collapse.enabled:  # collapse never uses it
                 maybe_extract_memory(session, self.summarizer, config.compact)
             # "used" already excludes what snip freed after the last usage, so nothing to subtract.
             compacted = autocompact_stage(
@@ -686,6 +686,15 @@ class Pipeline:
                 note = "" if compacted.ok else f"failed: {compacted.reason}"
                 reports.append(StageReport("auto_compact", freed, (compacted.event_id,), note))
         tokens = session.token_state()
+        if tokens.at_blocking_limit and config.collapse.enabled and config.auto_compact:
+            # Collapse keeps auto-compact away, but a context its summaries filled would be stuck
+            # for good: at the blocking limit, compact as the last resort.
+            rescue = autocompact_stage(session, self.summarizer, config.compact, collapse_enabled=False)
+            if rescue is not None:
+                note = "collapse at the blocking limit" + ("" if rescue.ok else f"; failed: {rescue.reason}")
+                freed = max(0, rescue.tokens_before - rescue.tokens_after)
+                reports.append(StageReport("auto_compact", freed, (rescue.event_id,), note))
+                tokens = session.token_state()
         if config.blocking_limit and tokens.at_blocking_limit:
             raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)
         request = session.request()

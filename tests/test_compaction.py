@@ -390,3 +390,31 @@ def test_partial_from_keeps_the_earlier_turns_before_the_summary() -> None:
     assert Session(session.store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()
     with pytest.raises(sessionstore.ValidationError, match="split a tool call"):
         compact(session, OfflineSummarizer(), from_uuid="r1")
+
+
+def test_a_stale_memory_is_not_used_to_keep_more_than_the_maximum() -> None:
+    """A memory older than what the maximum allows keeping falls back to the LLM summary."""
+    session = _session(turns=12)
+    session.append([SessionMemoryUpdated(memory="old notes", last_summarized_seq=2, tokens_at_extraction=1)])
+
+    report = compact(
+        session, OfflineSummarizer(), use_memory=True, config=CompactConfig(memory_max_tokens=500)
+    )
+
+    assert report.ok
+    assert report.strategy == "llm"
+
+
+def test_collapse_only_sessions_compact_at_the_blocking_limit_instead_of_sticking() -> None:
+    """With collapse on and nothing left to collapse, the blocking limit triggers a last-resort compaction."""
+    session = _session(turns=3, context_window=100_000, max_output_tokens=10_000)
+    session.append([UsageRecorded(input_tokens=88_000, output_tokens=0)])
+    config = PipelineConfig(
+        collapse=CollapseConfig(enabled=True), compact=CompactConfig(session_memory=False)
+    )
+
+    prepared = Pipeline(config).prepare(session)
+
+    assert any(r.stage == "auto_compact" and "blocking limit" in r.note for r in prepared.reports)
+    assert "compact_boundary" in [e.type for e in session.transcript]
+    sessionstore.validate_request(prepared.request)
