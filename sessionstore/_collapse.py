@@ -225,7 +225,8 @@ def _next_span(session: Session, config: CollapseConfig) -> tuple[int, int] | No
     """The oldest uncovered span of ``span_rounds`` rounds that leaves ``keep_recent_rounds``."""
     state = session.api_state
     messages = state.messages
-    covered_end = max((end for _, end in _covered(session)), default=state.first_visible)
+    # Spans behind a compact boundary or a snip no longer count: start at the first visible message.
+    covered_end = max([state.first_visible, *(end for _, end in _covered(session))])
     start = next((i for i in range(covered_end, len(messages)) if _is_prompt(messages[i])), None)
     if start is None:
         return None

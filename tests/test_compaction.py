@@ -418,3 +418,33 @@ def test_collapse_only_sessions_compact_at_the_blocking_limit_instead_of_stickin
     assert any(r.stage == "auto_compact" and "blocking limit" in r.note for r in prepared.reports)
     assert "compact_boundary" in [e.type for e in session.transcript]
     sessionstore.validate_request(prepared.request)
+
+
+def test_collapse_resumes_after_a_last_resort_compaction() -> None:
+    """Spans committed before a boundary do not stop collapse from staging after it."""
+    session = _session(turns=14, context_window=100_000, max_output_tokens=10_000)
+    config = PipelineConfig(
+        collapse=CollapseConfig(enabled=True, span_rounds=4, keep_recent_rounds=2),
+        compact=CompactConfig(session_memory=False),
+    )
+    session.append([UsageRecorded(input_tokens=84_000, output_tokens=0)])
+    Pipeline(config).prepare(session)
+    compact(session, OfflineSummarizer())
+    for n in range(14, 24):
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {}}
+        session.append(
+            [
+                MessageAppended(role="user", content=f"step {n} please"),
+                MessageAppended(role="assistant", content=[call], api_message_id=f"m{n}a"),
+                MessageAppended(
+                    role="user", content=[{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok"}]
+                ),
+                MessageAppended(role="assistant", content=f"step {n} done", api_message_id=f"m{n}b"),
+            ]
+        )
+    session.append([UsageRecorded(input_tokens=84_000, output_tokens=0)])
+
+    prepared = Pipeline(config).prepare(session)
+
+    assert any(r.stage == "collapse" for r in prepared.reports)
+    sessionstore.validate_request(prepared.request)
