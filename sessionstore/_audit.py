@@ -213,7 +213,7 @@ def render_audit(report: AuditReport, out: TextIO) -> None:
 
 
 def _api_state_at(session: Session, seq: int) -> Any:
-    return fold(ApiContextProjection(), session.store.read(session.id, 1, seq))
+    return fold(ApiContextProjection(), session.log.read(1, seq))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import subprocess
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -463,12 +464,19 @@ def compact(
     )
 
 
+_FILE_HISTORIES: weakref.WeakKeyDictionary[Session, Any] = weakref.WeakKeyDictionary()
+
+
 def _restored(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]:
     """Recently read files, invoked skills and the plan, within the post-compact budgets."""
     from ._file_history import FileHistory
 
+    # One view per session, refreshed with what each turn added: never refolded from the log.
+    history = _FILE_HISTORIES.get(session)
+    if history is None:
+        history = _FILE_HISTORIES[session] = FileHistory(session)
     candidates = []
-    for read in FileHistory(session).state.recent_reads(None):
+    for read in history.state.recent_reads(None):
         if read.blob_sha256 is None:
             continue
         try:

@@ -300,21 +300,26 @@ class _Shared:
         return None
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _result(use: dict[str, Any], content: str | list[ContentBlock]) -> ContentBlock:
+    return {"type": "tool_result", "tool_use_id": use["id"], "content": content}
+
+
+def _failed_result(use: dict[str, Any], error: Exception) -> ContentBlock:
+    """A failing tool is reported to the model as an error result, not raised."""
+    return {**_result(use, f"{type(error).__name__}: {error}"), "is_error": True}
+
+
 def _tool_results(uses: Sequence[dict[str, Any]], runner: ToolRunner) -> list[ContentBlock]:
     results: list[ContentBlock] = []
     for use in uses:
         try:
-            content = runner(use)
-            results.append({"type": "tool_result", "tool_use_id": use["id"], "content": content})
+            results.append(_result(use, runner(use)))
         except Exception as e:
-            results.append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": use["id"],
-                    "content": f"{type(e).__name__}: {e}",
-                    "is_error": True,
-                }
-            )
+            results.append(_failed_result(use, e))
     return results
 
 
@@ -372,7 +377,7 @@ class Conversation:
             on_conflict,
             stop_hooks,
             budget or TokenBudget(),
-            clock or (lambda: datetime.now(UTC)),
+            clock or _utcnow,
         )
 
     @property
@@ -473,7 +478,7 @@ class AsyncConversation:
             on_conflict,
             stop_hooks,
             budget or TokenBudget(),
-            clock or (lambda: datetime.now(UTC)),
+            clock or _utcnow,
         )
 
     @property
@@ -538,22 +543,9 @@ class AsyncConversation:
                 results: list[ContentBlock] = []
                 for use in uses:
                     try:
-                        results.append(
-                            {
-                                "type": "tool_result",
-                                "tool_use_id": use["id"],
-                                "content": await tool_runner(use),
-                            }
-                        )
+                        results.append(_result(use, await tool_runner(use)))
                     except Exception as e:
-                        results.append(
-                            {
-                                "type": "tool_result",
-                                "tool_use_id": use["id"],
-                                "content": f"{type(e).__name__}: {e}",
-                                "is_error": True,
-                            }
-                        )
+                        results.append(_failed_result(use, e))
                 await asyncio.to_thread(self._shared.append, [MessageAppended(role="user", content=results)])
                 continue
             nudge = await asyncio.to_thread(self._shared.after_turn, response, tracker)

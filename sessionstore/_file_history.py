@@ -493,8 +493,14 @@ class FileHistory:
         self.session = session
         self.store = session.store
         self._projection = FileHistoryProjection()
+        # The session's own numbering: a fork sees its parent's checkpoints up to the fork point.
         self._state, self._seq = rebuild(
-            self.store, session.id, self._projection, tokenizer=session.tokenizer, use_snapshots=use_snapshots
+            self.store,
+            session.id,
+            self._projection,
+            tokenizer=session.tokenizer,
+            use_snapshots=use_snapshots,
+            read=session.log.read,
         )
         self._root = None if root is None else os.path.abspath(root)
 
@@ -504,7 +510,7 @@ class FileHistory:
         """Fold what was appended since the last refresh (by anyone) and return the state."""
         self.session.refresh()
         if self.session.last_seq > self._seq:
-            tail = self.store.read(self.session.id, self._seq + 1, self.session.last_seq)
+            tail = self.session.log.read(self._seq + 1, self.session.last_seq)
             self._state = fold(self._projection, tail, self._state)
             self._seq = self.session.last_seq
         return self._state

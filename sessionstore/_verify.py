@@ -32,6 +32,7 @@ from typing import Any, Literal, TextIO
 
 # Imported for their projections' registration: verify checks every registered projection.
 from . import _api_context, _file_history, _transcript  # noqa: F401
+from ._lineage import SessionLog
 from ._projection import _PROJECTIONS, Projection, rebuild
 from ._session import NO_TOKENIZER, Session, SessionConfig
 from ._store import SessionStore, VerifyReport
@@ -202,8 +203,11 @@ def _check_generic(
         return ProjectionCheck(projection.name, "none")
     if unreadable is not None:
         return ProjectionCheck(projection.name, "unreadable", seq, unreadable)
-    resumed, _ = rebuild(store, session_id, projection, tokenizer=tokenizer, to_seq=to_seq)
-    full, _ = rebuild(store, session_id, projection, tokenizer=tokenizer, use_snapshots=False, to_seq=to_seq)
+    read = SessionLog(store, session_id).read  # a fork's views count seqs through its parent's prefix
+    resumed, _ = rebuild(store, session_id, projection, tokenizer=tokenizer, to_seq=to_seq, read=read)
+    full, _ = rebuild(
+        store, session_id, projection, tokenizer=tokenizer, use_snapshots=False, to_seq=to_seq, read=read
+    )
     a, b = projection.dump(resumed), projection.dump(full)
     if a != b:
         return ProjectionCheck(projection.name, "mismatch", seq, _first_difference(a, b))
@@ -227,10 +231,10 @@ def verify_session(store: SessionStore, session_id: str) -> SessionVerification:
     tokenizer = counter.name if counter is not None else NO_TOKENIZER
     checks: list[ProjectionCheck] = []
     api_name = _api_context.ApiContextProjection.name
-    to_seq = chain.events_checked
+    to_seq = SessionLog(store, session_id).last_seq()  # views count seqs through a fork's prefix
     try:
         api = _api_context.ApiContextProjection()
-        seq, unreadable = _snapshot(store, session_id, api, tokenizer, store.last_seq(session_id))
+        seq, unreadable = _snapshot(store, session_id, api, tokenizer, to_seq)
         if seq is None:
             checks.append(ProjectionCheck(api_name, "none"))
         elif unreadable is not None:  # Session skips it too (logging a warning): don't load it

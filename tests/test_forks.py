@@ -61,3 +61,19 @@ def test_bad_fork_points_are_refused() -> None:
         session.fork(at_seq=9)
     with pytest.raises(sessionstore.ValidationError, match="not in session"):
         session.fork(message_uuid="nope")
+
+
+def test_views_built_beside_the_session_count_through_the_fork() -> None:
+    """File history and the audit replay of a fork see the shared prefix in the fork's numbering."""
+    store = sessionstore.open_store(":memory:")
+    parent = Session.create(store)
+    _chat(parent, "q1", "a1")
+    parent.append([sessionstore.FileRead(path="src/app.py", blob_sha256=None)])
+    fork = parent.fork()
+    _chat(fork, "q2")
+    sessionstore.Pipeline().prepare(fork)
+
+    reads = [r.path for r in sessionstore.FileHistory(fork).state.recent_reads(None)]
+
+    assert reads == ["src/app.py"]
+    assert sessionstore.served_request(fork, 1).matches
