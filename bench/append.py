@@ -83,6 +83,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+from _common import LEVELS, WORDS
+
 import sessionstore
 from sessionstore import MessageAppended, TiktokenCounter
 
@@ -93,16 +95,6 @@ TARGET_RAW_OVER_OURS = 2.5
 TARGET_OURS_OVER_SQLITESESSION = 1.0
 
 # --- the workload --------------------------------------------------------------------------
-
-_VOCABULARY = (
-    "the a of to and in is for on with error value function return import self config request "
-    "response session token file path line data user model tool result index cache update query "
-    "table json string list dict None True False async await yield class def while if else try "
-    "except raise with open read write close status ok failed warning info debug test build "
-    "module package server client handler timeout retry version commit branch merge diff"
-)
-_WORDS = tuple(_VOCABULARY.split())
-_LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,7 @@ class Message:
 
 
 def _words(rng: random.Random, lo: int, hi: int) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(lo, hi)))
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
 
 
 def _line(rng: random.Random) -> str:
@@ -123,12 +115,12 @@ def _line(rng: random.Random) -> str:
     if kind < 0.4:  # a log line
         day, hour, minute = rng.randint(1, 28), rng.randint(0, 23), rng.randint(0, 59)
         stamp = f"2025-{rng.randint(1, 12):02d}-{day:02d}T{hour:02d}:{minute:02d}"
-        mod = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
-        return f"{stamp} {rng.choice(_LEVELS)} {mod}: {_words(rng, 3, 12)} id={rng.randrange(10**6)}"
+        mod = f"{rng.choice(WORDS)}.{rng.choice(WORDS)}"
+        return f"{stamp} {rng.choice(LEVELS)} {mod}: {_words(rng, 3, 12)} id={rng.randrange(10**6)}"
     if kind < 0.7:  # a line of code
         indent = "    " * rng.randint(0, 3)
-        name = f"{rng.choice(_WORDS)}_{rng.choice(_WORDS)}"
-        return f"{indent}{name} = {rng.choice(_WORDS)}({rng.choice(_WORDS)}, {rng.randrange(1000)})"
+        name = f"{rng.choice(WORDS)}_{rng.choice(WORDS)}"
+        return f"{indent}{name} = {rng.choice(WORDS)}({rng.choice(WORDS)}, {rng.randrange(1000)})"
     return _words(rng, 5, 20).capitalize() + "."  # prose
 
 
@@ -151,7 +143,7 @@ def _tool_result_size(rng: random.Random) -> int:
 def _tool_use(rng: random.Random, tool_id: str) -> Message:
     if rng.random() < 0.2:  # writing a file: a larger input
         tool_input: dict[str, Any] = {
-            "path": f"src/{rng.choice(_WORDS)}.py",
+            "path": f"src/{rng.choice(WORDS)}.py",
             "content": _text(rng, rng.randint(200, 5000)),
         }
     else:

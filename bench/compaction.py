@@ -102,16 +102,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import cProfile
 import functools
 import gc
-import io
 import json
 import math
 import multiprocessing
 import os
 import platform
-import pstats
 import random
 import shutil
 import sqlite3
@@ -124,6 +121,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from _common import CWD, SYSTEM_PROMPT, TOOL_NAMES, TOOLS, WORDS, output_line, profiled
 
 import sessionstore
 from sessionstore import (
@@ -156,69 +155,8 @@ SETUP_BATCH = 500
 COUNT_BATCH = 50  # turns per tokenizing task
 BASE_TIME = datetime(2025, 6, 17, 9, 0, tzinfo=UTC)
 TURN_SPACING = timedelta(seconds=90)
-CWD = "/home/dev/projects/orders-service"
 
 # --- the workload ----------------------------------------------------------------------------
-
-_VOCABULARY = (
-    "the a of to and in is for on with error value function return import self config request "
-    "response session token file path line data user model tool result index cache update query "
-    "table json string list dict None True False async await yield class def while if else try "
-    "except raise with open read write close status ok failed warning info debug test build "
-    "module package server client handler timeout retry version commit branch merge diff"
-)
-_WORDS = tuple(_VOCABULARY.split())
-_ACCENTED = ("café", "naïve", "→", "résumé", "✓", "\u2013")
-_LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
-_TOOL_NAMES = ("Bash", "Read", "Edit", "Grep", "Write")
-
-SYSTEM_PROMPT = (
-    "You are an interactive CLI tool that helps users with software engineering tasks. "
-    "Use the instructions below and the tools available to you to assist the user.\n\n"
-    + "\n".join(
-        f"# Rule {i}\n- Be concise; prefer editing existing files; run the tests after every change; "
-        f"never commit unless asked; explain non-obvious commands before running them ({i})."
-        for i in range(24)
-    )
-)
-_STR = {"type": "string"}
-TOOLS = [
-    {
-        "name": name,
-        "description": description,
-        "input_schema": {"type": "object", "properties": properties, "required": required},
-    }
-    for name, description, properties, required in (
-        ("Bash", "Executes a bash command.", {"command": _STR, "description": _STR}, ["command"]),
-        ("Read", "Reads a file.", {"file_path": _STR, "offset": {"type": "integer"}}, ["file_path"]),
-        (
-            "Edit",
-            "Performs exact string replacements in files.",
-            {"file_path": _STR, "old_string": _STR, "new_string": _STR},
-            ["file_path", "old_string", "new_string"],
-        ),
-        ("Grep", "Searches file contents.", {"pattern": _STR, "path": _STR}, ["pattern"]),
-        ("Write", "Writes a file.", {"file_path": _STR, "content": _STR}, ["file_path", "content"]),
-    )
-]
-
-
-def _line(rng: random.Random) -> str:
-    kind = rng.random()
-    if kind < 0.4:
-        day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-        stamp = f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
-        message = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 12)))
-        where = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
-        return f"{stamp} {rng.choice(_LEVELS)} {where}: {message} id={rng.randrange(10**6)}"
-    if kind < 0.7:
-        indent = "    " * rng.randint(0, 3)
-        call = f"{rng.choice(_WORDS)}({rng.randrange(1000)})"
-        return f"{indent}{rng.choice(_WORDS)}_{rng.choice(_WORDS)} = {call}"
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 20))]
-    if rng.random() < 0.1:
-        words.append(rng.choice(_ACCENTED))
-    return " ".join(words).capitalize() + "."
 
 
 @functools.cache
@@ -228,7 +166,7 @@ def _pool(chars: int = 1_500_000) -> str:
     lines: list[str] = []
     length = 0
     while length < chars:
-        line = _line(rng)
+        line = output_line(rng)
         lines.append(line)
         length += len(line) + 1
     return "\n".join(lines)
@@ -269,12 +207,12 @@ class Workload:
 
     def _tool_use(self) -> dict[str, Any]:
         rng = self.rng
-        name = rng.choice(_TOOL_NAMES)
-        path = f"{CWD}/src/{rng.choice(_WORDS)}/{rng.choice(_WORDS)}.py"
+        name = rng.choice(TOOL_NAMES)
+        path = f"{CWD}/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}.py"
         tool_input: dict[str, Any]
         if name == "Bash":
             tool_input = {
-                "command": f"pytest -q tests/test_{rng.choice(_WORDS)}.py",
+                "command": f"pytest -q tests/test_{rng.choice(WORDS)}.py",
                 "description": "Run tests",
             }
         elif name == "Edit":
@@ -284,7 +222,7 @@ class Workload:
                 "new_string": self.text(rng.randint(40, 600)),
             }
         elif name == "Grep":
-            tool_input = {"pattern": rng.choice(_WORDS), "path": CWD}
+            tool_input = {"pattern": rng.choice(WORDS), "path": CWD}
         elif name == "Write":
             tool_input = {"file_path": path, "content": self.text(rng.randint(200, 4000))}
         else:
@@ -482,24 +420,6 @@ def _probe(session: Session, summarizer: OfflineSummarizer) -> Probe:
     probe.wrap(session, "count_text", "tok")
     probe.wrap(session, "append", "append")
     return probe
-
-
-def _profile(label: str, fn: Callable[[], Any], top: int = 16) -> Any:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        result = fn()
-    finally:
-        profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("tottime")
-    stats.print_stats(top)
-    body = out.getvalue()
-    start = body.find("   ncalls")
-    total = stats.total_tt  # type: ignore[attr-defined]
-    print(f"\n--- cProfile: {label} (total {total * 1e3:.0f} ms under the profiler; top by own time) ---")
-    print(body[start:].rstrip() if start >= 0 else body.rstrip())
-    return result
 
 
 # --- (a) one reduction of a long session --------------------------------------------------------
@@ -810,7 +730,7 @@ def run_size(
             def one(s: Session = session, f: OfflineSummarizer = summarizer, m: bool = use_memory) -> Any:
                 return compact(s, f, use_memory=m)
 
-            _profile(f"{label} at {turns:,} turns", one)
+            profiled(f"{label} at {turns:,} turns", one)
             store.close()
             del session
             _unlink(path)

@@ -85,6 +85,8 @@ import anthropic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import ns_to_ms  # noqa: E402
+
 import sessionstore  # noqa: E402
 from sessionstore import (  # noqa: E402
     ContextConfigured,
@@ -266,10 +268,6 @@ def _dumps(params: dict[str, Any]) -> bytes:
     return json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _ms(ns: float) -> float:
-    return ns / 1e6
-
-
 @dataclass
 class Row:
     history: int
@@ -302,7 +300,7 @@ class Timer:
 
     def median_ms(self, name: str) -> float:
         values = self.samples.get(name, [])
-        return _ms(statistics.median(values)) if values else math.nan
+        return ns_to_ms(statistics.median(values)) if values else math.nan
 
 
 class FingerprintProbe:
@@ -428,9 +426,9 @@ def bench_size(
             round_trip_ms=timer.median_ms("round_trip"),
             dumps_ms=timer.median_ms("dumps"),
             appends_ms=timer.median_ms("appends"),
-            snapshot_ms=_ms(snapshot_ns),
-            max_pr_ms=_ms(max(pr)),
-            mean_pr_ms=_ms(statistics.fmean(pr)),
+            snapshot_ms=ns_to_ms(snapshot_ns),
+            max_pr_ms=ns_to_ms(max(pr)),
+            mean_pr_ms=ns_to_ms(statistics.fmean(pr)),
         )
         client.close()
         return row, profiler

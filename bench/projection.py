@@ -83,14 +83,11 @@ from __future__ import annotations
 
 import argparse
 import base64
-import cProfile
 import gc
-import io
 import itertools
 import json
 import os
 import platform
-import pstats
 import random
 import sqlite3
 import statistics
@@ -103,6 +100,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from _common import ACCENTED, CWD, LEVELS, SYSTEM_PROMPT, TOOL_NAMES, WORDS, ns_to_ms, profiled
 
 import sessionstore
 from sessionstore import (
@@ -129,32 +128,9 @@ TARGET_FOLD_GROWTH = 2.0
 
 MODEL = "claude-sonnet-4-5-20250929"
 CC_VERSION = "2.1.42"
-CWD = "/home/dev/projects/orders-service"
 BRANCH = "main"
 
 # --- the workload ----------------------------------------------------------------------------
-
-_VOCABULARY = (
-    "the a of to and in is for on with error value function return import self config request "
-    "response session token file path line data user model tool result index cache update query "
-    "table json string list dict None True False async await yield class def while if else try "
-    "except raise with open read write close status ok failed warning info debug test build "
-    "module package server client handler timeout retry version commit branch merge diff"
-)
-_WORDS = tuple(_VOCABULARY.split())
-_ACCENTED = ("café", "naïve", "→", "résumé", "✓", "\u2013")  # a little non-ASCII, as in real output
-_LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
-_TOOL_NAMES = ("Bash", "Read", "Edit", "Grep", "Write")
-
-SYSTEM_PROMPT = (
-    "You are an interactive CLI tool that helps users with software engineering tasks. "
-    "Use the instructions below and the tools available to you to assist the user.\n\n"
-    + "\n".join(
-        f"# Rule {i}\n- Be concise; prefer editing existing files; run the tests after every change; "
-        f"never commit unless asked; explain non-obvious commands before running them ({i})."
-        for i in range(24)
-    )
-)
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -239,16 +215,16 @@ class Workload:
         if kind < 0.4:
             day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
             stamp = f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
-            where = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
-            words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 12)))
-            return f"{stamp} {rng.choice(_LEVELS)} {where}: {words} id={rng.randrange(10**6)}"
+            where = f"{rng.choice(WORDS)}.{rng.choice(WORDS)}"
+            words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+            return f"{stamp} {rng.choice(LEVELS)} {where}: {words} id={rng.randrange(10**6)}"
         if kind < 0.7:
             indent = "    " * rng.randint(0, 3)
-            call = f"{rng.choice(_WORDS)}({rng.choice(_WORDS)}, {rng.randrange(1000)})"
-            return f"{indent}{rng.choice(_WORDS)}_{rng.choice(_WORDS)} = {call}"
-        words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 20))]
+            call = f"{rng.choice(WORDS)}({rng.choice(WORDS)}, {rng.randrange(1000)})"
+            return f"{indent}{rng.choice(WORDS)}_{rng.choice(WORDS)} = {call}"
+        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 20))]
         if rng.random() < 0.1:
-            words.append(rng.choice(_ACCENTED))
+            words.append(rng.choice(ACCENTED))
         return " ".join(words).capitalize() + "."
 
     def _pool(self, size: int) -> str:
@@ -269,15 +245,15 @@ class Workload:
 
     def _tool_call(self) -> ToolCall:
         rng = self.rng
-        name = rng.choice(_TOOL_NAMES)
+        name = rng.choice(TOOL_NAMES)
         tool_id = self._id("toolu_01")
-        path = f"{CWD}/src/{rng.choice(_WORDS)}/{rng.choice(_WORDS)}.py"
+        path = f"{CWD}/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}.py"
         output = self.text(int(200 * 100 ** rng.random()))  # 200 B - 20 KB, log-uniform
         tool_input: dict[str, Any]
         structured: Any
         if name == "Bash":
             tool_input = {
-                "command": f"pytest -q tests/test_{rng.choice(_WORDS)}.py",
+                "command": f"pytest -q tests/test_{rng.choice(WORDS)}.py",
                 "description": "Run the tests",
             }
             structured = {"stdout": output, "stderr": "", "interrupted": False, "isImage": False}
@@ -307,7 +283,7 @@ class Workload:
                 "replaceAll": False,
             }
         elif name == "Grep":
-            tool_input = {"pattern": rng.choice(_WORDS), "path": CWD, "output_mode": "content"}
+            tool_input = {"pattern": rng.choice(WORDS), "path": CWD, "output_mode": "content"}
             structured = {
                 "mode": "content",
                 "filenames": [],
@@ -592,10 +568,6 @@ def jsonl_resume(path: Path, phases: dict[str, list[int]] | None = None) -> byte
 # --- measuring -----------------------------------------------------------------------------------
 
 
-def _ms(ns: float) -> float:
-    return ns / 1e6
-
-
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -743,21 +715,21 @@ def measure_turns(
     session.refresh = refresh.fn  # type: ignore[method-assign]
     session._api_projection.apply = api_apply.fn  # type: ignore[method-assign]
     session._transcript_projection.apply = transcript_apply.fn  # type: ignore[method-assign]
-    append_ms = _ms(_median(rows["append"]))
-    bytes_ms = _ms(_median(rows["bytes"]))
-    dumps_ms = _ms(_median(rows["dumps"]))
+    append_ms = ns_to_ms(_median(rows["append"]))
+    bytes_ms = ns_to_ms(_median(rows["bytes"]))
+    dumps_ms = ns_to_ms(_median(rows["dumps"]))
     return TurnRow(
         turns=history,
         request_mb=request_size / 1e6,
         append_ms=append_ms,
-        request_ms=_ms(_median(rows["request"])),
+        request_ms=ns_to_ms(_median(rows["request"])),
         bytes_ms=bytes_ms,
         turn_ms=append_ms + bytes_ms,
         dumps_ms=dumps_ms,
         ratio=(append_ms + bytes_ms) / dumps_ms,
         refresh_us=_median(rows["refresh"]) / 1e3,
         fold_us=_median(rows["fold"]) / 1e3,
-        max_append_ms=_ms(max(rows["append"])),
+        max_append_ms=ns_to_ms(max(rows["append"])),
         auto_snapshots=snapshots,
     )
 
@@ -775,7 +747,7 @@ def _resume_store(path: Path, sid: str, *, use_snapshots: bool) -> tuple[int, by
         del session
     finally:
         store.close()
-    return t3 - t2, data, _ms(t1 - t0)
+    return t3 - t2, data, ns_to_ms(t1 - t0)
 
 
 def _resume_jsonl(path: Path, phases: dict[str, list[int]]) -> tuple[int, bytes]:
@@ -824,30 +796,16 @@ def measure_resume(
     return ResumeRow(
         turns=history,
         events=events,
-        snapshot_ms=_ms(_median(times["snapshot"])),
-        rebuild_ms=_ms(_median(times["rebuild"])),
-        jsonl_ms=_ms(_median(times["jsonl"])),
-        snap_write_ms=_ms(snap_write_ns),
+        snapshot_ms=ns_to_ms(_median(times["snapshot"])),
+        rebuild_ms=ns_to_ms(_median(times["rebuild"])),
+        jsonl_ms=ns_to_ms(_median(times["jsonl"])),
+        snap_write_ms=ns_to_ms(snap_write_ns),
         snap_mb=(api_bytes + transcript_bytes) / 1e6,
         snap_api_mb=api_bytes / 1e6,
         jsonl_mb=jsonl.stat().st_size / 1e6,
         open_ms=_median(opens),
-        jsonl_phases={name: _ms(_median(spent)) for name, spent in phases.items()},
+        jsonl_phases={name: ns_to_ms(_median(spent)) for name, spent in phases.items()},
     )
-
-
-def _profile(label: str, fn: Callable[[], Any], top: int = 18) -> None:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    fn()
-    profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("tottime")
-    stats.print_stats(top)
-    body = out.getvalue()
-    start = body.find("   ncalls")
-    print(f"\n--- cProfile: {label} (sorted by own time) ---")
-    print(body[start:].rstrip() if start >= 0 else body.rstrip())
 
 
 def run_size(
@@ -871,7 +829,7 @@ def run_size(
             extra = measured.turn()
             writer.turn(extra)
             extra_events = turn_events(extra)
-            _profile(
+            profiled(
                 f"one turn at {history} turns: append + request_bytes",
                 lambda live=session: (live.append(extra_events), live.request_bytes()),
             )
@@ -879,7 +837,7 @@ def run_size(
         session.snapshot()
         snap_write_ns = time.perf_counter_ns() - snap_start
         if profile:  # the same work again (the store keeps the first row of a key)
-            _profile(f"session.snapshot() at {history} turns", session.snapshot)
+            profiled(f"session.snapshot() at {history} turns", session.snapshot)
         expected = session.request_bytes()
         events = session.last_seq
     finally:
@@ -891,14 +849,14 @@ def run_size(
     if profile:
         store = _open(db)
         try:
-            _profile(f"snapshot resume at {history} turns", lambda: Session(store, sid).request_bytes())
-            _profile(
+            profiled(f"snapshot resume at {history} turns", lambda: Session(store, sid).request_bytes())
+            profiled(
                 f"full rebuild at {history} turns",
                 lambda: Session(store, sid, use_snapshots=False).request_bytes(),
             )
         finally:
             store.close()
-        _profile(f"JSONL resume at {history} turns", lambda: jsonl_resume(jsonl))
+        profiled(f"JSONL resume at {history} turns", lambda: jsonl_resume(jsonl))
     db.unlink()
     jsonl.unlink()
     for suffix in ("-wal", "-shm"):

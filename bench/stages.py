@@ -90,6 +90,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from _common import CWD, SYSTEM_PROMPT, TOOL_NAMES, TOOLS, WORDS, ns_to_ms, output_line, profiled
+
 import sessionstore
 from sessionstore import (
     ContextConfigured,
@@ -129,73 +131,12 @@ TURN_SPACING = timedelta(seconds=30)
 
 # --- the workload ----------------------------------------------------------------------------
 
-_VOCABULARY = (
-    "the a of to and in is for on with error value function return import self config request "
-    "response session token file path line data user model tool result index cache update query "
-    "table json string list dict None True False async await yield class def while if else try "
-    "except raise with open read write close status ok failed warning info debug test build "
-    "module package server client handler timeout retry version commit branch merge diff"
-)
-_WORDS = tuple(_VOCABULARY.split())
-_ACCENTED = ("café", "naïve", "→", "résumé", "✓", "\u2013")  # a little non-ASCII, as in real output
-_LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR")
-_TOOL_NAMES = ("Bash", "Read", "Edit", "Grep", "Write")
-CWD = "/home/dev/projects/orders-service"
-
-SYSTEM_PROMPT = (
-    "You are an interactive CLI tool that helps users with software engineering tasks. "
-    "Use the instructions below and the tools available to you to assist the user.\n\n"
-    + "\n".join(
-        f"# Rule {i}\n- Be concise; prefer editing existing files; run the tests after every change; "
-        f"never commit unless asked; explain non-obvious commands before running them ({i})."
-        for i in range(24)
-    )
-)
-_STR = {"type": "string"}
-TOOLS = [
-    {
-        "name": name,
-        "description": description,
-        "input_schema": {"type": "object", "properties": properties, "required": required},
-    }
-    for name, description, properties, required in (
-        ("Bash", "Executes a bash command.", {"command": _STR, "description": _STR}, ["command"]),
-        ("Read", "Reads a file.", {"file_path": _STR, "offset": {"type": "integer"}}, ["file_path"]),
-        (
-            "Edit",
-            "Performs exact string replacements in files.",
-            {"file_path": _STR, "old_string": _STR, "new_string": _STR},
-            ["file_path", "old_string", "new_string"],
-        ),
-        ("Grep", "Searches file contents.", {"pattern": _STR, "path": _STR}, ["pattern"]),
-        ("Write", "Writes a file.", {"file_path": _STR, "content": _STR}, ["file_path", "content"]),
-    )
-]
-
-
-def _line(rng: random.Random) -> str:
-    kind = rng.random()
-    if kind < 0.4:
-        day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-        stamp = f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
-        message = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 12)))
-        where = f"{rng.choice(_WORDS)}.{rng.choice(_WORDS)}"
-        return f"{stamp} {rng.choice(_LEVELS)} {where}: {message} id={rng.randrange(10**6)}"
-    if kind < 0.7:
-        indent = "    " * rng.randint(0, 3)
-        call = f"{rng.choice(_WORDS)}({rng.randrange(1000)})"
-        return f"{indent}{rng.choice(_WORDS)}_{rng.choice(_WORDS)} = {call}"
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 20))]
-    if rng.random() < 0.1:
-        words.append(rng.choice(_ACCENTED))
-    return " ".join(words).capitalize() + "."
-
 
 def _pool(rng: random.Random, size: int) -> str:
     lines: list[str] = []
     length = 0
     while length < size:
-        line = _line(rng)
+        line = output_line(rng)
         lines.append(line)
         length += len(line) + 1
     return "\n".join(lines)
@@ -218,11 +159,11 @@ class Workload:
 
     def _tool_use(self, name: str) -> dict[str, Any]:
         rng = self.rng
-        path = f"{CWD}/src/{rng.choice(_WORDS)}/{rng.choice(_WORDS)}.py"
+        path = f"{CWD}/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}.py"
         tool_input: dict[str, Any]
         if name == "Bash":
             tool_input = {
-                "command": f"pytest -q tests/test_{rng.choice(_WORDS)}.py",
+                "command": f"pytest -q tests/test_{rng.choice(WORDS)}.py",
                 "description": "Run tests",
             }
         elif name == "Edit":
@@ -232,7 +173,7 @@ class Workload:
                 "new_string": self.text(rng.randint(40, 600)),
             }
         elif name == "Grep":
-            tool_input = {"pattern": rng.choice(_WORDS), "path": CWD}
+            tool_input = {"pattern": rng.choice(WORDS), "path": CWD}
         elif name == "Write":
             tool_input = {"file_path": path, "content": self.text(rng.randint(200, 4000))}
         else:
@@ -257,7 +198,7 @@ class Workload:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text(rng.randint(20, 600))}]
         results: list[dict[str, Any]] = []
         for _ in range(rng.randint(0, 3)):
-            block = self._tool_use(rng.choice(_TOOL_NAMES))
+            block = self._tool_use(rng.choice(TOOL_NAMES))
             blocks.append(block)
             output = self.text(int(200 * 100 ** rng.random()))  # 200 B - 20 KB, log-uniform
             results.append({"type": "tool_result", "tool_use_id": block["id"], "content": output})
@@ -291,10 +232,6 @@ class Workload:
 
 def _dumps(request: dict[str, Any]) -> bytes:
     return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _ms(ns: float) -> float:
-    return ns / 1e6
 
 
 def _median(values: Sequence[float]) -> float:
@@ -345,24 +282,6 @@ class Probe:
             undo()
         self._undo.clear()
         self.timers.clear()
-
-
-def _profile(label: str, fn: Callable[[], Any], top: int = 16) -> Any:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        result = fn()
-    finally:
-        profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("tottime")
-    stats.print_stats(top)
-    body = out.getvalue()
-    start = body.find("   ncalls")
-    total = stats.total_tt  # type: ignore[attr-defined]
-    print(f"\n--- cProfile: {label} (total {total * 1e3:.0f} ms under the profiler; top by own time) ---")
-    print(body[start:].rstrip() if start >= 0 else body.rstrip())
-    return result
 
 
 def _open(path: Path) -> sessionstore.SessionStore:
@@ -467,12 +386,12 @@ def bench_budget(folder: Path, repeats: int, *, profile: bool) -> BudgetRow:
                 rows.setdefault(name, []).append(value)
         if profile:
             session = _budget_session(store, repeats + 1)
-            _profile("(a) prepare(): 10 x 100 KB Bash results persisted", lambda: Pipeline().prepare(session))
+            profiled("(a) prepare(): 10 x 100 KB Bash results persisted", lambda: Pipeline().prepare(session))
     finally:
         store.close()
 
     def med(name: str) -> float:
-        return _ms(_median(rows.get(name, [])))
+        return ns_to_ms(_median(rows.get(name, [])))
 
     return BudgetRow(
         repeats=repeats,
@@ -486,7 +405,7 @@ def bench_budget(folder: Path, repeats: int, *, profile: bool) -> BudgetRow:
         before_kb=sizes[0] / 1e3,
         after_kb=sizes[1] / 1e3,
         unbudgeted_dumps_ms=med("unbudgeted"),
-        max_prepare_ms=_ms(max(rows["prepare"])),
+        max_prepare_ms=ns_to_ms(max(rows["prepare"])),
     )
 
 
@@ -644,13 +563,13 @@ def _row(label: str, samples: list[_Sample], note: str = "") -> ChainRow:
         label=label,
         turns=len(samples),
         request_mb=_median([s.size for s in samples]) / 1e6,
-        append_ms=_ms(_median([s.append_ns for s in samples])),
-        prepare_ms=_ms(_median([s.prepare_ns for s in samples])),
-        turn_ms=_ms(_median(turn)),
-        dumps_ms=_ms(_median([s.dumps_ns for s in samples])),
-        max_turn_ms=_ms(max(turn)),
+        append_ms=ns_to_ms(_median([s.append_ns for s in samples])),
+        prepare_ms=ns_to_ms(_median([s.prepare_ns for s in samples])),
+        turn_ms=ns_to_ms(_median(turn)),
+        dumps_ms=ns_to_ms(_median([s.dumps_ns for s in samples])),
+        max_turn_ms=ns_to_ms(max(turn)),
         snapshots=sum(s.snapshots for s in samples),
-        parts_ms={name: _ms(_median([s.parts.get(name, 0) for s in samples])) for name in PART_NAMES},
+        parts_ms={name: ns_to_ms(_median([s.parts.get(name, 0) for s in samples])) for name in PART_NAMES},
         note=note,
     )
 
@@ -709,7 +628,7 @@ def bench_chain(folder: Path, history: int, turns: int, fires: int, *, profile: 
             events=session.last_seq,
             build_s=t1 - t0,
             open_s=t2 - t1,
-            catchup_ms=_ms(catchup_ns),
+            catchup_ms=ns_to_ms(catchup_ns),
             catchup_note=catchup_note,
             visible_messages=len(state.messages) - state.first_visible,
             total_messages=len(state.messages),
@@ -766,7 +685,7 @@ def _profile_chain(driver: ChainDriver, history: int) -> None:
         session.append(events)
         state = session.token_state()
         if state.used >= state.window.effective_window * SNIP.trigger_percent / 100:
-            prepared = _profile(f"(b) prepare() of a snip-firing turn at {history:,} turns", driver.prepare)
+            prepared = profiled(f"(b) prepare() of a snip-firing turn at {history:,} turns", driver.prepare)
             if "snip" not in _fired(prepared):
                 print("  (snip did not fire in the profiled turn)")
             break
@@ -775,7 +694,7 @@ def _profile_chain(driver: ChainDriver, history: int) -> None:
     events, _, when = driver.workload.turn(usage_input=driver.used)
     driver.clock.now = when + PAST_GAP
     session.append(events)
-    _profile(f"(b) prepare() of a micro-compact-firing turn (+2 h) at {history:,} turns", driver.prepare)
+    profiled(f"(b) prepare() of a micro-compact-firing turn (+2 h) at {history:,} turns", driver.prepare)
 
 
 # --- report --------------------------------------------------------------------------------------
