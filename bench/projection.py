@@ -791,8 +791,8 @@ def measure_resume(
     finally:
         store.close()
     assert api is not None  # the transcript is snapshotted only once something has loaded it
-    api_bytes = len(api.state.encode())
-    transcript_bytes = len(transcript.state.encode()) if transcript is not None else 0
+    api_bytes = len(api.state)
+    transcript_bytes = len(transcript.state) if transcript is not None else 0
     return ResumeRow(
         turns=history,
         events=events,

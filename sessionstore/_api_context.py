@@ -43,6 +43,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import zlib
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -61,6 +62,7 @@ from ._context_events import (
     ToolResultPersisted,
 )
 from ._events import ContextConfigured, Event, MessageAppended, SessionStarted, UsageRecorded
+from ._message_list import MessageList, canonical_json
 from ._projection import Projection, register_projection
 from ._store import RecordedEvent
 
@@ -74,6 +76,7 @@ __all__ = [
     "ApiContextState",
     "IncrementalFingerprint",
     "committed_spans",
+    "encode_request",
     "leading_results",
     "materialize",
     "request_bytes",
@@ -115,7 +118,7 @@ class ApiContextState:
     system: str | list[Block] | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     context_tokens: int = 0
-    messages: list[Message] = field(default_factory=list)
+    messages: MessageList = field(default_factory=MessageList)
     message_tokens: list[int] = field(default_factory=list)
     message_tokens_total: int = 0
     open_tool_ids: list[str] = field(default_factory=list)
@@ -257,7 +260,7 @@ def _mergeable(state: ApiContextState, role: str) -> bool:
     """True when new content of ``role`` joins the last message (same role, not behind a boundary)."""
     return (
         bool(state.messages)
-        and state.messages[-1]["role"] == role
+        and state.messages.role(-1) == role
         and len(state.messages) > state.merge_floor
     )
 
@@ -548,7 +551,8 @@ class ApiContextProjection(Projection[ApiContextState]):
     """Folds a session's events into the normalized request state."""
 
     name: ClassVar[str] = "api_context"
-    version: ClassVar[int] = 1
+    #: 2: snapshots keep each message's JSON (MessageList) instead of one JSON document.
+    version: ClassVar[int] = 2
 
     def initial(self) -> ApiContextState:
         """An empty conversation."""
@@ -596,19 +600,45 @@ class ApiContextProjection(Projection[ApiContextState]):
             _apply_edit(state, event.event_id, decoded, event.seq)
         return state
 
-    def dump(self, state: ApiContextState) -> str:
-        """The state as JSON."""
-        # Shallow: asdict() would deep-copy every message only to serialize the copy.
-        shallow = {f.name: getattr(state, f.name) for f in fields(state)}
-        return json.dumps(shallow, ensure_ascii=False, separators=(",", ":"))
+    def dump(self, state: ApiContextState) -> bytes:
+        """The state: one line of JSON with every field but the messages, then the messages.
 
-    def load(self, text: str) -> ApiContextState:
-        """A state from ``dump``'s JSON (raises on unknown or missing keys)."""
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            msg = "api_context snapshot is not a JSON object"
+        The messages are their canonical JSON joined by commas (the body of the request's
+        messages array), so a resume can send them without parsing them; the header holds
+        where each one starts, the total size and a CRC-32 that ``load`` checks.
+        """
+        header = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "messages"}
+        pieces, starts = state.messages.joined_json()
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        size = starts[-1] + len(pieces[-1]) if starts else 0
+        header["messages"] = {"starts": starts, "bytes": size, "crc32": crc}
+        # JSON escapes every control character, so the header holds no newline of its own.
+        return b"".join([canonical_json(header), b"\n", *pieces])
+
+    def load(self, data: bytes) -> ApiContextState:
+        """A state from ``dump``'s bytes (raises on a damaged snapshot or unknown or missing keys)."""
+        newline = data.find(b"\n")
+        if newline < 0:
+            msg = "api_context snapshot has no header line"
+            raise ValueError(msg)
+        header = json.loads(data[:newline])
+        if not isinstance(header, dict) or not isinstance(header.get("messages"), dict):
+            msg = "api_context snapshot header is not a JSON object with messages"
             raise TypeError(msg)
-        return ApiContextState(**data)
+        layout = header.pop("messages")
+        joined = memoryview(data)[newline + 1 :]
+        if len(joined) != layout["bytes"] or zlib.crc32(joined) != layout["crc32"]:
+            written = layout["bytes"]
+            msg = f"api_context snapshot messages are damaged ({len(joined)} bytes, {written} written)"
+            raise ValueError(msg)
+        messages = MessageList.from_joined_json(joined, layout["starts"])
+        state = ApiContextState(messages=messages, **header)
+        if not len(messages) == len(state.message_tokens) == len(state.message_first_seq):
+            msg = f"api_context snapshot has {len(messages)} messages but {len(state.message_tokens)} counts"
+            raise ValueError(msg)
+        return state
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -618,14 +648,27 @@ def _cached_block(block: Block) -> Block:
     return {**block, "cache_control": dict(_CACHE_CONTROL)}
 
 
-def _cache_last_message(messages: list[Message]) -> None:
+#: One message of a request being built: an index into ``state.messages`` (that message as it
+#: is, so its kept JSON can be reused) or a message made for this request.
+Part = int | Message
+
+
+def _message(state: ApiContextState, part: Part) -> Message:
+    return state.messages[part] if isinstance(part, int) else part
+
+
+def _role(state: ApiContextState, part: Part) -> str:
+    return state.messages.role(part) if isinstance(part, int) else str(part["role"])
+
+
+def _cache_last_message(state: ApiContextState, parts: list[Part]) -> None:
     """Put a breakpoint on the last cacheable block of the last message (copying, never mutating)."""
-    last = messages[-1]
+    last = _message(state, parts[-1])
     content = list(last["content"])
     for i in range(len(content) - 1, -1, -1):
         if content[i].get("type") not in _NOT_CACHEABLE:
             content[i] = _cached_block(content[i])
-            messages[-1] = {"role": last["role"], "content": content}
+            parts[-1] = {"role": last["role"], "content": content}
             return
 
 
@@ -639,45 +682,46 @@ def committed_spans(state: ApiContextState) -> list[tuple[int, int, str]]:
     return sorted(spans)
 
 
-def _with_collapses(state: ApiContextState, first: int) -> list[Message]:
+def _with_collapses(state: ApiContextState, first: int) -> list[Part]:
     """The visible messages with each committed collapse's span replaced by its summary.
 
     A summary is a user message; the prompt after the span (and the summary of an adjacent
     span) merge into it, so roles still alternate.
     """
+    count = len(state.messages)
     spans = [span for span in committed_spans(state) if span[0] >= first]
     if not spans:
-        return state.messages[first:]
-    messages = state.messages
-    out: list[Message] = []
+        return list(range(first, count))
+    out: list[Part] = []
     position = first
     for start, end, summary in spans:
-        if start < position or end >= len(messages):
+        if start < position or end >= count:
             continue  # overlapping or reaching the tail: refused when staged; never applied
-        out.extend(messages[position:start])
-        head = messages[start]["content"]
-        kept = head[: leading_results(head)] if messages[start]["role"] == "user" else []
+        out.extend(range(position, start))
+        head = state.messages[start]
+        kept = head["content"][: leading_results(head["content"])] if head["role"] == "user" else []
         out.append({"role": "user", "content": [*kept, {"type": "text", "text": COLLAPSE_PREFIX + summary}]})
         position = end
-    out.extend(messages[position:])
-    return _merge_same_role(out)
+    out.extend(range(position, count))
+    return _merge_same_role(state, out)
 
 
-def _merge_same_role(messages: list[Message]) -> list[Message]:
-    merged: list[Message] = []
-    for message in messages:
-        if merged and merged[-1]["role"] == message["role"]:
-            merged[-1] = {"role": message["role"], "content": [*merged[-1]["content"], *message["content"]]}
+def _merge_same_role(state: ApiContextState, parts: list[Part]) -> list[Part]:
+    merged: list[Part] = []
+    for part in parts:
+        if merged and _role(state, merged[-1]) == _role(state, part):
+            previous, message = _message(state, merged[-1]), _message(state, part)
+            merged[-1] = {"role": message["role"], "content": [*previous["content"], *message["content"]]}
         else:
-            merged.append(message)
+            merged.append(part)
     return merged
 
 
-def _with_compaction(state: ApiContextState, messages: list[Message], first: int) -> list[Message]:
+def _with_compaction(state: ApiContextState, parts: list[Part], first: int) -> list[Part]:
     """Summary first, then the kept messages, then attachments and hook results, then what followed."""
     compact = state.compact
     assert compact is not None
-    summary = {
+    summary: Message = {
         "role": "user",
         "content": [
             {
@@ -692,12 +736,48 @@ def _with_compaction(state: ApiContextState, messages: list[Message], first: int
     extra = [
         {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
     ]
-    middle = [{"role": "user", "content": extra}] if extra else []
+    middle: list[Part] = [{"role": "user", "content": extra}] if extra else []
     if compact.get("from_seq"):
         # Partial "from": the earlier messages stay first, the summary covers the rest.
         pivot = max(0, bisect.bisect_left(state.message_first_seq, compact["from_seq"]) - first)
-        return _merge_same_role([*messages[:pivot], summary, *middle, *messages[kept:]])
-    return _merge_same_role([summary, *messages[:kept], *middle, *messages[kept:]])
+        return _merge_same_role(state, [*parts[:pivot], summary, *middle, *parts[kept:]])
+    return _merge_same_role(state, [summary, *parts[:kept], *middle, *parts[kept:]])
+
+
+def _request_parts(state: ApiContextState, cache_control: bool) -> tuple[dict[str, Any], list[Part]]:
+    """The request's keys before ``messages`` (system, tools), and its messages as parts."""
+    first = state.first_visible
+    parts = _with_collapses(state, first)
+    if first and parts and _role(state, parts[0]) == "user":
+        # A snip cut here: the results opening this message answer calls that were snipped.
+        content = _message(state, parts[0])["content"]
+        parts[0] = {"role": "user", "content": content[leading_results(content) :]}
+    if state.compact is not None:
+        parts = _with_compaction(state, parts, first)
+    if state.open_tool_ids:
+        results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
+        if parts and _role(state, parts[-1]) == "user":
+            parts[-1] = _with_results_first(_message(state, parts[-1]), results)
+        else:
+            parts.append({"role": "user", "content": results})
+    if parts and _role(state, parts[0]) == "assistant":
+        parts.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_MARKER}]})
+    head: dict[str, Any] = {}
+    if state.system:
+        system: str | list[Block] = state.system
+        if cache_control:
+            blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+            blocks[-1] = _cached_block(blocks[-1])
+            system = blocks
+        head["system"] = system
+    if state.tools:
+        tools = list(state.tools)
+        if cache_control:
+            tools[-1] = _cached_block(tools[-1])
+        head["tools"] = tools
+    if cache_control and parts:
+        _cache_last_message(state, parts)
+    return head, parts
 
 
 def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[str, Any]:
@@ -709,39 +789,27 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
         cache_control: add prompt-cache breakpoints on the system prompt, the last tool and
             the last message's last cacheable block (three of the API's four).
     """
-    first = state.first_visible
-    messages = _with_collapses(state, first)
-    if first and messages and messages[0]["role"] == "user":
-        # A snip cut here: the results opening this message answer calls that were snipped.
-        content = messages[0]["content"]
-        messages[0] = {"role": "user", "content": content[leading_results(content) :]}
-    if state.compact is not None:
-        messages = _with_compaction(state, messages, first)
-    if state.open_tool_ids:
-        results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
-        if messages and messages[-1]["role"] == "user":
-            messages[-1] = _with_results_first(messages[-1], results)
-        else:
-            messages.append({"role": "user", "content": results})
-    if messages and messages[0]["role"] == "assistant":
-        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_MARKER}]})
-    request: dict[str, Any] = {}
-    if state.system:
-        system: str | list[Block] = state.system
-        if cache_control:
-            blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
-            blocks[-1] = _cached_block(blocks[-1])
-            system = blocks
-        request["system"] = system
-    if state.tools:
-        tools = list(state.tools)
-        if cache_control:
-            tools[-1] = _cached_block(tools[-1])
-        request["tools"] = tools
-    if cache_control and messages:
-        _cache_last_message(messages)
-    request["messages"] = messages
-    return request
+    head, parts = _request_parts(state, cache_control)
+    return {**head, "messages": [_message(state, part) for part in parts]}
+
+
+def encode_request(state: ApiContextState, *, cache_control: bool = False) -> bytes:
+    """``request_bytes(materialize(state))``, joined from each message's kept JSON.
+
+    Only messages made for this request (summaries, repairs, breakpoints) are serialized; a
+    message of the state is serialized once, when first sent, and never parsed to be sent.
+    """
+    head, parts = _request_parts(state, cache_control)
+    chunks: list[bytes | memoryview] = [
+        ((_dumps(head)[:-1] + ",") if head else "{").encode() + b'"messages":['
+    ]
+    messages = state.messages
+    for index, part in enumerate(parts):
+        if index:
+            chunks.append(b",")
+        chunks.append(messages.json(part) if isinstance(part, int) else canonical_json(part))
+    chunks.append(b"]}")
+    return b"".join(chunks)
 
 
 def _dumps(value: object) -> str:

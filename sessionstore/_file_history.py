@@ -235,7 +235,7 @@ class FileHistoryProjection(Projection[FileHistoryState]):
         if len(state.checkpoints) > MAX_SNAPSHOTS:
             del state.checkpoints[0]
 
-    def dump(self, state: FileHistoryState) -> str:
+    def dump(self, state: FileHistoryState) -> bytes:
         """The state as deterministic JSON."""
 
         def version(v: FileVersion) -> list[Any]:
@@ -263,11 +263,11 @@ class FileHistoryProjection(Projection[FileHistoryState]):
                 for r in state.reads.values()
             ],
         }
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
-    def load(self, text: str) -> FileHistoryState:
+    def load(self, data: bytes) -> FileHistoryState:
         """A state from ``dump``'s JSON."""
-        data = json.loads(text)
+        saved = json.loads(data)
 
         def versions(raw: dict[str, list[Any]]) -> dict[str, FileVersion]:
             return {p: FileVersion(blob, int(v)) for p, (blob, v) in raw.items()}
@@ -275,12 +275,12 @@ class FileHistoryProjection(Projection[FileHistoryState]):
         return FileHistoryState(
             checkpoints=[
                 FileCheckpoint(int(n), int(s), str(e), str(m), str(t), versions(f), r, c)
-                for n, s, e, m, t, f, r, c in data["checkpoints"]
+                for n, s, e, m, t, f, r, c in saved["checkpoints"]
             ],
-            total_checkpoints=int(data["total"]),
-            first_backup=dict(data["first_backup"]),
-            latest=versions(data["latest"]),
-            reads={row[0]: ReadRecord(*row) for row in data["reads"]},
+            total_checkpoints=int(saved["total"]),
+            first_backup=dict(saved["first_backup"]),
+            latest=versions(saved["latest"]),
+            reads={row[0]: ReadRecord(*row) for row in saved["reads"]},
         )
 
 

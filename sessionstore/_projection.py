@@ -41,12 +41,12 @@ class Projection(abc.ABC, Generic[S]):
         """The state after ``event`` (may update ``state`` in place and return it)."""
 
     @abc.abstractmethod
-    def dump(self, state: S) -> str:
-        """Serialize ``state`` to JSON text for a snapshot (deterministic)."""
+    def dump(self, state: S) -> bytes:
+        """Serialize ``state`` for a snapshot (deterministic: equal states give equal bytes)."""
 
     @abc.abstractmethod
-    def load(self, text: str) -> S:
-        """Rebuild a state from ``dump``'s text; raise on anything malformed."""
+    def load(self, data: bytes) -> S:
+        """Rebuild a state from ``dump``'s bytes; raise on anything malformed."""
 
 
 _PROJECTIONS: dict[tuple[str, int], type[Projection[object]]] = {}

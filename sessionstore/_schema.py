@@ -114,7 +114,7 @@ snapshots = Table(
     Column("projection_version", Integer, nullable=False),
     Column("tokenizer", String(64), nullable=False),
     Column("seq", BigInteger, nullable=False),
-    Column("state", Text, nullable=False),
+    Column("state", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("session_id", "projection", "projection_version", "tokenizer", "seq"),
     CheckConstraint("seq >= 1", name="seq_positive"),

@@ -18,8 +18,8 @@ from ._api_context import (
     ApiContextProjection,
     ApiContextState,
     IncrementalFingerprint,
+    encode_request,
     materialize,
-    request_bytes,
 )
 from ._errors import ValidationError
 from ._events import ContentBlock, ContextConfigured, Event, SessionStarted
@@ -294,8 +294,14 @@ class Session:
         return self._fingerprints.digest(request)
 
     def request_bytes(self, *, cache_control: bool | None = None) -> bytes:
-        """The request, canonically serialized: identical bytes for an identical log."""
-        return request_bytes(self.request(cache_control=cache_control))
+        """The request, canonically serialized: identical bytes for an identical log.
+
+        Equal to ``request_bytes(self.request(...))``, but joined from each message's kept JSON:
+        after a resume nothing is parsed to produce them, and a turn serializes only what it
+        added.
+        """
+        use_cache = self.config.cache_control if cache_control is None else cache_control
+        return encode_request(self._api, cache_control=use_cache)
 
     def limits(self) -> ModelLimits:
         """The model's limits: the registry's, with SessionStarted's explicit numbers on top."""

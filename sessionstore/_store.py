@@ -148,7 +148,8 @@ class SnapshotRecord:
     projection_version: int
     tokenizer: str
     seq: int
-    state: str
+    #: The projection's own serialization (``Projection.dump``).
+    state: bytes
 
 
 @dataclass(frozen=True)

@@ -58,14 +58,14 @@ class TranscriptProjection(Projection[TranscriptState]):
         )
         return state
 
-    def dump(self, state: TranscriptState) -> str:
+    def dump(self, state: TranscriptState) -> bytes:
         """The entries as a JSON array."""
         rows = [[e.seq, e.type, e.payload, e.token_count, e.event_id] for e in state.entries]
-        return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode()
 
-    def load(self, text: str) -> TranscriptState:
+    def load(self, data: bytes) -> TranscriptState:
         """Entries from ``dump``'s JSON."""
-        rows = json.loads(text)
+        rows = json.loads(data)
         if not isinstance(rows, list):
             msg = "transcript snapshot is not a JSON array"
             raise TypeError(msg)

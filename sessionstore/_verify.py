@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TextIO
 
 # Imported for their projections' registration: verify checks every registered projection.
@@ -132,12 +132,23 @@ def _describe(check: ProjectionCheck) -> str:
     return f"{where} {check.status.upper()} ({check.detail})"
 
 
-def _first_difference(a: str, b: str) -> str:
-    """Where two dumps of a state differ: the top-level keys of an object, the first item of an array."""
+def _decoded(dump: bytes) -> Any:
+    """A JSON dump as data (None when it is not one JSON document)."""
     try:
-        left, right = json.loads(a), json.loads(b)
+        return json.loads(dump)
     except ValueError:
-        left = right = None
+        return None
+
+
+def _api_fields(state: _api_context.ApiContextState) -> dict[str, Any]:
+    """The state's fields as data, its messages as a plain list."""
+    data = {f.name: getattr(state, f.name) for f in fields(state)}
+    data["messages"] = list(state.messages)
+    return data
+
+
+def _first_difference(left: Any, right: Any) -> str:
+    """Where two states differ: the top-level keys of an object, the first item of an array."""
     if isinstance(left, dict) and isinstance(right, dict):
         keys = sorted(k for k in left.keys() | right.keys() if left.get(k) != right.get(k))
         return "state differs in " + ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
@@ -189,7 +200,7 @@ def _check_api_context(live: Session, scratch: Session, snapshot_seq: int) -> Pr
     projection = _api_context.ApiContextProjection()
     resumed, full = projection.dump(live.api_state), projection.dump(scratch.api_state)
     if resumed != full:
-        problems.append(_first_difference(resumed, full))
+        problems.append(_first_difference(_api_fields(live.api_state), _api_fields(scratch.api_state)))
     if problems:
         return ProjectionCheck(name, "mismatch", snapshot_seq, "; ".join(problems))
     return ProjectionCheck(name, "match", snapshot_seq)
@@ -210,7 +221,7 @@ def _check_generic(
     )
     a, b = projection.dump(resumed), projection.dump(full)
     if a != b:
-        return ProjectionCheck(projection.name, "mismatch", seq, _first_difference(a, b))
+        return ProjectionCheck(projection.name, "mismatch", seq, _first_difference(_decoded(a), _decoded(b)))
     return ProjectionCheck(projection.name, "match", seq)
 
 

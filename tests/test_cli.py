@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionstore import SCHEMA_REVISION
 from sessionstore.cli import main
 
 
@@ -84,7 +85,7 @@ def test_session_lifecycle_through_the_cli(
     db = str(tmp_path / "cli.db")
 
     assert _run("db", "upgrade", "--db", db)[0] == 0
-    assert _run("db", "current", "--db", db)[1].strip() == "0001"
+    assert _run("db", "current", "--db", db)[1].strip() == SCHEMA_REVISION
     assert _run("new", "--db", db, "--id", "cli-1")[1].strip() == "cli-1"
     assert _run("append", "--db", db, "cli-1", "--text", "hello", "--expected", "0")[1].startswith("seqs [1]")
     lines = json.dumps({"type": "message_appended", "role": "assistant", "content": "hi"}) + "\n"
@@ -212,7 +213,7 @@ def test_db_commands_take_json(tmp_path: Path) -> None:
     now = json.loads(_run("db", "current", "--db", db, "--json")[1])
     down = json.loads(_run("db", "downgrade", "base", "--db", db, "--json")[1])
 
-    assert (up["revision"], now["revision"], down["revision"]) == ("0001", "0001", None)
+    assert (up["revision"], now["revision"], down["revision"]) == (SCHEMA_REVISION, SCHEMA_REVISION, None)
 
 
 def test_collapse_from_the_cli_prints_tokens_and_reverts(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from sessionstore import (
     snip,
     validate_request,
 )
+from sessionstore._api_context import request_bytes
 from sessionstore._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
 from sessionstore._compaction import compact
 from sessionstore._summarizers import OfflineSummarizer
@@ -475,10 +476,19 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
     rebuilt = Session(store, session.id, SessionConfig(snapshot_every=0), use_snapshots=False)
     assert rebuilt.request_bytes() == session.request_bytes()
     assert rebuilt.used_tokens() == session.used_tokens()
+    # Resumed from a snapshot, the messages are parsed only where an edit or the request needs
+    # them: the bytes still equal serializing the request, and every revert still undoes exactly.
+    session.snapshot()
+    resumed = Session(store, session.id, SessionConfig(snapshot_every=0))
+    for cache in (False, True):
+        assert resumed.request_bytes(cache_control=cache) == session.request_bytes(cache_control=cache)
+        assert request_bytes(session.request(cache_control=cache)) == session.request_bytes(
+            cache_control=cache
+        )
     while applied:
         event_id, before = applied.pop()
-        revert(session, event_id)
-        assert session.request_bytes() == before
+        revert(resumed, event_id)
+        assert resumed.request_bytes() == before
 
 
 class TestSnipStage:

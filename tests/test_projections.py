@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from sessionstore import (
     UsageRecorded,
     validate_request,
 )
-from sessionstore._api_context import ApiContextProjection
+from sessionstore._api_context import ApiContextProjection, request_bytes
 from sessionstore._projection import fold, save_snapshot
 from sessionstore._transcript import TranscriptProjection
 
@@ -147,6 +148,10 @@ def test_full_fold_equals_snapshot_plus_tail_equals_incremental(
         full = rebuilt.request_bytes(cache_control=True)
         assert resumed.request_bytes(cache_control=True) == full
         assert live.request_bytes(cache_control=True) == full
+        for cache in (False, True):  # bytes joined from kept JSON == serializing the request dict
+            joined = Session(store, sid, _NO_AUTO_SNAPSHOTS).request_bytes(cache_control=cache)
+            assert joined == request_bytes(resumed.request(cache_control=cache))
+            assert joined == request_bytes(rebuilt.request(cache_control=cache))
         assert resumed.used_tokens() == live.used_tokens() == rebuilt.used_tokens()
         assert [e.seq for e in resumed.transcript] == list(range(1, len(events) + 1))
         request = live.request(cache_control=True)
@@ -362,20 +367,75 @@ class TestSnapshots:
     def test_stale_version_and_corrupt_snapshots_fall_back_to_a_full_fold(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
-        """A snapshot of another version is never read; an unreadable one is ignored with a warning."""
-        store = _store()
-        session = Session.create(store, system="s")
-        session.append([MessageAppended(role="user", content=f"m{i}") for i in range(5)])
-        expected = session.request_bytes()
-        for version, state in ((99, "{}"), (ApiContextProjection.version, "{not json")):
+        """A snapshot of another version is never read; a damaged one is ignored with a warning."""
+
+        def conversation() -> Session:
+            session = Session.create(_store(), system="s")
+            roles = ("user", "assistant")
+            session.append([MessageAppended(role=roles[i % 2], content=f"m{i} é") for i in range(5)])
+            return session
+
+        good = ApiContextProjection().dump(conversation().api_state)
+        head, _, body = good.partition(b"\n")
+        header = json.loads(head)
+        shifted = {
+            **header,
+            "messages": {**header["messages"], "starts": [0, 1, *header["messages"]["starts"][2:]]},
+        }
+        at = len(good) - 8  # inside the last message's text: still JSON, but not what was written
+        damaged = {
+            "not the format": b"{not json",
+            "header only": head,
+            "a flipped byte": good[:at] + bytes([good[at] ^ 0x01]) + good[at + 1 :],
+            "truncated": good[:-3],
+            "offsets not at message starts": json.dumps(shifted).encode() + b"\n" + body,
+            "another version": good,
+        }
+        for case, state in damaged.items():
+            session = conversation()
+            expected = session.request_bytes()
+            version = 99 if case == "another version" else ApiContextProjection.version
+            store = session.store
             store.put_snapshot(
                 sessionstore.SnapshotRecord(session.id, "api_context", version, session.tokenizer, 4, state)
             )
+            caplog.clear()
 
-        resumed = Session(store, session.id)
+            resumed = Session(store, session.id)
 
-        assert resumed.request_bytes() == expected
-        assert "ignoring unreadable api_context snapshot" in caplog.text
+            assert resumed.request_bytes() == expected, case
+            assert resumed.used_tokens() == session.used_tokens(), case
+            warned = "ignoring unreadable api_context snapshot" in caplog.text
+            assert warned == (case != "another version"), case
+
+    def test_resume_sends_history_without_parsing_it(self) -> None:
+        """Resumed from a snapshot, the bytes come from the kept JSON; a turn parses what it touches."""
+        store = _store()
+        session = Session.create(store, system="s", config=_NO_AUTO_SNAPSHOTS)
+        for n in range(10):
+            session.append(
+                [
+                    MessageAppended(role="user", content=f"question {n} ü"),
+                    MessageAppended(role="assistant", content=[_tool_use(f"t{n}")]),
+                    MessageAppended(role="user", content=[_result(f"t{n}", "x" * n)]),
+                    MessageAppended(role="assistant", content=f"answer {n}"),
+                ]
+            )
+        session.snapshot()
+        count = len(session.api_state.messages)
+
+        resumed = Session(store, session.id, _NO_AUTO_SNAPSHOTS)
+        first = resumed.request_bytes()
+        untouched = resumed.api_state.messages.unparsed
+        resumed.append([MessageAppended(role="user", content="one more")])
+        after_turn = resumed.api_state.messages.unparsed
+
+        assert first == session.request_bytes()
+        assert untouched == count
+        assert after_turn == count  # a new prompt after an answer starts a message: nothing parsed
+        assert resumed.request_bytes() == Session(store, session.id, use_snapshots=False).request_bytes()
+        assert resumed.api_state.messages[0]["content"][0]["text"] == "question 0 ü"
+        assert resumed.api_state.messages.unparsed == count - 1
 
     def test_automatic_snapshots_make_resume_skip_the_prefix(self) -> None:
         """Every snapshot_every events a snapshot is written; resume reads only the tail after it."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
 from sessionstore._api_context import ApiContextProjection
-from sessionstore._file_history import FileHistory
+from sessionstore._file_history import FileHistory, FileHistoryProjection
 from sessionstore._projection import fold
 from sessionstore._store import SnapshotRecord
 from sessionstore._transcript import TranscriptProjection
@@ -69,8 +69,9 @@ def _busy_session(store: sessionstore.SessionStore, root: Path, session_id: str 
 def _snapshot_seqs(store: sessionstore.SessionStore, sid: str) -> dict[str, int | None]:
     tokenizer = Session(store, sid).tokenizer
     seqs: dict[str, int | None] = {}
-    for name in ("api_context", "transcript", "file_history"):
-        found = store.latest_snapshot(sid, name, 1, tokenizer)
+    for projection in (ApiContextProjection, TranscriptProjection, FileHistoryProjection):
+        name = projection.name
+        found = store.latest_snapshot(sid, name, projection.version, tokenizer)
         seqs[name] = None if found is None else found.seq
     return seqs
 
@@ -134,7 +135,10 @@ def _put_stale(store: sessionstore.SessionStore, sid: str, tokenizer: str) -> in
     last = store.last_seq(sid)
     for projection in (ApiContextProjection(), TranscriptProjection()):
         state = fold(projection, store.read(sid, 1, last - 3))
-        store.put_snapshot(SnapshotRecord(sid, projection.name, 1, tokenizer, last, projection.dump(state)))
+        record = SnapshotRecord(
+            sid, projection.name, projection.version, tokenizer, last, projection.dump(state)
+        )
+        store.put_snapshot(record)
     return last
 
 
@@ -162,13 +166,14 @@ def test_an_unreadable_snapshot_is_reported_but_ignored(store: sessionstore.Sess
     """A snapshot that does not load is skipped by every reader, so it cannot change a result."""
     session = Session.create(store, "unreadable")
     session.append([MessageAppended(role="user", content="hello")])
-    store.put_snapshot(SnapshotRecord(session.id, "api_context", 1, session.tokenizer, 2, "{not json"))
+    version = ApiContextProjection.version
+    store.put_snapshot(SnapshotRecord(session.id, "api_context", version, session.tokenizer, 2, b"{not json"))
 
     result = verify_session(store, session.id)
 
     check = next(c for c in result.projections if c.projection == "api_context")
     assert (check.status, check.snapshot_seq, check.ok) == ("unreadable", 2, True)
-    assert "JSONDecodeError" in check.detail
+    assert "ValueError: api_context snapshot has no header line" in check.detail
     assert result.ok
     assert "api_context@2 UNREADABLE" in result.summary()
 

@@ -548,7 +548,8 @@ class SqlSessionStore(SessionStore):
             row = conn.execute(query).first()
         if row is None:
             return None
-        return SnapshotRecord(session_id, projection, projection_version, tokenizer, int(row.seq), row.state)
+        state = bytes(row.state)  # a driver may hand out a memoryview
+        return SnapshotRecord(session_id, projection, projection_version, tokenizer, int(row.seq), state)
 
     def close(self) -> None:
         """Dispose of the engine's connection pool."""
