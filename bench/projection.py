@@ -32,7 +32,8 @@ the counting tokenizer yet); one warm-up turn follows.
   tokenizing, the hash chain, one SQLite transaction (fsync), then ``refresh()`` (read the new
   rows, decode, fold both projections). Every 1,000 events ``refresh`` also writes an automatic
   snapshot; that stall is costed in table (b) (``snap write``) and shows in ``max append``.
-* ``bytes``: ``session.request_bytes()``: ``materialize`` plus the canonical ``json.dumps``.
+* ``bytes``: ``session.request_bytes()``: the request's bytes, joined from each message's
+  kept canonical JSON (a message is serialized once, the first time it is sent).
 * ``turn`` = ``append`` + ``bytes``: what a caller pays to record a turn and get the next
   request's bytes. ``request`` (``session.request()``, the dict) is shown for information.
 * ``dumps``, the floor: ``json.dumps(request, ensure_ascii=False, separators=(",", ":"))``
@@ -45,7 +46,7 @@ the counting tokenizer yet); one warm-up turn follows.
   the events included). Target: flat as the history grows (largest size within 2x of the
   smallest).
 
-``bytes`` and ``dumps`` each serialize the whole history, so they alternate between turns
+``bytes`` and ``dumps`` each produce the whole request, so they alternate between turns
 (10 samples each); the warm-up turn does both and checks that the bytes are identical.
 
 (b) Cold resume at each size (median of ``--repeats``, default 3, contenders interleaved;
@@ -71,7 +72,7 @@ each contender ends with the request bytes, checked identical to the live sessio
   turns (at the largest size of the run). ``rebuild/snapshot``: what the snapshot saves.
 * ``snap MB``: both snapshot rows (``(api)``: the api_context one); ``JSONL MB``: the file.
   The notes below the table give the amortized cost of automatic snapshots and the snapshot
-  storage a live session with the default config accumulates (snapshots are never pruned).
+  storage a session keeps (the store keeps the two newest snapshots of each projection).
 
 ``--profile`` prints cProfile tables (own time) for one turn, ``snapshot()`` and each resume
 path at the largest size. ``--quick`` finishes in well under a minute, the full run in about
@@ -669,9 +670,9 @@ def measure_turns(
 ) -> TurnRow:
     """(a): append one turn + request bytes, against json.dumps of the same request.
 
-    Every turn is appended and timed. The two big serializations alternate between turns
-    (``request_bytes`` on even turns, the json.dumps floor on odd ones) so a turn costs one
-    serialization of the whole history, not two; warm-up turns do both and check the bytes agree.
+    Every turn is appended and timed. The two ways to the request's bytes alternate between turns
+    (``request_bytes`` on even turns, the json.dumps floor on odd ones) so a turn produces the
+    whole request once, not twice; warm-up turns do both and check the bytes agree.
     """
     refresh = Timed(session.refresh)
     session.refresh = refresh  # type: ignore[method-assign]  # Session.append calls self.refresh()
@@ -963,15 +964,11 @@ def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: 
             f"{r.turns:,}: {r.snap_write_ms * r.events / r.turns / every:.1f} ms" for r in resume_rows
         )
     )
-    # Every automatic snapshot stores the whole state again and none is ever deleted: the k-th holds
-    # about k*every/events of the final size.
-    stored = [
-        (r, sum(r.snap_mb * k * every / r.events for k in range(1, r.events // every + 1)))
-        for r in resume_rows
-    ]
+    # The store keeps the two newest snapshots per projection: the head's and one ~every events older.
+    stored = [(r, r.snap_mb * (2 - every / r.events)) for r in resume_rows]
     print(
-        "  snapshot rows a live session with the default config leaves behind (none is pruned), est.: "
-        + ", ".join(f"{r.turns:,}: {mb / 1e3:.2f} GB ({mb / r.jsonl_mb:.0f}x the JSONL)" for r, mb in stored)
+        "  snapshot storage a session keeps (two newest per projection), est.: "
+        + ", ".join(f"{r.turns:,}: {mb:.0f} MB ({mb / r.jsonl_mb:.1f}x the JSONL)" for r, mb in stored)
     )
 
     print("\ntargets")

@@ -259,9 +259,7 @@ def _new_message(state: ApiContextState, role: str, blocks: list[Block], tokens:
 def _mergeable(state: ApiContextState, role: str) -> bool:
     """True when new content of ``role`` joins the last message (same role, not behind a boundary)."""
     return (
-        bool(state.messages)
-        and state.messages.role(-1) == role
-        and len(state.messages) > state.merge_floor
+        bool(state.messages) and state.messages.role(-1) == role and len(state.messages) > state.merge_floor
     )
 
 
@@ -612,7 +610,7 @@ class ApiContextProjection(Projection[ApiContextState]):
         crc = 0
         for piece in pieces:
             crc = zlib.crc32(piece, crc)
-        size = starts[-1] + len(pieces[-1]) if starts else 0
+        size = sum(len(piece) for piece in pieces)
         header["messages"] = {"starts": starts, "bytes": size, "crc32": crc}
         # JSON escapes every control character, so the header holds no newline of its own.
         return b"".join([canonical_json(header), b"\n", *pieces])
@@ -800,16 +798,28 @@ def encode_request(state: ApiContextState, *, cache_control: bool = False) -> by
     message of the state is serialized once, when first sent, and never parsed to be sent.
     """
     head, parts = _request_parts(state, cache_control)
-    chunks: list[bytes | memoryview] = [
-        ((_dumps(head)[:-1] + ",") if head else "{").encode() + b'"messages":['
-    ]
+    pieces: list[bytes | memoryview] = []
     messages = state.messages
-    for index, part in enumerate(parts):
-        if index:
-            chunks.append(b",")
-        chunks.append(messages.json(part) if isinstance(part, int) else canonical_json(part))
-    chunks.append(b"]}")
-    return b"".join(chunks)
+    made = [at for at, part in enumerate(parts) if not isinstance(part, int)]
+    position = 0
+    for stop in [*made, len(parts)]:
+        # The state's messages between two made ones: consecutive, as the view keeps their order.
+        stretch = [part for part in parts[position:stop] if isinstance(part, int)]
+        if stretch:
+            if pieces:
+                pieces.append(b",")
+            if stretch == list(range(stretch[0], stretch[-1] + 1)):
+                pieces.extend(messages.json_pieces(stretch[0], stretch[-1] + 1))
+            else:  # pragma: no cover - not produced by _request_parts; correct all the same
+                for n, index in enumerate(stretch):
+                    pieces.extend([b",", messages.json(index)] if n else [messages.json(index)])
+        if stop < len(parts):
+            if pieces:
+                pieces.append(b",")
+            pieces.append(canonical_json(parts[stop]))
+        position = stop + 1
+    prefix = ((_dumps(head)[:-1] + ",") if head else "{").encode() + b'"messages":['
+    return b"".join([prefix, *pieces, b"]}"])
 
 
 def _dumps(value: object) -> str:

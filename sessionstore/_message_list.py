@@ -3,7 +3,7 @@
 A request is mostly history that does not change from one turn to the next. Keeping each
 message's canonical JSON (``canonical_json``) beside it lets the request bytes be joined
 instead of serialized again every turn, and lets a snapshot store that JSON as it is: a resume
-slices the messages out of the snapshot without parsing them, and a message is parsed only when
+keeps the snapshot's bytes, sends stretches of them untouched, and parses a message only when
 something reads it (the next turn's fold reads the last few; a stage scanning history parses
 what it scans).
 
@@ -15,13 +15,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, Final, overload
 
 __all__ = ["MessageList", "canonical_json"]
 
 Message = dict[str, Any]
 Json = bytes | memoryview
 _ROLE_PREFIXES = ((b'{"role":"user"', "user"), (b'{"role":"assistant"', "assistant"))
+_OPEN, _CLOSE, _COMMA = 0x7B, 0x7D, 0x2C  # { } ,
+
+
+class _InSnapshot:
+    """Marks a message whose JSON is still the loaded snapshot's bytes, not sliced out yet."""
+
+    def __repr__(self) -> str:
+        return "IN_SNAPSHOT"
+
+
+_IN_SNAPSHOT: Final = _InSnapshot()
 
 
 def canonical_json(value: object) -> bytes:
@@ -33,16 +44,19 @@ class MessageList(Sequence[Message]):
     """Message dicts, each parsed from its JSON on first read when it came from a snapshot.
 
     Reads (indexing, slicing, iteration) always give dicts; slices are plain lists. ``json(i)``
-    gives the canonical JSON of message ``i`` without parsing it, serializing (once) a message
-    that was appended or replaced since.
+    and ``json_pieces`` give canonical JSON without parsing, serializing (once) a message that
+    was appended or replaced since.
     """
 
-    __slots__ = ("_items", "_json", "_unparsed")
+    __slots__ = ("_items", "_joined", "_json", "_starts", "_unparsed")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._items: list[Message | None] = list(messages)
-        self._json: list[Json | None] = [None] * len(self._items)
-        self._unparsed = 0  # how many _items are still None (only JSON known)
+        self._json: list[Json | _InSnapshot | None] = [None] * len(self._items)
+        #: A loaded snapshot's messages, joined by commas, and where each message starts in it.
+        self._joined = memoryview(b"")
+        self._starts: Sequence[int] = ()
+        self._unparsed = 0  # how many _items are still None (only their JSON is known)
 
     @classmethod
     def from_joined_json(cls, joined: Json, starts: Sequence[int]) -> MessageList:
@@ -54,19 +68,24 @@ class MessageList(Sequence[Message]):
         view = memoryview(joined)
         size = len(view)
         count = len(starts)
-        if (count == 0) != (size == 0) or (count and starts[0] != 0):
-            msg = f"message offsets {list(starts[:3])}... do not start {size} bytes of messages"
+        if (count == 0) != (size == 0) or (count and (starts[0] != 0 or view[size - 1] != _CLOSE)):
+            msg = f"message offsets {list(starts[:3])}... do not cut {size} bytes of messages"
             raise ValueError(msg)
-        ends = [*(start - 1 for start in starts[1:]), size]
-        pieces: list[Json | None] = []
-        for start, end in zip(starts, ends, strict=True):
-            if not (0 <= start < end <= size) or view[start] != 0x7B or view[end - 1] != 0x7D:  # { }
-                msg = f"message bytes {start}..{end} of {size} are not one JSON object"
+        previous = -1
+        for start in starts:  # each message opens right after the comma that follows the one before
+            if (
+                not (previous < start < size)
+                or view[start] != _OPEN
+                or (start and (start < 2 or view[start - 1] != _COMMA or view[start - 2] != _CLOSE))
+            ):
+                msg = f"message offset {start} (after {previous}) is not an object's start in {size} bytes"
                 raise ValueError(msg)
-            pieces.append(view[start:end])
+            previous = start
         messages = cls()
         messages._items = [None] * count
-        messages._json = pieces
+        messages._json = [_IN_SNAPSHOT] * count
+        messages._joined = view
+        messages._starts = starts
         messages._unparsed = count
         return messages
 
@@ -104,12 +123,15 @@ class MessageList(Sequence[Message]):
     def __repr__(self) -> str:
         return f"MessageList({len(self._items)} messages, {self._unparsed} not parsed yet)"
 
+    @property
+    def unparsed(self) -> int:
+        """How many messages are still only JSON (none, unless loaded from a snapshot)."""
+        return self._unparsed
+
     def _message(self, index: int) -> Message:
         item = self._items[index]
         if item is None:
-            data = self._json[index]
-            assert data is not None  # an item is None only while its JSON is known
-            parsed = json.loads(bytes(data))
+            parsed = json.loads(bytes(self.json(index)))
             if not isinstance(parsed, dict):
                 msg = f"message {index} is JSON {type(parsed).__name__}, not an object"
                 raise ValueError(msg)
@@ -117,18 +139,16 @@ class MessageList(Sequence[Message]):
             self._unparsed -= 1
         return item
 
-    @property
-    def unparsed(self) -> int:
-        """How many messages are still only JSON (none, unless loaded from a snapshot)."""
-        return self._unparsed
+    def _end(self, index: int) -> int:
+        """Where message ``index`` of the snapshot ends in ``_joined`` (before the next comma)."""
+        index %= len(self._items)
+        return self._starts[index + 1] - 1 if index + 1 < len(self._starts) else len(self._joined)
 
     def role(self, index: int) -> str:
         """The role of message ``index``, read from its JSON prefix when it is not parsed yet."""
         item = self._items[index]
         if item is None:
-            data = self._json[index]
-            assert data is not None
-            head = bytes(data[:20])
+            head = bytes(self.json(index)[:20])
             for prefix, role in _ROLE_PREFIXES:
                 if head.startswith(prefix):
                     return role
@@ -138,24 +158,57 @@ class MessageList(Sequence[Message]):
     def json(self, index: int) -> Json:
         """The canonical JSON of message ``index`` (serialized now if not known yet, then kept)."""
         data = self._json[index]
+        if data is _IN_SNAPSHOT:
+            return self._joined[self._starts[index % len(self._items)] : self._end(index)]
         if data is None:
             data = self._json[index] = canonical_json(self._items[index])
+        assert not isinstance(data, _InSnapshot)
         return data
 
-    def joined_json(self) -> tuple[list[Json], list[int]]:
-        """The JSON of every message, commas between, and where each message starts in the join.
+    def _stretches(self, start: int, stop: int) -> Iterator[tuple[int, int, Json, bool]]:
+        """(first, end, JSON, from the snapshot) for messages ``start`` to ``stop - 1``, in order.
 
-        ``b"".join`` of the first is the messages array's body (what sits between ``[`` and ``]``).
+        Consecutive messages still as the snapshot had them come as one slice of its bytes (their
+        separating commas included); any other message comes alone.
+        """
+        marks = self._json
+        index = start
+        while index < stop:
+            end = index + 1
+            if marks[index] is _IN_SNAPSHOT:
+                while end < stop and marks[end] is _IN_SNAPSHOT:
+                    end += 1
+                yield index, end, self._joined[self._starts[index] : self._end(end - 1)], True
+            else:
+                yield index, end, self.json(index), False
+            index = end
+
+    def json_pieces(self, start: int, stop: int) -> list[Json]:
+        """The JSON of messages ``start`` to ``stop - 1`` joined by commas, as pieces to ``b"".join``."""
+        pieces: list[Json] = []
+        for _, _, data, _ in self._stretches(start, stop):
+            if pieces:
+                pieces.append(b",")
+            pieces.append(data)
+        return pieces
+
+    def joined_json(self) -> tuple[list[Json], list[int]]:
+        """Every message's JSON joined by commas (as pieces), and where each message starts in it.
+
+        ``b"".join`` of the pieces is the messages array's body (what sits between ``[`` and ``]``).
         """
         pieces: list[Json] = []
         starts: list[int] = []
         offset = 0
-        for index in range(len(self._items)):
-            if index:
+        for first, end, data, from_snapshot in self._stretches(0, len(self._items)):
+            if pieces:
                 pieces.append(b",")
                 offset += 1
-            data = self.json(index)
-            starts.append(offset)
+            if from_snapshot:  # the stretch's starts, moved from the snapshot's offset to this one
+                shift = offset - self._starts[first]
+                starts.extend(start + shift for start in self._starts[first:end])
+            else:
+                starts.append(offset)
             pieces.append(data)
             offset += len(data)
         return pieces, starts
