@@ -127,3 +127,37 @@ def test_environment_url_is_not_migrated_implicitly(tmp_path: Any, monkeypatch: 
 
     with pytest.raises(SchemaOutOfDateError):
         sessionstore.open_store()
+
+
+def test_binary_snapshots_migration_keeps_the_log_and_drops_old_snapshots(
+    engine: Any, shared_backend: Any
+) -> None:
+    """0001 -> 0002 on a used database: events intact, text snapshots gone, resume and snapshots work."""
+    upgrade(engine, "0001")
+    with translate_errors(), engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO sessions (id, created_at, metadata) VALUES ('old', CURRENT_TIMESTAMP, '{}')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO snapshots (session_id, projection, projection_version, tokenizer, seq, state,"
+            " created_at) VALUES ('old', 'api_context', 1, 'none', 1, '{}', CURRENT_TIMESTAMP)"
+        )
+    upgrade(engine, "0002")
+    store = shared_backend.open(migrate=False)
+    try:
+        store.append("old", [sessionstore.MessageAppended(role="user", content="still here")], 0)
+        session = sessionstore.Session(store, "old")
+        session.snapshot()
+        resumed = sessionstore.Session(store, "old")
+
+        assert resumed.request()["messages"] == [
+            {"role": "user", "content": [{"type": "text", "text": "still here"}]}
+        ]
+        assert store.latest_snapshot("old", "api_context", 1, session.tokenizer) is None
+        assert store.latest_snapshot("old", "api_context", 2, session.tokenizer) is not None
+    finally:
+        store.close()
+    downgrade(engine, "0001")
+    with engine.connect() as conn:
+        assert current_revision(conn) == "0001"
+        assert conn.exec_driver_sql("SELECT count(*) FROM events").scalar() == 1
