@@ -44,6 +44,7 @@ import bisect
 import hashlib
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -788,7 +789,34 @@ def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[
             the last message's last cacheable block (three of the API's four).
     """
     head, parts = _request_parts(state, cache_control)
-    return {**head, "messages": [_message(state, part) for part in parts]}
+    messages: list[Message] = []
+    for stretch in _stretches(parts):
+        if isinstance(stretch, range):
+            messages.extend(state.messages[stretch.start : stretch.stop])
+        else:
+            messages.append(stretch)
+    return {**head, "messages": messages}
+
+
+def _stretches(parts: list[Part]) -> Iterator[range | Message]:
+    """The parts as runs: each stretch of consecutive state messages as one range, made ones alone.
+
+    A turn's request is nearly all one stretch, so its messages are copied (or their JSON
+    joined) a stretch at a time rather than looked up one by one.
+    """
+    made = [at for at, part in enumerate(parts) if type(part) is not int]
+    position = 0
+    for stop in [*made, len(parts)]:
+        indices = [part for part in parts[position:stop] if isinstance(part, int)]
+        if indices and indices == list(range(indices[0], indices[-1] + 1)):
+            yield range(indices[0], indices[-1] + 1)
+        else:  # not produced by _request_parts (the view keeps its order); correct all the same
+            yield from (range(index, index + 1) for index in indices)
+        if stop < len(parts):
+            made_message = parts[stop]
+            assert not isinstance(made_message, int)
+            yield made_message
+        position = stop + 1
 
 
 def encode_request(state: ApiContextState, *, cache_control: bool = False) -> bytes:
@@ -799,25 +827,13 @@ def encode_request(state: ApiContextState, *, cache_control: bool = False) -> by
     """
     head, parts = _request_parts(state, cache_control)
     pieces: list[bytes | memoryview] = []
-    messages = state.messages
-    made = [at for at, part in enumerate(parts) if not isinstance(part, int)]
-    position = 0
-    for stop in [*made, len(parts)]:
-        # The state's messages between two made ones: consecutive, as the view keeps their order.
-        stretch = [part for part in parts[position:stop] if isinstance(part, int)]
-        if stretch:
-            if pieces:
-                pieces.append(b",")
-            if stretch == list(range(stretch[0], stretch[-1] + 1)):
-                pieces.extend(messages.json_pieces(stretch[0], stretch[-1] + 1))
-            else:  # pragma: no cover - not produced by _request_parts; correct all the same
-                for n, index in enumerate(stretch):
-                    pieces.extend([b",", messages.json(index)] if n else [messages.json(index)])
-        if stop < len(parts):
-            if pieces:
-                pieces.append(b",")
-            pieces.append(canonical_json(parts[stop]))
-        position = stop + 1
+    for stretch in _stretches(parts):
+        if pieces:
+            pieces.append(b",")
+        if isinstance(stretch, range):
+            pieces.extend(state.messages.json_pieces(stretch.start, stretch.stop))
+        else:
+            pieces.append(canonical_json(stretch))
     prefix = ((_dumps(head)[:-1] + ",") if head else "{").encode() + b'"messages":['
     return b"".join([prefix, *pieces, b"]}"])
 
