@@ -532,7 +532,7 @@ class SqlSessionStore(SessionStore):
     ) -> SnapshotRecord | None:
         """See ``SessionStore.latest_snapshot``."""
         query = (
-            select(snapshots.c.seq, snapshots.c.state)
+            select(snapshots.c.seq, *self._snapshot_state_columns())
             .where(
                 snapshots.c.session_id == session_id,
                 snapshots.c.projection == projection,
@@ -546,10 +546,18 @@ class SqlSessionStore(SessionStore):
             query = query.where(snapshots.c.seq <= max_seq)
         with self._read() as conn:
             row = conn.execute(query).first()
-        if row is None:
-            return None
-        state = bytes(row.state)  # a driver may hand out a memoryview
+            if row is None:
+                return None
+            state = self._snapshot_state(conn, row)
         return SnapshotRecord(session_id, projection, projection_version, tokenizer, int(row.seq), state)
+
+    def _snapshot_state_columns(self) -> tuple[Any, ...]:
+        """What ``latest_snapshot`` selects besides ``seq`` for ``_snapshot_state`` to read."""
+        return (snapshots.c.state,)
+
+    def _snapshot_state(self, conn: Connection, row: Any) -> bytes:
+        """The state bytes of the snapshot ``row`` (inside the read transaction that found it)."""
+        return bytes(row.state)  # a driver may hand out a memoryview
 
     def close(self) -> None:
         """Dispose of the engine's connection pool."""

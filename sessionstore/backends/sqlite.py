@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Literal
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, literal_column
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
@@ -87,3 +87,15 @@ class SQLiteSessionStore(SqlSessionStore):
         # ... but BEGIN IMMEDIATE makes the positions of one batch consecutive.
         last_rowid="SELECT last_insert_rowid()",
     )
+
+    def _snapshot_state_columns(self) -> tuple[Any, ...]:
+        return (literal_column("rowid").label("rowid"),)
+
+    def _snapshot_state(self, conn: Connection, row: Any) -> bytes:
+        # Incremental blob I/O copies the row's overflow pages straight into the result: a
+        # SELECT assembles the value in SQLite first and copies it again (~2x slower at 100 MB).
+        # Same connection and read transaction as the SELECT, so the row is the one it found.
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        with driver.blobopen("snapshots", "state", int(row.rowid), readonly=True) as blob:
+            return blob.read()
