@@ -604,7 +604,7 @@ class ApiContextProjection(Projection[ApiContextState]):
 
         The messages are their canonical JSON joined by commas (the body of the request's
         messages array), so a resume can send them without parsing them; the header holds
-        where each one starts, the total size and a CRC-32 that ``load`` checks.
+        where each one starts, the total size and a CRC-32 of both that ``load`` checks.
         """
         header = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "messages"}
         pieces, starts = state.messages.joined_json()
@@ -612,7 +612,7 @@ class ApiContextProjection(Projection[ApiContextState]):
         for piece in pieces:
             crc = zlib.crc32(piece, crc)
         size = sum(len(piece) for piece in pieces)
-        header["messages"] = {"starts": starts, "bytes": size, "crc32": crc}
+        header["messages"] = {"starts": starts, "bytes": size, "crc32": _layout_crc(crc, starts)}
         # JSON escapes every control character, so the header holds no newline of its own.
         return b"".join([canonical_json(header), b"\n", *pieces])
 
@@ -628,7 +628,10 @@ class ApiContextProjection(Projection[ApiContextState]):
             raise TypeError(msg)
         layout = header.pop("messages")
         joined = memoryview(data)[newline + 1 :]
-        if len(joined) != layout["bytes"] or zlib.crc32(joined) != layout["crc32"]:
+        if (
+            len(joined) != layout["bytes"]
+            or _layout_crc(zlib.crc32(joined), layout["starts"]) != layout["crc32"]
+        ):
             written = layout["bytes"]
             msg = f"api_context snapshot messages are damaged ({len(joined)} bytes, {written} written)"
             raise ValueError(msg)
@@ -638,6 +641,12 @@ class ApiContextProjection(Projection[ApiContextState]):
             msg = f"api_context snapshot has {len(messages)} messages but {len(state.message_tokens)} counts"
             raise ValueError(msg)
         return state
+
+
+def _layout_crc(messages_crc: int, starts: list[int]) -> int:
+    """The CRC-32 of the messages' bytes continued over their offsets: a wrong offset would cut a
+    message inside a string that happens to hold ``},{`` and fail only when that message is read."""
+    return zlib.crc32(canonical_json(starts), messages_crc)
 
 
 # --- the request -----------------------------------------------------------------------------

@@ -120,6 +120,10 @@ class MessageList(Sequence[Message]):
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like list
 
+    def __reduce__(self) -> tuple[type[MessageList], tuple[list[Message]]]:
+        # copy, deepcopy and pickle see the dicts (the snapshot's buffer is not picklable).
+        return (MessageList, (list(self),))
+
     def __repr__(self) -> str:
         return f"MessageList({len(self._items)} messages, {self._unparsed} not parsed yet)"
 
@@ -184,7 +188,14 @@ class MessageList(Sequence[Message]):
             index = end
 
     def json_pieces(self, start: int, stop: int) -> list[Json]:
-        """The JSON of messages ``start`` to ``stop - 1`` joined by commas, as pieces to ``b"".join``."""
+        """The JSON of messages ``start`` to ``stop - 1`` joined by commas, as pieces to ``b"".join``.
+
+        Raises:
+            IndexError: not ``0 <= start <= stop <= len(self)``.
+        """
+        if not 0 <= start <= stop <= len(self._items):
+            msg = f"messages {start}..{stop} are not a range of {len(self._items)} messages"
+            raise IndexError(msg)
         pieces: list[Json] = []
         for _, _, data, _ in self._stretches(start, stop):
             if pieces:
@@ -221,6 +232,9 @@ class MessageList(Sequence[Message]):
         self._json.append(None)
 
     def __setitem__(self, index: int, message: Message) -> None:
+        if not isinstance(index, int):  # a slice would leave the kept JSON behind its messages
+            msg = f"MessageList replaces one message at a time, not {type(index).__name__}"
+            raise TypeError(msg)
         if self._items[index] is None:
             self._unparsed -= 1
         self._items[index] = message

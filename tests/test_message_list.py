@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import pytest
@@ -106,3 +108,28 @@ def test_offsets_that_do_not_cut_objects_are_refused(joined: bytes, starts: list
     """A damaged layout is refused when loaded, not discovered when a message is read."""
     with pytest.raises(ValueError, match="message"):
         MessageList.from_joined_json(joined, starts)
+
+
+def test_misuse_is_refused_before_anything_changes() -> None:
+    """A slice assignment or an out-of-range stretch raises; the list is unchanged."""
+    model = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
+    messages = _reload(MessageList(model))
+
+    with pytest.raises(TypeError, match="one message at a time"):
+        messages[0:1] = model  # type: ignore[call-overload]
+    with pytest.raises(IndexError, match="not a range of 1 messages"):
+        messages.json_pieces(-1, 1)
+    with pytest.raises(IndexError):
+        messages.json_pieces(0, 2)
+    assert messages == model
+    assert b"".join(messages.json_pieces(0, 1)) == _body(model, 0, 1)
+
+
+def test_copies_and_pickles_hold_the_dicts() -> None:
+    """copy, deepcopy and pickle work on a list loaded from a snapshot (its buffer is not copied)."""
+    model = [{"role": "user", "content": [{"type": "text", "text": "é"}]}]
+    messages = _reload(MessageList(model))
+
+    for clone in (copy.copy(messages), copy.deepcopy(messages), pickle.loads(pickle.dumps(messages))):
+        assert clone == model
+        assert b"".join(clone.json_pieces(0, 1)) == _body(model, 0, 1)

@@ -373,6 +373,7 @@ class TestSnapshots:
             session = Session.create(_store(), system="s")
             roles = ("user", "assistant")
             session.append([MessageAppended(role=roles[i % 2], content=f"m{i} é") for i in range(5)])
+            session.append([MessageAppended(role="user", content='data [{"a":1},{"b":2}] end')])
             return session
 
         good = ApiContextProjection().dump(conversation().api_state)
@@ -382,6 +383,11 @@ class TestSnapshots:
             **header,
             "messages": {**header["messages"], "starts": [0, 1, *header["messages"]["starts"][2:]]},
         }
+        # Offsets that still cut the bytes at "},{" -- inside the last message's string -- pass
+        # every structural check; only the CRC over the offsets tells.
+        inside = body.index(b'{\\"b\\"')
+        moved = [*header["messages"]["starts"][:-1], inside]
+        in_string = {**header, "messages": {**header["messages"], "starts": moved}}
         at = len(good) - 8  # inside the last message's text: still JSON, but not what was written
         damaged = {
             "not the format": b"{not json",
@@ -389,6 +395,7 @@ class TestSnapshots:
             "a flipped byte": good[:at] + bytes([good[at] ^ 0x01]) + good[at + 1 :],
             "truncated": good[:-3],
             "offsets not at message starts": json.dumps(shifted).encode() + b"\n" + body,
+            "an offset inside a string": json.dumps(in_string).encode() + b"\n" + body,
             "another version": good,
         }
         for case, state in damaged.items():
