@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from uuid import uuid4
 
 import psycopg
-from sqlalchemy import Connection, Engine, delete, func, select
+from sqlalchemy import Connection, Engine, Select, delete, func, select
 from sqlalchemy import exc as sa_exc
 
 from .._errors import (
@@ -531,8 +531,8 @@ class SqlSessionStore(SessionStore):
         max_seq: int | None = None,
     ) -> SnapshotRecord | None:
         """See ``SessionStore.latest_snapshot``."""
-        query = (
-            select(snapshots.c.seq, *self._snapshot_state_columns())
+        newest = (
+            select(snapshots.c.seq)
             .where(
                 snapshots.c.session_id == session_id,
                 snapshots.c.projection == projection,
@@ -543,21 +543,22 @@ class SqlSessionStore(SessionStore):
             .limit(1)
         )
         if max_seq is not None:
-            query = query.where(snapshots.c.seq <= max_seq)
+            newest = newest.where(snapshots.c.seq <= max_seq)
         with self._read() as conn:
-            row = conn.execute(query).first()
-            if row is None:
-                return None
-            state = self._snapshot_state(conn, row)
-        return SnapshotRecord(session_id, projection, projection_version, tokenizer, int(row.seq), state)
+            found = self._read_snapshot(conn, newest)
+        if found is None:
+            return None
+        seq, state = found
+        return SnapshotRecord(session_id, projection, projection_version, tokenizer, seq, state)
 
-    def _snapshot_state_columns(self) -> tuple[Any, ...]:
-        """What ``latest_snapshot`` selects besides ``seq`` for ``_snapshot_state`` to read."""
-        return (snapshots.c.state,)
+    def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
+        """(seq, state) of the row ``newest`` (a select of ``seq``) finds, if any.
 
-    def _snapshot_state(self, conn: Connection, row: Any) -> bytes:
-        """The state bytes of the snapshot ``row`` (inside the read transaction that found it)."""
-        return bytes(row.state)  # a driver may hand out a memoryview
+        Snapshot rows can be large (a resume reads the whole history's JSON): backends read the
+        state the fastest way their driver offers.
+        """
+        row = conn.execute(newest.add_columns(snapshots.c.state)).first()
+        return None if row is None else (int(row.seq), bytes(row.state))  # bytes: not a memoryview
 
     def close(self) -> None:
         """Dispose of the engine's connection pool."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, create_engine, event, literal_column
+from sqlalchemy import Connection, Engine, Select, create_engine, event, literal_column
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import StaticPool
 
@@ -88,14 +88,14 @@ class SQLiteSessionStore(SqlSessionStore):
         last_rowid="SELECT last_insert_rowid()",
     )
 
-    def _snapshot_state_columns(self) -> tuple[Any, ...]:
-        return (literal_column("rowid").label("rowid"),)
-
-    def _snapshot_state(self, conn: Connection, row: Any) -> bytes:
+    def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
         # Incremental blob I/O copies the row's overflow pages straight into the result: a
         # SELECT assembles the value in SQLite first and copies it again (~2x slower at 100 MB).
         # Same connection and read transaction as the SELECT, so the row is the one it found.
+        row = conn.execute(newest.add_columns(literal_column("rowid").label("rowid"))).first()
+        if row is None:
+            return None
         driver = conn.connection.driver_connection
         assert isinstance(driver, sqlite3.Connection)
         with driver.blobopen("snapshots", "state", int(row.rowid), readonly=True) as blob:
-            return blob.read()
+            return int(row.seq), blob.read()
