@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import NonNegativeInt
 
@@ -41,8 +41,8 @@ from ._pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, recor
 from ._session import Session
 from ._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
 
-if TYPE_CHECKING:
-    import anthropic
+if TYPE_CHECKING:  # importing sessionstore does not load the SDK
+    import anthropic  # noqa: F401 - named in the loops' base classes as strings
 
 __all__ = [
     "AsyncConversation",
@@ -179,6 +179,8 @@ def _response_events(response: Any, clock: Callable[[], datetime]) -> list[Event
 
 ToolRunner = Callable[[dict[str, Any]], str | list[ContentBlock]]
 StopHook = Callable[[Session], None]
+#: The SDK client a loop calls (``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``).
+Client = TypeVar("Client")
 
 
 @dataclass
@@ -333,28 +335,13 @@ def _surface(error: BaseException) -> PromptTooLongError:
     )
 
 
-# --- sync --------------------------------------------------------------------------------------
-
-
-class Conversation:
-    """Drive one session with ``anthropic.Anthropic``: prepare, call, record, loop.
-
-    Args:
-        session: the live session to drive.
-        client: an ``anthropic.Anthropic`` client.
-        model / max_tokens: sent with every request.
-        pipeline: the stages before every call (default ``Pipeline()``).
-        summarizer: for reactive compaction (default: offline).
-        stream: call through the streaming API.
-        on_conflict: when another process appended first: ``"reload"`` and retry, or ``"raise"``.
-        stop_hooks: called with the session when a turn ends normally (never after a surfaced error).
-        budget: the output-token budget per turn for continuation (SPEC 7).
-    """
+class _Loop(Generic[Client]):
+    """What the sync and async loops share: their settings, the session and the call parameters."""
 
     def __init__(
         self,
         session: Session,
-        client: anthropic.Anthropic,
+        client: Client,
         *,
         model: str,
         max_tokens: int = 4096,
@@ -385,6 +372,29 @@ class Conversation:
         """The session this conversation drives."""
         return self._shared.session
 
+    def params(self, prepared: PreparedRequest) -> dict[str, Any]:
+        """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``)."""
+        return self._shared.params(prepared)
+
+
+# --- sync --------------------------------------------------------------------------------------
+
+
+class Conversation(_Loop["anthropic.Anthropic"]):
+    """Drive one session with ``anthropic.Anthropic``: prepare, call, record, loop.
+
+    Args:
+        session: the live session to drive.
+        client: an ``anthropic.Anthropic`` client.
+        model / max_tokens: sent with every request.
+        pipeline: the stages before every call (default ``Pipeline()``).
+        summarizer: for reactive compaction (default: offline).
+        stream: call through the streaming API.
+        on_conflict: when another process appended first: ``"reload"`` and retry, or ``"raise"``.
+        stop_hooks: called with the session when a turn ends normally (never after a surfaced error).
+        budget: the output-token budget per turn for continuation (SPEC 7).
+    """
+
     def user(self, content: str | list[ContentBlock]) -> None:
         """Append a user message (a new turn begins)."""
         self._shared.compacted_this_turn = False
@@ -393,10 +403,6 @@ class Conversation:
     def prepare(self) -> PreparedRequest:
         """Run the pipeline and return the request (recorded as ContextServed)."""
         return self._shared.prepare()
-
-    def params(self, prepared: PreparedRequest) -> dict[str, Any]:
-        """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``)."""
-        return self._shared.params(prepared)
 
     def record(self, response: Any) -> None:
         """Record a response: the assistant message, its usage and any server-side edits."""
@@ -449,42 +455,8 @@ class Conversation:
 # --- async -------------------------------------------------------------------------------------
 
 
-class AsyncConversation:
+class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
     """The same loop over ``anthropic.AsyncAnthropic``; database work runs in a worker thread."""
-
-    def __init__(
-        self,
-        session: Session,
-        client: anthropic.AsyncAnthropic,
-        *,
-        model: str,
-        max_tokens: int = 4096,
-        pipeline: Pipeline | None = None,
-        summarizer: Summarizer | None = None,
-        stream: bool = False,
-        on_conflict: Literal["raise", "reload"] = "raise",
-        stop_hooks: Sequence[StopHook] = (),
-        budget: TokenBudget | None = None,
-        clock: Callable[[], datetime] | None = None,
-    ) -> None:
-        self.client = client
-        self._shared = _Shared(
-            session,
-            model,
-            max_tokens,
-            pipeline or Pipeline(),
-            summarizer or OfflineSummarizer(),
-            stream,
-            on_conflict,
-            stop_hooks,
-            budget or TokenBudget(),
-            clock or _utcnow,
-        )
-
-    @property
-    def session(self) -> Session:
-        """The session this conversation drives."""
-        return self._shared.session
 
     async def user(self, content: str | list[ContentBlock]) -> None:
         """Append a user message (a new turn begins)."""
@@ -495,10 +467,6 @@ class AsyncConversation:
     async def prepare(self) -> PreparedRequest:
         """Run the pipeline and return the request (recorded as ContextServed)."""
         return await asyncio.to_thread(self._shared.prepare)
-
-    def params(self, prepared: PreparedRequest) -> dict[str, Any]:
-        """Keyword arguments for ``client.messages.create``."""
-        return self._shared.params(prepared)
 
     async def record(self, response: Any) -> None:
         """Record a response: the assistant message, its usage and any server-side edits."""
