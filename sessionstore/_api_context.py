@@ -843,12 +843,18 @@ def encode_request(state: ApiContextState, *, cache_control: bool = False) -> by
             pieces.extend(state.messages.json_pieces(stretch.start, stretch.stop))
         else:
             pieces.append(canonical_json(stretch))
-    prefix = ((_dumps(head)[:-1] + ",") if head else "{").encode() + b'"messages":['
-    return b"".join([prefix, *pieces, b"]}"])
+    prefix, suffix = _around_messages(head, {})
+    return b"".join([prefix, *pieces, suffix])
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def _around_messages(before: dict[str, Any], after: dict[str, Any]) -> tuple[bytes, bytes]:
+    """A request's canonical bytes up to its first message, and from the end of its last one.
+
+    ``before`` and ``after`` are the request's keys before and after ``messages``.
+    """
+    prefix = (canonical_json(before)[:-1] + b"," if before else b"{") + b'"messages":['
+    suffix = b"]" + (b"," + canonical_json(after)[1:] if after else b"}")
+    return prefix, suffix
 
 
 class IncrementalFingerprint:
@@ -870,9 +876,7 @@ class IncrementalFingerprint:
         at = keys.index("messages") if "messages" in keys else len(keys)
         before = {k: request[k] for k in keys[:at]}
         after = {k: request[k] for k in keys[at + 1 :]}
-        prefix = ((_dumps(before)[:-1] + ",") if before else "{") + '"messages":['
-        suffix = "]" + ("," + _dumps(after)[1:] if after else "}")
-        prefix_bytes = prefix.encode()
+        prefix_bytes, suffix = _around_messages(before, after)
         if prefix_bytes != self._prefix:
             self._prefix, self._after = prefix_bytes, []
         messages = request.get("messages", [])
@@ -882,13 +886,13 @@ class IncrementalFingerprint:
         del self._after[same:]
         state = self._after[-1][1].copy() if self._after else hashlib.sha256(prefix_bytes)
         for index in range(same, len(messages)):
-            state.update((("," if index else "") + _dumps(messages[index])).encode())
+            state.update((b"," if index else b"") + canonical_json(messages[index]))
             self._after.append((messages[index], state.copy()))
         final = state.copy()
-        final.update(suffix.encode())
+        final.update(suffix)
         return final.hexdigest()
 
 
 def request_bytes(request: dict[str, Any]) -> bytes:
     """The canonical serialization of a request: the bytes compared for byte-stability."""
-    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+    return canonical_json(request)

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal
 
 from ._errors import IntegrityCheckError, SessionExistsError, SessionNotFoundError, ValidationError
 from ._file_events import ConversationRewound, FileBackedUp, FileHistorySnapshot, FileRead, FilesRewound
+from ._message_list import canonical_json
 from ._paths import PathRefusedError, resolve_in_root, to_relative
 from ._projection import Projection, fold, rebuild, register_projection, save_snapshot
 from ._session import Session
@@ -263,7 +264,7 @@ class FileHistoryProjection(Projection[FileHistoryState]):
                 for r in state.reads.values()
             ],
         }
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        return canonical_json(data)
 
     def load(self, data: bytes) -> FileHistoryState:
         """A state from ``dump``'s JSON."""

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ._message_list import canonical_json
 from ._projection import Projection, register_projection
 from ._store import RecordedEvent
 
@@ -61,7 +62,7 @@ class TranscriptProjection(Projection[TranscriptState]):
     def dump(self, state: TranscriptState) -> bytes:
         """The entries as a JSON array."""
         rows = [[e.seq, e.type, e.payload, e.token_count, e.event_id] for e in state.entries]
-        return json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode()
+        return canonical_json(rows)
 
     def load(self, data: bytes) -> TranscriptState:
         """Entries from ``dump``'s JSON."""
