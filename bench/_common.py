@@ -73,6 +73,59 @@ def output_line(rng: random.Random) -> str:
     return " ".join(words).capitalize() + "."
 
 
+def text_pool(rng: random.Random, chars: int, line: Callable[[random.Random], str] = output_line) -> str:
+    """About ``chars`` characters of tool-output-like text, one ``line(rng)`` after another."""
+    lines: list[str] = []
+    length = 0
+    while length < chars:
+        text = line(rng)
+        lines.append(text)
+        length += len(text) + 1
+    return "\n".join(lines)
+
+
+class PooledText:
+    """A workload's seeded strings: slices of a text pool, API-style ids and tool calls.
+
+    Every method draws from ``rng``, so a workload seeded alike gives the same strings.
+    """
+
+    def __init__(self, rng: random.Random, pool: str) -> None:
+        self.rng = rng
+        self.pool = pool
+
+    def text(self, size: int) -> str:
+        start = self.rng.randrange(len(self.pool) - size - 1)
+        return self.pool[start : start + size]
+
+    def _id(self, prefix: str, bits: int = 96) -> str:
+        return f"{prefix}{self.rng.getrandbits(bits):0{bits // 4}x}"
+
+    def _tool_use(self, name: str) -> dict[str, Any]:
+        """A ``tool_use`` block calling ``name`` (one of ``TOOL_NAMES``) with plausible input."""
+        rng = self.rng
+        path = f"{CWD}/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}.py"
+        tool_input: dict[str, Any]
+        if name == "Bash":
+            tool_input = {
+                "command": f"pytest -q tests/test_{rng.choice(WORDS)}.py",
+                "description": "Run tests",
+            }
+        elif name == "Edit":
+            tool_input = {
+                "file_path": path,
+                "old_string": self.text(rng.randint(40, 600)),
+                "new_string": self.text(rng.randint(40, 600)),
+            }
+        elif name == "Grep":
+            tool_input = {"pattern": rng.choice(WORDS), "path": CWD}
+        elif name == "Write":
+            tool_input = {"file_path": path, "content": self.text(rng.randint(200, 4000))}
+        else:
+            tool_input = {"file_path": path}
+        return {"type": "tool_use", "id": self._id("toolu_01"), "name": name, "input": tool_input}
+
+
 def ns_to_ms(ns: float) -> float:
     return ns / 1e6
 

@@ -122,7 +122,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, SYSTEM_PROMPT, TOOL_NAMES, TOOLS, WORDS, output_line, profiled
+from _common import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, PooledText, profiled, text_pool
 
 import sessionstore
 from sessionstore import (
@@ -162,14 +162,7 @@ TURN_SPACING = timedelta(seconds=90)
 @functools.cache
 def _pool(chars: int = 1_500_000) -> str:
     """The text every workload slices its strings from (seeded; built once per process)."""
-    rng = random.Random(SEED)
-    lines: list[str] = []
-    length = 0
-    while length < chars:
-        line = output_line(rng)
-        lines.append(line)
-        length += len(line) + 1
-    return "\n".join(lines)
+    return text_pool(random.Random(SEED), chars)
 
 
 @dataclass
@@ -190,51 +183,19 @@ class Turn:
         return BASE_TIME + TURN_SPACING * self.index
 
 
-class Workload:
+class Workload(PooledText):
     """Deterministic turns (seeded): ``turn()`` gives the next one."""
 
     def __init__(self, seed: int = SEED) -> None:
-        self.rng = random.Random(seed)
-        self.pool = _pool()
+        super().__init__(random.Random(seed), _pool())
         self.turns_made = 0
-
-    def text(self, size: int) -> str:
-        start = self.rng.randrange(len(self.pool) - size - 1)
-        return self.pool[start : start + size]
-
-    def _id(self, prefix: str) -> str:
-        return f"{prefix}{self.rng.getrandbits(96):024x}"
-
-    def _tool_use(self) -> dict[str, Any]:
-        rng = self.rng
-        name = rng.choice(TOOL_NAMES)
-        path = f"{CWD}/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}.py"
-        tool_input: dict[str, Any]
-        if name == "Bash":
-            tool_input = {
-                "command": f"pytest -q tests/test_{rng.choice(WORDS)}.py",
-                "description": "Run tests",
-            }
-        elif name == "Edit":
-            tool_input = {
-                "file_path": path,
-                "old_string": self.text(rng.randint(40, 600)),
-                "new_string": self.text(rng.randint(40, 600)),
-            }
-        elif name == "Grep":
-            tool_input = {"pattern": rng.choice(WORDS), "path": CWD}
-        elif name == "Write":
-            tool_input = {"file_path": path, "content": self.text(rng.randint(200, 4000))}
-        else:
-            tool_input = {"file_path": path}
-        return {"type": "tool_use", "id": self._id("toolu_01"), "name": name, "input": tool_input}
 
     def turn(self) -> Turn:
         rng = self.rng
         prompt = self.text(rng.randint(20, 1500))
         rounds: list[Round] = []
         for _ in range(rng.randint(1, 3)):
-            calls = [self._tool_use() for _ in range(rng.randint(1, 3))]
+            calls = [self._tool_use(rng.choice(TOOL_NAMES)) for _ in range(rng.randint(1, 3))]
             results = []
             for call in calls:
                 result: dict[str, Any] = {

@@ -102,7 +102,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import ACCENTED, CWD, LEVELS, SYSTEM_PROMPT, TOOL_NAMES, WORDS, ns_to_ms, profiled
+from _common import (
+    ACCENTED,
+    CWD,
+    LEVELS,
+    SYSTEM_PROMPT,
+    TOOL_NAMES,
+    WORDS,
+    PooledText,
+    ns_to_ms,
+    profiled,
+    text_pool,
+)
 
 import sessionstore
 from sessionstore import (
@@ -201,48 +212,33 @@ class Turn:
     rounds: list[Round]
 
 
-class Workload:
+def _line(rng: random.Random) -> str:
+    """One line of tool output (this workload's own mix: calls take two arguments)."""
+    kind = rng.random()
+    if kind < 0.4:
+        day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        stamp = f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+        where = f"{rng.choice(WORDS)}.{rng.choice(WORDS)}"
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+        return f"{stamp} {rng.choice(LEVELS)} {where}: {words} id={rng.randrange(10**6)}"
+    if kind < 0.7:
+        indent = "    " * rng.randint(0, 3)
+        call = f"{rng.choice(WORDS)}({rng.choice(WORDS)}, {rng.randrange(1000)})"
+        return f"{indent}{rng.choice(WORDS)}_{rng.choice(WORDS)} = {call}"
+    words = [rng.choice(WORDS) for _ in range(rng.randint(5, 20))]
+    if rng.random() < 0.1:
+        words.append(rng.choice(ACCENTED))
+    return " ".join(words).capitalize() + "."
+
+
+class Workload(PooledText):
     """Deterministic turns (seeded); ``turn()`` gives the next one."""
 
     def __init__(self, seed: int = SEED) -> None:
-        self.rng = random.Random(seed)
-        self.pool = self._pool(1_500_000)
+        rng = random.Random(seed)
+        super().__init__(rng, text_pool(rng, 1_500_000, _line))
         self.turns_made = 0
         self.context_chars = len(SYSTEM_PROMPT) + len(json.dumps(TOOLS))
-
-    def _line(self) -> str:
-        rng = self.rng
-        kind = rng.random()
-        if kind < 0.4:
-            day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-            stamp = f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
-            where = f"{rng.choice(WORDS)}.{rng.choice(WORDS)}"
-            words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
-            return f"{stamp} {rng.choice(LEVELS)} {where}: {words} id={rng.randrange(10**6)}"
-        if kind < 0.7:
-            indent = "    " * rng.randint(0, 3)
-            call = f"{rng.choice(WORDS)}({rng.choice(WORDS)}, {rng.randrange(1000)})"
-            return f"{indent}{rng.choice(WORDS)}_{rng.choice(WORDS)} = {call}"
-        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 20))]
-        if rng.random() < 0.1:
-            words.append(rng.choice(ACCENTED))
-        return " ".join(words).capitalize() + "."
-
-    def _pool(self, size: int) -> str:
-        lines: list[str] = []
-        length = 0
-        while length < size:
-            line = self._line()
-            lines.append(line)
-            length += len(line) + 1
-        return "\n".join(lines)
-
-    def text(self, size: int) -> str:
-        start = self.rng.randrange(len(self.pool) - size - 1)
-        return self.pool[start : start + size]
-
-    def _id(self, prefix: str, bits: int = 96) -> str:
-        return f"{prefix}{self.rng.getrandbits(bits):0{bits // 4}x}"
 
     def _tool_call(self) -> ToolCall:
         rng = self.rng

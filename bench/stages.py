@@ -90,7 +90,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, SYSTEM_PROMPT, TOOL_NAMES, TOOLS, WORDS, ns_to_ms, output_line, profiled
+from _common import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, PooledText, ns_to_ms, profiled, text_pool
 
 import sessionstore
 from sessionstore import (
@@ -132,53 +132,13 @@ TURN_SPACING = timedelta(seconds=30)
 # --- the workload ----------------------------------------------------------------------------
 
 
-def _pool(rng: random.Random, size: int) -> str:
-    lines: list[str] = []
-    length = 0
-    while length < size:
-        line = output_line(rng)
-        lines.append(line)
-        length += len(line) + 1
-    return "\n".join(lines)
-
-
-class Workload:
+class Workload(PooledText):
     """Deterministic (seeded) turns: ``turn()`` gives the events of the next one."""
 
     def __init__(self, seed: int = SEED, pool_chars: int = 1_500_000) -> None:
-        self.rng = random.Random(seed)
-        self.pool = _pool(self.rng, pool_chars)
+        rng = random.Random(seed)
+        super().__init__(rng, text_pool(rng, pool_chars))
         self.turns_made = 0
-
-    def text(self, size: int) -> str:
-        start = self.rng.randrange(len(self.pool) - size - 1)
-        return self.pool[start : start + size]
-
-    def _id(self, prefix: str) -> str:
-        return f"{prefix}{self.rng.getrandbits(96):024x}"
-
-    def _tool_use(self, name: str) -> dict[str, Any]:
-        rng = self.rng
-        path = f"{CWD}/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}.py"
-        tool_input: dict[str, Any]
-        if name == "Bash":
-            tool_input = {
-                "command": f"pytest -q tests/test_{rng.choice(WORDS)}.py",
-                "description": "Run tests",
-            }
-        elif name == "Edit":
-            tool_input = {
-                "file_path": path,
-                "old_string": self.text(rng.randint(40, 600)),
-                "new_string": self.text(rng.randint(40, 600)),
-            }
-        elif name == "Grep":
-            tool_input = {"pattern": rng.choice(WORDS), "path": CWD}
-        elif name == "Write":
-            tool_input = {"file_path": path, "content": self.text(rng.randint(200, 4000))}
-        else:
-            tool_input = {"file_path": path}
-        return {"type": "tool_use", "id": self._id("toolu_01"), "name": name, "input": tool_input}
 
     def first_prompt(self) -> MessageAppended:
         return MessageAppended(
