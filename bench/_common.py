@@ -7,7 +7,9 @@ import cProfile
 import io
 import pstats
 import random
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _VOCABULARY = (
@@ -128,6 +130,39 @@ class PooledText:
 
 def ns_to_ms(ns: float) -> float:
     return ns / 1e6
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, NaN for no values (a row that measured nothing prints as nan, not an error)."""
+    return statistics.median(values) if values else float("nan")
+
+
+class Timed:
+    """Wraps a callable and accumulates the time spent in it (nanoseconds)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.total = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.total += time.perf_counter_ns() - start
+
+    def take(self) -> int:
+        """The time accumulated since the last ``take``."""
+        total, self.total = self.total, 0
+        return total
+
+
+def print_table(columns: list[tuple[str, str, int]], rows: list[list[str]]) -> None:
+    """Right-aligned columns: (header line 1, header line 2, width) and the cells."""
+    print(" ".join(f"{top:>{width}}" for top, _, width in columns))
+    print(" ".join(f"{unit:>{width}}" for _, unit, width in columns))
+    for row in rows:
+        print(" ".join(f"{cell:>{width}}" for cell, (_, _, width) in zip(row, columns, strict=True)))
 
 
 def profiled(label: str, fn: Callable[[], Any], top: int = 16) -> Any:

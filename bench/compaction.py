@@ -122,7 +122,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, PooledText, profiled, text_pool
+from _common import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, PooledText, print_table, profiled, text_pool
 
 import sessionstore
 from sessionstore import (
@@ -812,14 +812,6 @@ def run_live(folder: Path, name: str, config: PipelineConfig, turns: int) -> Liv
 # --- output ----------------------------------------------------------------------------------
 
 
-def _table(columns: list[tuple[str, str, int]], rows: list[list[str]]) -> None:
-    """Right-aligned columns: (header line 1, header line 2, width) and the cells."""
-    print(" ".join(f"{top:>{width}}" for top, _, width in columns))
-    print(" ".join(f"{unit:>{width}}" for _, unit, width in columns))
-    for row in rows:
-        print(" ".join(f"{cell:>{width}}" for cell, (_, _, width) in zip(row, columns, strict=True)))
-
-
 def _opt(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
@@ -838,7 +830,7 @@ def print_reductions(rows: list[ReductionRow]) -> None:
         "\n(a) one reduction of a long session. Histories: batched store.append, token counting ON "
         "(tiktoken), not token_counter=None (see the docstring)"
     )
-    _table(
+    print_table(
         [
             ("history", "turns", 7),
             ("strategy", "", 8),
@@ -926,7 +918,7 @@ def print_live(rows: list[LiveRow]) -> None:
                 r.end,
             ]
         )
-    _table(
+    print_table(
         [
             ("config", "", 15),
             ("turns", "", 5),

@@ -91,12 +91,10 @@ import os
 import platform
 import random
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -110,7 +108,10 @@ from _common import (
     TOOL_NAMES,
     WORDS,
     PooledText,
+    Timed,
+    median,
     ns_to_ms,
+    print_table,
     profiled,
     text_pool,
 )
@@ -565,10 +566,6 @@ def jsonl_resume(path: Path, phases: dict[str, list[int]] | None = None) -> byte
 # --- measuring -----------------------------------------------------------------------------------
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 @dataclass
 class TurnRow:
     turns: int
@@ -598,27 +595,6 @@ class ResumeRow:
     jsonl_mb: float
     open_ms: float
     jsonl_phases: dict[str, float]
-
-
-class Timed:
-    """Wraps a callable and accumulates the time spent in it (nanoseconds)."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.total = 0
-        self.calls = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter_ns()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.total += time.perf_counter_ns() - start
-            self.calls += 1
-
-    def take(self) -> int:
-        total, self.total = self.total, 0
-        return total
 
 
 def _open(path: Path, *, counting: bool = True) -> sessionstore.SessionStore:
@@ -712,20 +688,20 @@ def measure_turns(
     session.refresh = refresh.fn  # type: ignore[method-assign]
     session._api_projection.apply = api_apply.fn  # type: ignore[method-assign]
     session._transcript_projection.apply = transcript_apply.fn  # type: ignore[method-assign]
-    append_ms = ns_to_ms(_median(rows["append"]))
-    bytes_ms = ns_to_ms(_median(rows["bytes"]))
-    dumps_ms = ns_to_ms(_median(rows["dumps"]))
+    append_ms = ns_to_ms(median(rows["append"]))
+    bytes_ms = ns_to_ms(median(rows["bytes"]))
+    dumps_ms = ns_to_ms(median(rows["dumps"]))
     return TurnRow(
         turns=history,
         request_mb=request_size / 1e6,
         append_ms=append_ms,
-        request_ms=ns_to_ms(_median(rows["request"])),
+        request_ms=ns_to_ms(median(rows["request"])),
         bytes_ms=bytes_ms,
         turn_ms=append_ms + bytes_ms,
         dumps_ms=dumps_ms,
         ratio=(append_ms + bytes_ms) / dumps_ms,
-        refresh_us=_median(rows["refresh"]) / 1e3,
-        fold_us=_median(rows["fold"]) / 1e3,
+        refresh_us=median(rows["refresh"]) / 1e3,
+        fold_us=median(rows["fold"]) / 1e3,
         max_append_ms=ns_to_ms(max(rows["append"])),
         auto_snapshots=snapshots,
     )
@@ -793,15 +769,15 @@ def measure_resume(
     return ResumeRow(
         turns=history,
         events=events,
-        snapshot_ms=ns_to_ms(_median(times["snapshot"])),
-        rebuild_ms=ns_to_ms(_median(times["rebuild"])),
-        jsonl_ms=ns_to_ms(_median(times["jsonl"])),
+        snapshot_ms=ns_to_ms(median(times["snapshot"])),
+        rebuild_ms=ns_to_ms(median(times["rebuild"])),
+        jsonl_ms=ns_to_ms(median(times["jsonl"])),
         snap_write_ms=ns_to_ms(snap_write_ns),
         snap_mb=(api_bytes + transcript_bytes) / 1e6,
         snap_api_mb=api_bytes / 1e6,
         jsonl_mb=jsonl.stat().st_size / 1e6,
-        open_ms=_median(opens),
-        jsonl_phases={name: ns_to_ms(_median(spent)) for name, spent in phases.items()},
+        open_ms=median(opens),
+        jsonl_phases={name: ns_to_ms(median(spent)) for name, spent in phases.items()},
     )
 
 
@@ -868,17 +844,9 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def _table(columns: list[tuple[str, str, int]], rows: list[list[str]]) -> None:
-    """Print right-aligned columns: (header line 1, header line 2, width) and the cells."""
-    print(" ".join(f"{top:>{width}}" for top, _, width in columns))
-    print(" ".join(f"{unit:>{width}}" for _, unit, width in columns))
-    for row in rows:
-        print(" ".join(f"{cell:>{width}}" for cell, (_, _, width) in zip(row, columns, strict=True)))
-
-
 def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: int, repeats: int) -> None:
     print(f"\n(a) per turn: median of {turns} turns (after {WARMUP_TURNS} warm-up), token counting on")
-    _table(
+    print_table(
         [
             ("history", "turns", 8),
             ("req MB", "", 7),
@@ -912,7 +880,7 @@ def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: 
         ],
     )
     print(f"\n(b) cold resume: median of {repeats}, each ending with the request bytes")
-    _table(
+    print_table(
         [
             ("history", "turns", 8),
             ("events", "", 7),
@@ -945,7 +913,7 @@ def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: 
             for r in resume_rows
         ],
     )
-    print(f"  opening the store (not included above): ~{_median([r.open_ms for r in resume_rows]):.0f} ms")
+    print(f"  opening the store (not included above): ~{median([r.open_ms for r in resume_rows]):.0f} ms")
     last = resume_rows[-1]
     print(
         f"  JSONL resume at {last.turns:,} turns, by step: "

@@ -84,13 +84,24 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, PooledText, ns_to_ms, profiled, text_pool
+from _common import (
+    SYSTEM_PROMPT,
+    TOOL_NAMES,
+    TOOLS,
+    PooledText,
+    Timed,
+    median,
+    ns_to_ms,
+    print_table,
+    profiled,
+    text_pool,
+)
 
 import sessionstore
 from sessionstore import (
@@ -192,29 +203,6 @@ class Workload(PooledText):
 
 def _dumps(request: dict[str, Any]) -> bytes:
     return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-class Timed:
-    """Wraps a callable and accumulates the time spent in it (nanoseconds)."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.total = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter_ns()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.total += time.perf_counter_ns() - start
-
-    def take(self) -> int:
-        total, self.total = self.total, 0
-        return total
 
 
 class Probe:
@@ -351,7 +339,7 @@ def bench_budget(folder: Path, repeats: int, *, profile: bool) -> BudgetRow:
         store.close()
 
     def med(name: str) -> float:
-        return ns_to_ms(_median(rows.get(name, [])))
+        return ns_to_ms(median(rows.get(name, [])))
 
     return BudgetRow(
         repeats=repeats,
@@ -522,14 +510,14 @@ def _row(label: str, samples: list[_Sample], note: str = "") -> ChainRow:
     return ChainRow(
         label=label,
         turns=len(samples),
-        request_mb=_median([s.size for s in samples]) / 1e6,
-        append_ms=ns_to_ms(_median([s.append_ns for s in samples])),
-        prepare_ms=ns_to_ms(_median([s.prepare_ns for s in samples])),
-        turn_ms=ns_to_ms(_median(turn)),
-        dumps_ms=ns_to_ms(_median([s.dumps_ns for s in samples])),
+        request_mb=median([s.size for s in samples]) / 1e6,
+        append_ms=ns_to_ms(median([s.append_ns for s in samples])),
+        prepare_ms=ns_to_ms(median([s.prepare_ns for s in samples])),
+        turn_ms=ns_to_ms(median(turn)),
+        dumps_ms=ns_to_ms(median([s.dumps_ns for s in samples])),
         max_turn_ms=ns_to_ms(max(turn)),
         snapshots=sum(s.snapshots for s in samples),
-        parts_ms={name: ns_to_ms(_median([s.parts.get(name, 0) for s in samples])) for name in PART_NAMES},
+        parts_ms={name: ns_to_ms(median([s.parts.get(name, 0) for s in samples])) for name in PART_NAMES},
         note=note,
     )
 
@@ -660,14 +648,6 @@ def _profile_chain(driver: ChainDriver, history: int) -> None:
 # --- report --------------------------------------------------------------------------------------
 
 
-def _table(columns: list[tuple[str, str, int]], rows: list[list[str]]) -> None:
-    """Right-aligned columns: (header line 1, header line 2, width) and the cells."""
-    print(" ".join(f"{top:>{width}}" for top, _, width in columns))
-    print(" ".join(f"{unit:>{width}}" for _, unit, width in columns))
-    for row in rows:
-        print(" ".join(f"{cell:>{width}}" for cell, (_, _, width) in zip(row, columns, strict=True)))
-
-
 def _f(value: float, digits: int = 2, suffix: str = "") -> str:
     return "-" if value != value else f"{value:.{digits}f}{suffix}"  # NaN -> "-"
 
@@ -677,7 +657,7 @@ def print_budget(row: BudgetRow) -> None:
         f"\n(a) tool-result budget: prepare() of one turn with {BUDGET_RESULTS} parallel Bash results of "
         f"{BUDGET_RESULT_CHARS:,} chars, fresh session each, median of {row.repeats} (after 1 warm-up)"
     )
-    _table(
+    print_table(
         [
             ("prepare", "ms", 8),
             ("dumps", "ms", 7),
@@ -723,7 +703,7 @@ def print_chain(info: ChainInfo, turns: int) -> None:
         f"{SNIP.target_percent:.0f}% = {info.target:,}), micro-compact time-based (gap "
         f"{MICROCOMPACT.gap_minutes:.0f} min, clock +1 min; +2 h in the last row)"
     )
-    _table(
+    print_table(
         [
             ("turns", "", 16),
             ("n", "", 4),
@@ -755,7 +735,7 @@ def print_chain(info: ChainInfo, turns: int) -> None:
         ],
     )
     print("\n  prepare() by stage (median ms per turn)")
-    _table(
+    print_table(
         [("turns", "", 16), *[(name, "", 8) for name in PART_NAMES], ("", "", 0)],
         [
             [r.label, *[_f(r.parts_ms.get(name, float("nan")), 2) for name in PART_NAMES], r.note]
