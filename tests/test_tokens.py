@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import sessionstore
 from sessionstore import MessageAppended, TiktokenCounter
+from sessionstore._tokens import MAX_ENCODED_CHARS
+
+from ._claude_code_corpus import CORPUS
 
 _NO_NETWORK = """
 import socket
@@ -78,3 +84,62 @@ def test_each_event_is_tokenized_once_per_append() -> None:
         store.read(sid)
 
     assert sorted(counter.seen) == sorted(str(e.event_id) for e in batch)
+
+
+class _RecordingEncoding:
+    """Wraps the real encoding and remembers the longest string it was handed."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.longest = 0
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.longest = max(self.longest, len(text))
+        return self.real.encode_ordinary(text)  # type: ignore[attr-defined,no-any-return]
+
+
+def _recording_counter() -> tuple[TiktokenCounter, _RecordingEncoding]:
+    counter = TiktokenCounter()
+    recording = _RecordingEncoding(counter._encoding)
+    counter.__dict__["_encoding"] = recording  # replaces the cached_property's value
+    return counter, recording
+
+
+def test_a_long_run_without_whitespace_is_encoded_in_bounded_chunks() -> None:
+    """BPE is quadratic in a piece's length: the encoder never gets more than the bound at once."""
+    counter, recording = _recording_counter()
+    run = "QUJD" * 50_000  # 200,000 characters of base64-like text, no whitespace
+
+    count = counter.count(MessageAppended(role="user", content=run))
+
+    assert recording.longest <= MAX_ENCODED_CHARS
+    exact = len(recording.real.encode_ordinary(run[:MAX_ENCODED_CHARS]))  # type: ignore[attr-defined]
+    assert count is not None
+    assert abs(count - exact * len(run) / MAX_ENCODED_CHARS) <= 0.01 * count
+
+
+def _corpus_text() -> str:
+    texts: list[str] = []
+    for path in sorted(CORPUS.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            message = json.loads(line).get("message") if line.strip() else None
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                texts.extend(b.get("text", "") for b in content if isinstance(b, dict))
+    return "\n\n".join(t for t in texts if t)
+
+
+def test_chunked_count_of_real_text_is_within_one_percent_of_the_exact_count() -> None:
+    """Cutting at whitespace keeps the count of ordinary text (the corpus) within 1%."""
+    text = _corpus_text()
+    if len(text) < 20 * MAX_ENCODED_CHARS:
+        pytest.skip(f"Claude Code corpus not found at {CORPUS}")
+    counter, recording = _recording_counter()
+
+    chunked = counter.count_text(text)
+    exact = len(recording.real.encode_ordinary(text))  # type: ignore[attr-defined]
+
+    assert recording.longest <= MAX_ENCODED_CHARS
+    assert abs(chunked - exact) <= 0.01 * exact
