@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import ClassVar, Generic, TypeVar
 
 from ._store import RecordedEvent, SessionStore, SnapshotRecord
@@ -99,26 +100,55 @@ def rebuild(
     (default: the store's own ``read`` of the session) supplies the events, e.g. a fork's
     continuous log.
     """
-    state: S | None = None
-    from_seq = 1
+    read_events = read if read is not None else partial(store.read, session_id)
     if use_snapshots:
-        snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, to_seq)
-        if snapshot is not None:
-            try:
-                state = projection.load(snapshot.state)
-                from_seq = snapshot.seq + 1
-            except Exception:
-                _log.warning(
-                    "ignoring unreadable %s snapshot of session %s at seq %d",
-                    projection.name,
-                    session_id,
-                    snapshot.seq,
-                    exc_info=True,
-                )
-    tail = read(from_seq, to_seq) if read is not None else store.read(session_id, from_seq, to_seq)
-    state = fold(projection, tail, state)
-    last_seq = tail[-1].seq if tail else from_seq - 1
-    return state, last_seq
+        resumed = _resume(store, session_id, projection, tokenizer, to_seq, read_events)
+        if resumed is not None:
+            state, events = resumed  # events[0] is the snapshot's own seq, already folded in
+            return fold(projection, events[1:], state), events[-1].seq
+    tail = read_events(1, to_seq)
+    state = fold(projection, tail)
+    return state, tail[-1].seq if tail else 0
+
+
+def _resume(
+    store: SessionStore,
+    session_id: str,
+    projection: Projection[S],
+    tokenizer: str,
+    to_seq: int | None,
+    read: Callable[[int, int | None], list[RecordedEvent]],
+) -> tuple[S, list[RecordedEvent]] | None:
+    """(the latest usable snapshot's state, the events from its seq on), or None to fold from seq 1.
+
+    The tail is read from the snapshot's own seq: that event must exist, or the snapshot is
+    past the log's head (a truncated tail, a forged row) and resuming from it would serve
+    events that are not there and make every later append expect the wrong seq.
+    """
+    snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, to_seq)
+    if snapshot is None:
+        return None
+    try:
+        state = projection.load(snapshot.state)
+    except Exception:
+        _log.warning(
+            "ignoring unreadable %s snapshot of session %s at seq %d",
+            projection.name,
+            session_id,
+            snapshot.seq,
+            exc_info=True,
+        )
+        return None
+    tail = read(snapshot.seq, to_seq)
+    if not tail or tail[0].seq != snapshot.seq:
+        _log.warning(
+            "ignoring %s snapshot of session %s at seq %d: it is past the log's last event",
+            projection.name,
+            session_id,
+            snapshot.seq,
+        )
+        return None
+    return state, tail
 
 
 def save_snapshot(

@@ -17,6 +17,9 @@ Outcomes per projection:
   from seq 1 instead (``rebuild``), so it cannot change a result: reported, but not a failure.
 * ``none``: no snapshot for this store's tokenizer and the projection's current version.
 * ``error``: folding the log raised (an undecodable or unknown event, say): a failure.
+* ``beyond_head``: the newest snapshot is labelled with a seq the log does not reach. Readers
+  ignore it (they fold from seq 1), but it means events were removed from the end of the log or
+  the row was written by something other than sessionstore: a failure.
 
 Only snapshots a reader of *this* store would use are checked: the current version of each
 registered projection, keyed by this store's tokenizer. Everything here only reads.
@@ -39,7 +42,7 @@ from ._store import SessionStore, VerifyReport
 
 __all__ = ["ProjectionCheck", "SessionVerification", "run_command", "verify_all", "verify_session"]
 
-Status = Literal["match", "mismatch", "unreadable", "none", "error"]
+Status = Literal["match", "mismatch", "unreadable", "none", "error", "beyond_head"]
 #: Never write a snapshot while verifying: verify reads only.
 _READ_ONLY = SessionConfig(snapshot_every=0)
 #: How often to re-align two live views when another writer keeps appending meanwhile.
@@ -64,8 +67,8 @@ class ProjectionCheck:
 
     @property
     def ok(self) -> bool:
-        """False for a mismatch or an error; an unreadable snapshot is ignored by readers."""
-        return self.status not in ("mismatch", "error")
+        """False for a mismatch, an error or a snapshot past the head; readers ignore an unreadable one."""
+        return self.status not in ("mismatch", "error", "beyond_head")
 
     def to_dict(self) -> dict[str, Any]:
         """The check as a JSON-ready dict."""
@@ -174,6 +177,20 @@ def _snapshot(
     return snapshot.seq, None
 
 
+def _beyond_head(
+    store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, head: int
+) -> ProjectionCheck | None:
+    """A failed check when the projection's newest snapshot is labelled past the log's head."""
+    newest = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer)
+    if newest is None or newest.seq <= head:
+        return None
+    head = SessionLog(store, session_id).last_seq()  # a writer may have appended and snapshotted meanwhile
+    if newest.seq <= head:
+        return None
+    detail = f"snapshot seq {newest.seq} is past the log's last seq {head}: events removed from the end?"
+    return ProjectionCheck(projection.name, "beyond_head", newest.seq, detail)
+
+
 def _live_pair(store: SessionStore, session_id: str) -> tuple[Session, Session]:
     """A Session resumed as readers resume it, and one folded from seq 1, at the same seq."""
     scratch = Session(store, session_id, _READ_ONLY, use_snapshots=False)
@@ -209,6 +226,9 @@ def _check_api_context(live: Session, scratch: Session, snapshot_seq: int) -> Pr
 def _check_generic(
     store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, to_seq: int
 ) -> ProjectionCheck:
+    ahead = _beyond_head(store, session_id, projection, tokenizer, to_seq)
+    if ahead is not None:
+        return ahead
     seq, unreadable = _snapshot(store, session_id, projection, tokenizer, to_seq)
     if seq is None:
         return ProjectionCheck(projection.name, "none")
@@ -245,8 +265,11 @@ def verify_session(store: SessionStore, session_id: str) -> SessionVerification:
     to_seq = SessionLog(store, session_id).last_seq()  # views count seqs through a fork's prefix
     try:
         api = _api_context.ApiContextProjection()
+        ahead = _beyond_head(store, session_id, api, tokenizer, to_seq)
         seq, unreadable = _snapshot(store, session_id, api, tokenizer, to_seq)
-        if seq is None:
+        if ahead is not None:
+            checks.append(ahead)
+        elif seq is None:
             checks.append(ProjectionCheck(api_name, "none"))
         elif unreadable is not None:  # Session skips it too (logging a warning): don't load it
             checks.append(ProjectionCheck(api_name, "unreadable", seq, unreadable))

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
@@ -246,3 +249,58 @@ def test_the_cli_names_a_tampered_seq(tmp_path: Path) -> None:
     report = json.loads(out)
     assert code == 2
     assert report["sessions"][0]["first_bad_seq"] == 3
+
+
+def _put_beyond_head(store: sessionstore.SessionStore, sid: str, tokenizer: str, ahead: int = 5) -> int:
+    """Snapshots of today's state, labelled ``ahead`` seqs past the log's last event: what a
+    truncated tail, or a row written straight into the snapshots table, leaves behind."""
+    last = store.last_seq(sid)
+    for projection in (ApiContextProjection(), TranscriptProjection()):
+        state = fold(projection, store.read(sid))
+        store.put_snapshot(
+            SnapshotRecord(
+                sid, projection.name, projection.version, tokenizer, last + ahead, projection.dump(state)
+            )
+        )
+    return last + ahead
+
+
+def test_readers_ignore_a_snapshot_past_the_head(
+    store: sessionstore.SessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot labelled beyond the last event is not served: the reader folds from seq 1,
+    warns, and the next append succeeds (it would otherwise expect a seq that does not exist)."""
+    session = Session.create(store, "ahead", config=SessionConfig(snapshot_every=0))
+    session.append([MessageAppended(role="user", content="hello")])
+    last = session.last_seq
+    _put_beyond_head(store, session.id, session.tokenizer)
+
+    with caplog.at_level(logging.WARNING, logger="sessionstore._projection"):
+        resumed = Session(store, session.id, SessionConfig(snapshot_every=0))
+    assert resumed.last_seq == last
+    assert resumed.request_bytes() == Session(store, session.id, use_snapshots=False).request_bytes()
+    assert [entry.seq for entry in resumed.transcript] == list(range(1, last + 1))
+    assert f"snapshot of session ahead at seq {last + 5}" in caplog.text
+    assert "past the log's last event" in caplog.text
+
+    resumed.append([MessageAppended(role="user", content="still appendable")])
+    assert store.last_seq(session.id) == last + 1
+
+
+def test_verify_fails_on_a_snapshot_past_the_head(store: sessionstore.SessionStore) -> None:
+    """verify names the projection and both seqs, and fails."""
+    session = Session.create(store, "ahead")
+    session.append([MessageAppended(role="user", content="hello")])
+    beyond = _put_beyond_head(store, session.id, session.tokenizer)
+
+    result = verify_session(store, session.id)
+
+    assert result.chain.ok and not result.ok
+    checks = {c.projection: c for c in result.projections}
+    assert checks["api_context"].status == "beyond_head"
+    assert checks["api_context"].snapshot_seq == beyond
+    assert checks["transcript"].status == "beyond_head"
+    assert checks["file_history"].status == "none"
+    assert f"api_context@{beyond} BEYOND_HEAD (snapshot seq {beyond} is past the log's last seq 2" in (
+        result.summary()
+    )
