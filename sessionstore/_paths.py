@@ -9,19 +9,42 @@ Two gates, both applied before anything is read or written:
   ``os.path.realpath``, must lie inside the real root, and a symlink at the path must point
   inside it too. This catches a symlinked directory or file that leads out of the project.
 
+Files that others wrote (transcripts, sidecars, export targets) pass two more gates:
+
+* ``name_problem`` — a single file name built from a value read from a transcript or the log
+  (a session id, an agent id, a sidecar's name): ``[A-Za-z0-9._-]``, no separator, no ``..``.
+* ``read_regular_file`` — only a regular file is read: it is opened with ``O_NONBLOCK`` (a FIFO
+  cannot block the open) and checked with ``fstat`` before any read (a FIFO, a socket or a device
+  such as ``/dev/zero`` cannot block the read or fill memory); optionally without following a
+  symlink and with a size bound.
+
 The check and the later write are separate system calls: a process that swaps a directory for a
 symlink in between is outside this module's threat model (it could write there itself).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 from collections.abc import Mapping
 from pathlib import PureWindowsPath
 
 from ._errors import ValidationError
 
-__all__ = ["PathRefusedError", "inside", "lexical_problem", "resolve_in_root", "to_relative"]
+__all__ = [
+    "PathRefusedError",
+    "inside",
+    "lexical_problem",
+    "name_problem",
+    "read_regular_file",
+    "resolve_in_root",
+    "to_relative",
+]
+
+#: A file name built from a value that came from a file or the log.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 
 class PathRefusedError(ValidationError):
@@ -56,6 +79,80 @@ def lexical_problem(path: str) -> str | None:
     if any(part in ("", ".") for part in parts):
         return "not in normal form (empty or '.' component)"
     return None
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` may not be used as one file name, or None if it may.
+
+    A name built from imported data (``sessionId``, ``agentId``, a sidecar's name) must be 1-255
+    of ``[A-Za-z0-9._-]`` with no ``..``, and not ``.``: it can then neither climb, nor name a
+    folder, nor be absolute.
+    """
+    if not _SAFE_NAME.fullmatch(name):
+        return "not a plain file name (1-255 of letters, digits, '.', '_', '-'; no separator)"
+    if ".." in name or name == ".":
+        return "contains '..' or is '.'"
+    return None
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_regular_file(
+    path: str | os.PathLike[str], *, follow_symlinks: bool = True, max_bytes: int | None = None
+) -> bytes:
+    """The bytes of the regular file at ``path``; anything else is refused before it is read.
+
+    Args:
+        follow_symlinks: False opens with ``O_NOFOLLOW``: a symlink at ``path`` is refused.
+        max_bytes: refuse a file larger than this.
+
+    Raises:
+        PathRefusedError: ``path`` is not a regular file (a FIFO, a device, a socket, a
+            directory), is a symlink and ``follow_symlinks`` is False, or is over ``max_bytes``.
+        FileNotFoundError: nothing is there (or a dangling symlink).
+        OSError: the file cannot be opened or read (permissions, I/O).
+    """
+    name = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(name, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow_symlinks:
+            raise PathRefusedError({name: "a symlink (not followed)"}) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PathRefusedError({name: f"{_kind(info.st_mode)}, not a regular file"})
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise PathRefusedError({name: f"{info.st_size} bytes, over the limit of {max_bytes}"})
+        return _read_all(fd, name, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, name: str, max_bytes: int | None) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := os.read(fd, 1 << 20):
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:  # it grew since fstat
+            raise PathRefusedError({name: f"over the limit of {max_bytes} bytes"})
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def inside(path: str, root: str) -> bool:

@@ -16,14 +16,16 @@ was imported) and spilled tool outputs under ``<sessionId>/tool-results/``.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._api_context import COMPACT_SUMMARY_PREFIX
 from .._errors import ValidationError
+from .._paths import PathRefusedError, inside, name_problem
 from .._store import RecordedEvent, SessionStore
 
 __all__ = ["ExportedFile", "export_claude_code", "write_claude_code"]
@@ -250,40 +252,67 @@ def _children(store: SessionStore, session_id: str) -> list[str]:
     return seen
 
 
-def _plan(store: SessionStore, session_id: str, directory: Path) -> list[tuple[Path, str | None, bytes]]:
+#: One file to write: its path below the target folder as names, the session it holds, its bytes.
+_Planned = tuple[tuple[str, ...], str | None, bytes]
+
+
+def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
     events = store.read(session_id)
     metadata = _started(events).get("metadata") or {}
     cc_session = str(metadata.get("session_id") or session_id)
-    companion = directory / cc_session
-    files: list[tuple[Path, str | None, bytes]] = []
-    queue = [(session_id, directory / f"{cc_session}.jsonl")]
+    files: list[_Planned] = []
+    queue: list[tuple[str, tuple[str, ...]]] = [(session_id, (f"{cc_session}.jsonl",))]
     done: set[str] = set()
     while queue:
-        current, path = queue.pop(0)
+        current, names = queue.pop(0)
         if current in done:
             continue
         done.add(current)
         lines = export_claude_code(store, current)
-        files.append((path, current, ("\n".join(lines) + "\n").encode() if lines else b""))
+        files.append((names, current, ("\n".join(lines) + "\n").encode() if lines else b""))
         current_events = store.read(current)
         child_meta = _started(current_events).get("metadata") or {}
         if current != session_id and isinstance(child_meta.get("meta"), dict):
-            meta_path = path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
-            files.append((meta_path, None, _dump(child_meta["meta"]).encode()))
+            meta_names = (*names[:-1], names[-1][: -len(".jsonl")] + ".meta.json")
+            files.append((meta_names, None, _dump(child_meta["meta"]).encode()))
         for recorded in current_events:
             if recorded.type == "tool_result_persisted":
                 persisted = recorded.payload_dict()
                 if persisted.get("blob_sha256"):
-                    name = Path(str(persisted.get("location") or "").replace("\\", "/")).name
+                    # The recorded location is a path on the machine that wrote it: keep its name only.
+                    name = PurePosixPath(str(persisted.get("location") or "").replace("\\", "/")).name
                     name = name or f"{persisted['tool_use_id']}.txt"
                     blob = store.get_blob(str(persisted["blob_sha256"]))
-                    files.append((companion / "tool-results" / name, None, blob))
+                    files.append(((cc_session, "tool-results", name), None, blob))
         for child in _children(store, current):
             child_metadata = _started(store.read(child, 1, 1)).get("metadata") or {}
             agent_id = str(child_metadata.get("agent_id") or child)
             # Claude Code keeps nested sub-agents flat, beside the others.
-            queue.append((child, companion / "subagents" / f"agent-{agent_id}.jsonl"))
+            queue.append((child, (cc_session, "subagents", f"agent-{agent_id}.jsonl")))
     return files
+
+
+def _refused_targets(directory: Path, files: list[_Planned]) -> dict[str, str]:
+    """Planned files that would land outside ``directory`` or on something that is no file.
+
+    Every name comes from the log (a transcript's ``sessionId``, ``agentId``, a sidecar's name),
+    so each must be a plain name, and the resolved path must stay inside the folder (an
+    existing symlink in it may not lead out).
+    """
+    real_directory = os.path.realpath(directory)
+    refused: dict[str, str] = {}
+    for names, _, _ in files:
+        shown = "/".join(names)
+        problem = next((p for name in names if (p := name_problem(name)) is not None), None)
+        if problem is not None:
+            refused[shown] = problem
+            continue
+        path = directory.joinpath(*names)
+        if not inside(os.path.realpath(path), real_directory):
+            refused[shown] = "resolves outside the target folder (symlink)"
+        elif os.path.exists(path) and not os.path.isfile(path):
+            refused[shown] = "exists and is not a regular file"
+    return refused
 
 
 def write_claude_code(
@@ -294,13 +323,24 @@ def write_claude_code(
     Give Claude Code's project folder (``~/.claude/projects/<encoded cwd>``) to make the
     session resumable there with ``claude --resume <sessionId>``.
 
+    Every file name comes from the log, so every one is checked before the first write: a
+    name that is not a plain file name (a separator, ``..``), or a path that resolves outside
+    ``directory``, refuses the whole export, even with ``overwrite``.
+
     Raises:
+        PathRefusedError: a file would land outside ``directory`` or on a non-file; names every
+            one (nothing is written).
         ValidationError: a file to write exists and ``overwrite`` is False (nothing is written).
         SessionNotFoundError: no such session.
     """
-    files = _plan(store, session_id, Path(directory))
+    folder = Path(directory)
+    planned = _plan(store, session_id)
+    refused = _refused_targets(folder, planned)
+    if refused:
+        raise PathRefusedError(refused)
+    files = [(folder.joinpath(*names), held, data) for names, held, data in planned]
     if not overwrite:
-        existing = [str(path) for path, _, _ in files if path.exists()]
+        existing = [str(path) for path, _, _ in files if os.path.lexists(path)]
         if existing:
             msg = f"would overwrite {', '.join(existing)}: pass overwrite=True (--force)"
             raise ValidationError(msg, field="directory")

@@ -1,0 +1,207 @@
+"""Hostile transcripts: nothing is read or written outside the place the user named.
+
+Names that reach the file system come from a transcript (``sessionId``, ``agentId``, a sidecar's
+name); a crafted one must not make export write, or import read, anywhere else. Special files
+(FIFOs, devices) must never block or fill memory: every test that could hang has a timeout.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sessionstore
+from sessionstore import PathRefusedError, SessionStore
+from sessionstore._paths import name_problem
+from sessionstore.cli import main
+from sessionstore.exporters import write_claude_code
+from sessionstore.importers import import_claude_code
+
+SESSION = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b8c1a7f"
+
+
+@pytest.fixture
+def mem_store() -> Iterator[SessionStore]:
+    """An in-memory store: the file checks need no other backend."""
+    opened = sessionstore.open_store(":memory:")
+    yield opened
+    opened.close()
+
+
+def _line(
+    kind: str, key: str, parent: str | None, session_id: str, text: Any, **extra: Any
+) -> dict[str, Any]:
+    """A user/assistant line with Claude Code's envelope."""
+    if kind == "user":
+        message: dict[str, Any] = {"role": "user", "content": text}
+    else:
+        message = {
+            "model": "claude-opus-4-5-20251101",
+            "id": f"msg_{key}",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 3,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 5,
+            },
+        }
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/Users/dev/proj",
+        "sessionId": session_id,
+        "version": "2.0.60",
+        "type": kind,
+        "message": message,
+        "uuid": key,
+        "timestamp": "2026-01-13T08:34:23.214Z",
+        **extra,
+    }
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in lines), encoding="utf-8")
+    return path
+
+
+def _main(folder: Path, session_id: str, *extra: dict[str, Any]) -> Path:
+    """``main.jsonl``: a prompt and an answer (then ``extra``) in ``session_id``."""
+    lines = [
+        _line("user", "u-1", None, session_id, "hi"),
+        _line("assistant", "a-1", "u-1", session_id, "hello"),
+    ]
+    return _write(folder / "main.jsonl", [*lines, *extra])
+
+
+def _agent(folder: Path, session_id: str, agent_id: str) -> Path:
+    """A flat ``agent-x.jsonl`` sibling of ``session_id`` whose lines carry ``agent_id``."""
+    lines = [
+        _line("user", "s-1", None, session_id, "task", isSidechain=True, agentId=agent_id),
+        _line("assistant", "s-2", "s-1", session_id, "done", isSidechain=True, agentId=agent_id),
+    ]
+    return _write(folder / "agent-x.jsonl", lines)
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("session_id", "agent_id"),
+    [
+        ("../../escaped", "a1"),  # the main file climbs out
+        ("<tmp>/absolute-escape", "a1"),  # an absolute sessionId
+        (SESSION, "../../../escaped"),  # a sub-agent's file climbs out
+        (SESSION, ".."),
+        ("..", "a1"),
+    ],
+)
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_export_refuses_names_from_the_transcript_that_leave_the_folder(
+    session_id: str, agent_id: str, overwrite: bool, tmp_path: Path, mem_store: SessionStore
+) -> None:
+    """A crafted sessionId or agentId refuses the whole export, even with overwrite; nothing is written."""
+    session_id = session_id.replace("<tmp>", str(tmp_path))
+    source = tmp_path / "nest" / "deeper" / "source"
+    _main(source, session_id)
+    _agent(source, session_id, agent_id)
+    report = import_claude_code(mem_store, [source])
+    before = _files(tmp_path)
+
+    with pytest.raises(PathRefusedError, match="nothing was written") as refused:
+        write_claude_code(
+            mem_store, report.sessions[0].session_id, tmp_path / "nest" / "out", overwrite=overwrite
+        )
+
+    assert _files(tmp_path) == before
+    assert any("not a plain file name" in why or "'..'" in why for why in refused.value.refused.values())
+
+
+def test_export_refuses_a_symlink_in_the_folder_that_leads_out(
+    tmp_path: Path, mem_store: SessionStore
+) -> None:
+    """With --force, an existing link named like a target file may not redirect the write outside."""
+    _main(tmp_path / "source", SESSION)
+    import_claude_code(mem_store, [tmp_path / "source"])
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"keep me\n")
+    (out / f"{SESSION}.jsonl").symlink_to(victim)
+
+    with pytest.raises(PathRefusedError, match="resolves outside the target folder"):
+        write_claude_code(mem_store, SESSION, out, overwrite=True)
+
+    assert victim.read_bytes() == b"keep me\n"
+
+
+@pytest.mark.timeout(30)
+def test_export_refuses_a_fifo_where_a_file_would_go(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A FIFO in place of the transcript would block the write forever: refused instead."""
+    _main(tmp_path / "source", SESSION)
+    import_claude_code(mem_store, [tmp_path / "source"])
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / f"{SESSION}.jsonl")
+
+    with pytest.raises(PathRefusedError, match="not a regular file"):
+        write_claude_code(mem_store, SESSION, out, overwrite=True)
+
+
+def test_cli_export_of_a_crafted_session_fails_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export --dir --force`` names the refused file, exits 1 and writes nothing."""
+    db = str(tmp_path / "cli.db")
+    _main(tmp_path / "source", "../escaped")
+    imported = io.StringIO()
+    assert main(["db", "upgrade", "--db", db], out=io.StringIO()) == 0
+    assert main(["import", "--db", db, str(tmp_path / "source"), "--json"], out=imported) == 0
+    session_id = json.loads(imported.getvalue())["sessions"][0]["session_id"]
+
+    code = main(
+        ["export", "--db", db, session_id, "--dir", str(tmp_path / "out"), "--force"], out=io.StringIO()
+    )
+
+    assert code == 1
+    assert "'../escaped.jsonl': not a plain file name" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.jsonl").exists()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        (SESSION, True),
+        ("agent-a92e91fc6ad75ef4a.meta.json", True),
+        ("toolu_01GKn4jrMV8uKGRRcsX3S9C4.txt", True),
+        ("..", False),
+        (".", False),
+        ("a/b", False),
+        ("a\\b", False),
+        ("x..y", False),
+        ("", False),
+        ("/etc", False),
+        ("a\x00b", False),
+        ("x" * 256, False),
+    ],
+)
+def test_file_names_from_a_transcript_are_plain_names(name: str, ok: bool) -> None:
+    """Only 1-255 of [A-Za-z0-9._-], no '..', not '.'."""
+    assert (name_problem(name) is None) is ok
