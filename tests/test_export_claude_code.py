@@ -221,3 +221,47 @@ def test_cli_export_to_stdout_file_and_folder(tmp_path: Path) -> None:
     assert main(["export", "--db", db, PARENT_SESSION, "-o", str(tmp_path / "one.jsonl")], out=out) == 1
     assert code == 0
     assert [json.loads(r)["lines"] for r in rows.getvalue().splitlines()] == [103, 17, 1]
+
+
+def test_a_fork_exports_its_whole_visible_history(store: SessionStore) -> None:
+    """The shared prefix and the fork's own messages, one chain, under the fork's own sessionId."""
+    parent = Session.create(store, "parent-1", model="claude-sonnet-4-5")
+    for role, text in [("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")]:
+        parent.append([MessageAppended(role=role, content=text, message_uuid=f"uuid-{text}")])
+    fork = parent.fork(message_uuid="uuid-a1", fork_id="fork-1")
+    fork.append([MessageAppended(role="user", content="q2-alternative", message_uuid="uuid-alt")])
+
+    lines = [json.loads(line) for line in export_claude_code(store, "fork-1")]
+
+    assert [line["uuid"] for line in lines] == ["uuid-q1", "uuid-a1", "uuid-alt"]
+    assert [line["parentUuid"] for line in lines] == [None, "uuid-q1", "uuid-a1"]
+    assert {line["sessionId"] for line in lines} == {"fork-1"}
+    assert [json.loads(line)["uuid"] for line in export_claude_code(store, "parent-1")][-1] == "uuid-a2"
+
+
+def test_a_fork_of_an_imported_transcript_round_trips(mem_store: SessionStore, tmp_path: Path) -> None:
+    """Inherited lines come back in place, under the fork's sessionId as Claude Code forks; re-import."""
+    name = "entireio__cli__98-78b713483d-0-full.jsonl"
+    path = corpus_file(name)
+    import_claude_code(mem_store, [path])
+    parent = Session(mem_store, MAIN_FILES[name])
+    prompts = [e for e in parent.transcript if e.type == "message_appended" and e.payload["role"] == "user"]
+    point = prompts[len(prompts) // 2]
+    fork_id = "c0ffee00-0000-4000-8000-000000000001"
+    fork = parent.fork(at_seq=point.seq, fork_id=fork_id)
+    fork.append([MessageAppended(role="user", content="try the other way", message_uuid="fork-prompt")])
+
+    lines = export_claude_code(mem_store, fork_id)
+    write_claude_code(mem_store, fork_id, tmp_path / "out")
+    write_claude_code(mem_store, parent.id, tmp_path / "out")  # beside it: no collision
+    again = sessionstore.open_store(":memory:")
+    import_claude_code(again, [tmp_path / "out" / f"{fork_id}.jsonl"])
+    original = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+
+    inherited = [(n, line) for n, line in enumerate(lines[:-1]) if line]
+    assert len(inherited) > 20
+    assert all(line == original[n].replace(MAIN_FILES[name], fork_id) for n, line in inherited)
+    assert json.loads(lines[-1])["parentUuid"] == point.payload["message_uuid"]
+    assert {json.loads(line).get("sessionId", fork_id) for line in lines if line} == {fork_id}
+    assert Session(again, fork_id).request() == fork.request()
+    again.close()

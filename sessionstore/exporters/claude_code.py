@@ -25,6 +25,7 @@ from typing import Any
 
 from .._api_context import COMPACT_SUMMARY_PREFIX
 from .._errors import ValidationError
+from .._lineage import SessionLog
 from .._paths import PathRefusedError, inside, name_problem
 from .._store import RecordedEvent, SessionStore
 
@@ -56,8 +57,14 @@ def _started(events: list[RecordedEvent]) -> dict[str, Any]:
     return first.payload_dict() if first is not None and first.type == "session_started" else {}
 
 
-def _source_lines(events: list[RecordedEvent]) -> tuple[dict[int, str], set[str], _Context | None]:
-    """Imported lines by number, the events they cover, and the envelope of the last one."""
+def _source_lines(
+    events: list[RecordedEvent], fork_session: str | None = None
+) -> tuple[dict[int, str], set[str], _Context | None]:
+    """Imported lines by number, the events they cover, and the envelope of the last one.
+
+    ``fork_session``: the lines are a fork's inherited history and take its ``sessionId``, as
+    Claude Code's own forks (``--fork-session``) copy them.
+    """
     covered: set[str] = set()
     contents: dict[str, Any] = {}
     for recorded in events:
@@ -78,6 +85,8 @@ def _source_lines(events: list[RecordedEvent]) -> tuple[dict[int, str], set[str]
             held = next((contents[i] for i in payload["events"] if i in contents), None)
             if held is not None:
                 entry["message"]["content"] = json.loads(held)["content"]
+        if fork_session is not None and "sessionId" in entry:
+            entry["sessionId"] = fork_session
         numbered[int(payload["line"])] = _dump(entry)
         if isinstance(entry.get("uuid"), str):
             last = entry
@@ -204,24 +213,48 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
             yield _dump(line)
 
 
+def _visible_events(store: SessionStore, session_id: str) -> list[RecordedEvent]:
+    """The session's history as its views see it: a fork's shared prefix, then its own events."""
+    return SessionLog(store, session_id).read()
+
+
+def _is_fork(store: SessionStore, session_id: str) -> bool:
+    return store.get_session(session_id).fork_seq is not None
+
+
+def _claude_session_id(store: SessionStore, session_id: str, events: list[RecordedEvent]) -> str:
+    """The ``sessionId`` (and file name) the export uses.
+
+    A fork is a session of its own: it takes its own id, so its file never collides with the
+    parent's. Otherwise the imported ``sessionId`` comes back.
+    """
+    if _is_fork(store, session_id):
+        return session_id
+    metadata = _started(events).get("metadata") or {}
+    return str(metadata.get("session_id") or session_id)
+
+
 def export_claude_code(store: SessionStore, session_id: str) -> list[str]:
     """The session as Claude Code JSONL lines, without newlines.
 
     An imported session's lines come back at their original line numbers; a number with no
     line (a blank line, or one skipped as bad) is an empty string, so a re-import keeps every
-    line's number. Lines for events appended since follow.
+    line's number. Lines for events appended since follow. A fork exports its whole visible
+    history under its own id, as Claude Code writes a forked session: the parent's lines up to
+    the fork point (with the fork's ``sessionId``), then the fork's own.
 
     Raises:
         SessionNotFoundError: no such session.
     """
-    events = store.read(session_id)
+    events = _visible_events(store, session_id)
     started = _started(events)
-    metadata = started.get("metadata") or {}
-    numbered, covered, ctx = _source_lines(events)
+    claude_session = _claude_session_id(store, session_id, events)
+    fork = _is_fork(store, session_id)
+    numbered, covered, ctx = _source_lines(events, claude_session if fork else None)
     covered.update(r.event_id for r in events[:1] if r.type == "session_started")
     if ctx is None:
         ctx = _Context(
-            str(metadata.get("session_id") or session_id),
+            claude_session,
             started.get("query_source") in ("subagent", "compact"),
             None,
             {"userType": "external"},
@@ -244,7 +277,7 @@ class ExportedFile:
 
 def _children(store: SessionStore, session_id: str) -> list[str]:
     seen: list[str] = []
-    for recorded in store.read(session_id):
+    for recorded in _visible_events(store, session_id):
         if recorded.type == "subagent_started":
             child = str(recorded.payload_dict()["child_session_id"])
             if child not in seen:
@@ -257,9 +290,7 @@ _Planned = tuple[tuple[str, ...], str | None, bytes]
 
 
 def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
-    events = store.read(session_id)
-    metadata = _started(events).get("metadata") or {}
-    cc_session = str(metadata.get("session_id") or session_id)
+    cc_session = _claude_session_id(store, session_id, _visible_events(store, session_id))
     files: list[_Planned] = []
     queue: list[tuple[str, tuple[str, ...]]] = [(session_id, (f"{cc_session}.jsonl",))]
     done: set[str] = set()
@@ -270,7 +301,7 @@ def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
         done.add(current)
         lines = export_claude_code(store, current)
         files.append((names, current, ("\n".join(lines) + "\n").encode() if lines else b""))
-        current_events = store.read(current)
+        current_events = _visible_events(store, current)
         child_meta = _started(current_events).get("metadata") or {}
         if current != session_id and isinstance(child_meta.get("meta"), dict):
             meta_names = (*names[:-1], names[-1][: -len(".jsonl")] + ".meta.json")
