@@ -25,6 +25,9 @@ The tree::
 
 Driver errors are translated in exactly one place (``sessionstore.backends._sql``)
 with ``raise ... from e``, so callers never import SQLAlchemy or a driver to catch errors.
+
+The command line turns an error into one ``sessionstore: ...`` line on stderr and an exit
+status (``EXIT_*`` below; docs/cli.md has the table).
 """
 
 from __future__ import annotations
@@ -45,6 +48,21 @@ __all__ = [
     "UnknownEventTypeError",
     "ValidationError",
 ]
+
+
+#: Exit statuses of the ``sessionstore`` command (docs/cli.md, "Exit status").
+EXIT_OK = 0
+#: Any error: a missing session, an invalid event, a file that cannot be written ...
+EXIT_ERROR = 1
+#: A malformed command line (argparse's own status).
+EXIT_USAGE = 2
+#: An integrity check failed: ``verify`` found tampering, ``served`` a request that differs.
+EXIT_INTEGRITY = 3
+#: Interrupted by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: The reader closed the pipe (``sessionstore context SID | head``): stopped quietly
+#: (128 + SIGPIPE, as a shell reports a program the pipe ended).
+EXIT_BROKEN_PIPE = 141
 
 
 class SessionStoreError(Exception):

@@ -8,6 +8,7 @@ output, so ``cli.py`` only registers and dispatches them.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable
@@ -79,25 +80,33 @@ class _StderrProgress:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.shown = -1
+        self.open_line = False
 
     def __call__(self, done: int, total: int) -> None:
         percent = 100 * done // total if total else 100
         if percent == self.shown:
             return  # redraw only when the number changes: a big import has many callbacks
         self.shown = percent
-        end = "\n" if done >= total else ""
+        self.open_line = done < total
+        end = "" if self.open_line else "\n"
         self.stream.write(f"\rimporting: {percent:3d}% ({done}/{total} lines){end}")
         self.stream.flush()
+
+    def end_line(self) -> None:
+        """Finish a line the import left unfinished (it failed or was interrupted)."""
+        if self.open_line:
+            self.stream.write("\n")
+            self.open_line = False
 
 
 def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     show = args.progress or sys.stderr.isatty()
-    report = import_claude_code(
-        store,
-        args.paths,
-        skip_bad_lines=args.skip_bad_lines,
-        progress=_StderrProgress(sys.stderr) if show else None,
-    )
+    progress = _StderrProgress(sys.stderr) if show else None
+    try:
+        report = import_claude_code(store, args.paths, skip_bad_lines=args.skip_bad_lines, progress=progress)
+    finally:
+        if progress is not None:
+            progress.end_line()  # an error or Ctrl-C then prints on a line of its own
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False), file=out)
         return 0
@@ -136,8 +145,7 @@ def _run_export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
 
     target = Path(args.output)
     if target.exists() and not args.force:
-        print(f"sessionstore: {target} exists (use --force to overwrite)", file=sys.stderr)
-        return 1
+        raise FileExistsError(errno.EEXIST, "exists (use --force to overwrite)", str(target))
     target.write_text(text, encoding="utf-8", newline="\n")
     if args.json:
         print(json.dumps({"path": str(target), "session_id": args.session_id, "lines": len(lines)}), file=out)

@@ -12,7 +12,7 @@ Outcomes per projection:
 
 * ``match``: the snapshot folded forward equals the rebuild.
 * ``mismatch``: it does not. Readers would serve the snapshot's version: this fails
-  verification (exit status 2), like a broken chain.
+  verification (exit status 3), like a broken chain.
 * ``unreadable``: the snapshot does not load. Every reader ignores such a snapshot and folds
   from seq 1 instead (``rebuild``), so it cannot change a result: reported, but not a failure.
 * ``none``: no snapshot for this store's tokenizer and the projection's current version.
@@ -35,6 +35,7 @@ from typing import Any, Literal, TextIO
 
 # Imported for their projections' registration: verify checks every registered projection.
 from . import _api_context, _file_history, _transcript  # noqa: F401
+from ._errors import EXIT_INTEGRITY, EXIT_OK
 from ._lineage import SessionLog
 from ._projection import _PROJECTIONS, Projection, rebuild
 from ._session import NO_TOKENIZER, Session, SessionConfig
@@ -300,7 +301,7 @@ def verify_all(store: SessionStore, *, page_size: int = 100) -> Iterator[Session
 
 
 def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    """The CLI's ``verify [SESSION] [--json]``: 0 when everything verifies, else 2.
+    """The CLI's ``verify [SESSION] [--json]``: 0 when everything verifies, else ``EXIT_INTEGRITY``.
 
     With a session: its line (or JSON object). Without: one line per session and a total (with
     ``--json``, one object: ``{"sessions": [...], "total", "failed", "ok"}``).
@@ -308,7 +309,7 @@ def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
     if args.session_id is not None:
         result = verify_session(store, args.session_id)
         print(json.dumps(result.to_dict()) if args.json else result.summary(), file=out)
-        return 0 if result.ok else 2
+        return EXIT_OK if result.ok else EXIT_INTEGRITY
     total = failed = 0
     rows: list[dict[str, Any]] = []
     for result in verify_all(store):
@@ -322,4 +323,4 @@ def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
         print(json.dumps({"sessions": rows, "total": total, "failed": failed, "ok": not failed}), file=out)
     else:
         print(f"{total} sessions verified: {total - failed} ok, {failed} failed", file=out)
-    return 2 if failed else 0
+    return EXIT_INTEGRITY if failed else EXIT_OK

@@ -1,15 +1,18 @@
 """The ``sessionstore`` command line.
 
 Every command takes ``--db URL`` (default: ``SESSIONSTORE_URL``, else the embedded SQLite
-file). Errors print one line to stderr and exit with status 1; a failed integrity check
-exits with status 2.
+file). Errors print one ``sessionstore: ...`` line to stderr, never a traceback; the exit
+status says what happened (``EXIT_*`` in ``sessionstore._errors``): 1 an error, 2 a malformed
+command line, 3 a failed integrity check, 130 interrupted, 141 the reader closed the pipe.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -19,7 +22,16 @@ from ._audit import audit, render_audit, served_request, view_diff
 from ._collapse import collapse
 from ._compaction import compact
 from ._config import create_engine_for_url, resolve_url
-from ._errors import SessionStoreError
+from ._errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTEGRITY,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    IntegrityCheckError,
+    SessionStoreError,
+    ValidationError,
+)
 from ._events import MessageAppended
 from ._file_history import FileHistory, RewindResult
 from ._interchange import add_commands as _add_interchange_commands
@@ -57,8 +69,10 @@ def _parser() -> argparse.ArgumentParser:
         sub = db_commands.add_parser(name, help=help_text)
         _add_db(sub)
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
-        if name != "current":
-            sub.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
+        if name == "upgrade":
+            sub.add_argument("revision", nargs="?", default="head")
+        elif name == "downgrade":
+            sub.add_argument("revision")
 
     demo = commands.add_parser("demo", help="drive a generated agent session through every context stage")
     _add_db(demo)
@@ -76,7 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     append = commands.add_parser("append", help="append events (JSON lines on stdin) or one --text message")
     _add_db(append)
     append.add_argument("session_id")
-    append.add_argument("--expected", default="any", help="expected last seq, or 'any' (default)")
+    append.add_argument(
+        "--expected", type=_expected, default=ANY, help="expected last seq, or 'any' (default)"
+    )
     append.add_argument("--text", help="append one message with this text instead of reading stdin")
     append.add_argument("--role", choices=("user", "assistant"), default="user")
 
@@ -192,24 +208,43 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _expected(value: str) -> ExpectedSeq:
+    """``--expected``: a seq or ``any`` (argparse turns the error into a usage error)."""
     if value == "any":
         return ANY
     try:
         return int(value)
     except ValueError:
-        raise SystemExit(f"sessionstore: --expected must be an integer or 'any', not {value!r}") from None
+        raise argparse.ArgumentTypeError(f"must be an integer or 'any', not {value!r}") from None
 
 
 def _read_json_lines(stream: TextIO) -> list[dict[str, Any]]:
+    """The events on ``stream``, one JSON value a line (blank lines skipped).
+
+    Raises:
+        ValidationError: a line is not valid UTF-8 or not JSON; names the line.
+    """
     batch: list[dict[str, Any]] = []
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            batch.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"sessionstore: stdin line {number}: invalid JSON: {e.msg}") from None
+    number = 0
+    try:
+        for line in stream:
+            number += 1
+            if line.strip():
+                batch.append(_json_line(line, number))
+    except UnicodeDecodeError as e:  # decoded a chunk ahead: the line number is approximate
+        msg = f"stdin is not UTF-8 after line {number}: {e.reason}"
+        raise ValidationError(msg, field="stdin", index=number + 1) from None
     return batch
+
+
+def _json_line(line: str, number: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        msg = f"stdin line {number}: invalid JSON: {e.msg}"
+        raise ValidationError(msg, field="stdin", index=number) from None
+    except RecursionError:
+        msg = f"stdin line {number}: JSON nested too deeply"
+        raise ValidationError(msg, field="stdin", index=number) from None
 
 
 def _run_db(args: argparse.Namespace, out: TextIO) -> int:
@@ -220,8 +255,6 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
         if args.db_command == "upgrade":
             _migrate.upgrade(engine, args.revision)
         elif args.db_command == "downgrade":
-            if args.revision is None:
-                raise SystemExit("sessionstore: db downgrade needs a revision (e.g. 'base')")
             _migrate.downgrade(engine, args.revision)
         with engine.connect().execution_options(sessionstore_read=True) as conn:
             current = _migrate.current_revision(conn)
@@ -306,7 +339,7 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
             batch = [MessageAppended(role=args.role, content=args.text)]
         else:
             batch = _read_json_lines(sys.stdin)
-        result = store.append(args.session_id, batch, _expected(args.expected))
+        result = store.append(args.session_id, batch, args.expected)
         if args.json:
             _print_json(out, dataclasses.asdict(result))
         else:
@@ -460,17 +493,13 @@ def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO
         return 0
     if args.root is None and history.recorded_root is None:
         history = FileHistory(session, ".")
-    try:
-        result = history.rewind(
-            args.message_uuid,
-            files=args.files or not args.conversation,
-            conversation=args.conversation or not args.files,
-            dry_run=args.dry_run,
-            fork_session_id=args.fork_id,
-        )
-    except OSError as e:
-        print(f"sessionstore: {e}", file=sys.stderr)
-        return 1
+    result = history.rewind(
+        args.message_uuid,
+        files=args.files or not args.conversation,
+        conversation=args.conversation or not args.files,
+        dry_run=args.dry_run,
+        fork_session_id=args.fork_id,
+    )
     _print_rewind(result, out, as_json=args.json)
     return 0
 
@@ -515,7 +544,7 @@ def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
                 f"\nturn {replay.turn} (through seq {replay.through_seq}): {verdict} the recorded fingerprint",  # noqa: E501
                 file=out,
             )
-        return 0 if replay.matches else 2
+        return EXIT_OK if replay.matches else EXIT_INTEGRITY
     if args.command == "diff":
         diff = view_diff(session, args.seq_a, args.seq_b)
         if args.json:
@@ -531,20 +560,63 @@ def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    if args.command == "db":
+        return _run_db(args, out)
+    if args.command == "demo":
+        return run_demo(args.db, out, as_json=args.json)
+    with open_store(args.db) as store:
+        return _run_with_store(args, store, out)
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"sessionstore: {message}", file=sys.stderr)
+    return status
+
+
+def _file_problem(error: OSError) -> str:
+    """``PATH: what is wrong`` for a file the command could not read or write."""
+    if error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return str(error) or type(error).__name__
+
+
+def _reader_gone(out: TextIO) -> int:
+    """Stop quietly when the reader closed the pipe (``sessionstore context SID | head``).
+
+    stdout is pointed at /dev/null first, or the interpreter's final flush would report the same
+    broken pipe again on the way out.
+    """
+    if out is sys.stdout:
+        with contextlib.suppress(OSError, ValueError):  # no real file descriptor (captured output)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status (``EXIT_*`` in ``sessionstore._errors``).
+
+    The one place where errors become output: a sessionstore error or a file the command cannot
+    read or write prints one ``sessionstore: ...`` line on stderr; a failed integrity check
+    exits with ``EXIT_INTEGRITY``; Ctrl-C prints one line and exits with ``EXIT_INTERRUPTED``.
+    Usage errors are argparse's (``EXIT_USAGE``).
+    """
     out = out or sys.stdout
     args = _parser().parse_args(argv)
     try:
-        if args.command == "db":
-            return _run_db(args, out)
-        if args.command == "demo":
-            return run_demo(args.db, out, as_json=args.json)
-        with open_store(args.db) as store:
-            return _run_with_store(args, store, out)
+        status = _run(args, out)
+        out.flush()  # a closed pipe shows up here, not in the interpreter's exit
+        return status
+    except IntegrityCheckError as e:
+        return _fail(str(e), EXIT_INTEGRITY)
     except SessionStoreError as e:
-        print(f"sessionstore: {e}", file=sys.stderr)
-        return 1
+        return _fail(str(e), EXIT_ERROR)
+    except BrokenPipeError:
+        return _reader_gone(out)
+    except OSError as e:
+        return _fail(_file_problem(e), EXIT_ERROR)
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the console script

@@ -192,7 +192,7 @@ def test_verify_all_pages_through_every_session(store: sessionstore.SessionStore
 
 
 def test_the_cli_verifies_one_session_or_all(tmp_path: Path) -> None:
-    """verify [SESSION] [--json]: one line per session and a total; exit 2 when any fails."""
+    """verify [SESSION] [--json]: one line per session and a total; exit 3 when any fails."""
     db = str(tmp_path / "v.db")
     store = sessionstore.open_store(db, migrate=True)
     busy = _busy_session(store, tmp_path)
@@ -212,13 +212,13 @@ def test_the_cli_verifies_one_session_or_all(tmp_path: Path) -> None:
     _put_stale(store, busy.id, busy.tokenizer)
     store.close()
     code, out = _run("verify", "--db", db)
-    assert code == 2
+    assert code == 3
     assert "busy: SNAPSHOT MISMATCH" in out
     assert out.endswith("2 sessions verified: 1 ok, 1 failed\n")
 
     code, out = _run("verify", "--db", db, "busy", "--json")
     single = json.loads(out)
-    assert code == 2
+    assert code == 3
     assert (single["ok"], single["chain_ok"], single["first_bad_seq"]) == (False, True, None)
     assert {p["projection"]: p["status"] for p in single["projections"]}["api_context"] == "mismatch"
 
@@ -227,13 +227,13 @@ def test_the_cli_verifies_one_session_or_all(tmp_path: Path) -> None:
 
     code, out = _run("verify", "--db", db, "--json")
     everything = json.loads(out)
-    assert code == 2
+    assert code == 3
     assert (everything["total"], everything["failed"], everything["ok"]) == (2, 1, False)
     assert [s["session_id"] for s in everything["sessions"]] == ["busy", "calm"]
 
 
 def test_the_cli_names_a_tampered_seq(tmp_path: Path) -> None:
-    """The brief's tamper: drop the SQLite trigger, UPDATE a payload; verify exits 2 naming the seq."""
+    """The brief's tamper: drop the SQLite trigger, UPDATE a payload; verify exits 3 naming the seq."""
     db = str(tmp_path / "t.db")
     store = sessionstore.open_store(db, migrate=True)
     store.create_session("t-1", events=[MessageAppended(role="user", content=f"m{n}") for n in range(4)])
@@ -244,10 +244,10 @@ def test_the_cli_names_a_tampered_seq(tmp_path: Path) -> None:
     store.close()
 
     code, out = _run("verify", "--db", db, "t-1")
-    assert (code, out) == (2, "t-1: BROKEN at seq 3: stored content does not match its hash\n")
+    assert (code, out) == (3, "t-1: BROKEN at seq 3: stored content does not match its hash\n")
     code, out = _run("verify", "--db", db, "--json")
     report = json.loads(out)
-    assert code == 2
+    assert code == 3
     assert report["sessions"][0]["first_bad_seq"] == 3
 
 
