@@ -111,9 +111,23 @@ class TokenBudget:
 
 @dataclass
 class _BudgetTracker:
+    """Output tokens of one turn: every response counts, the tool-calling ones too."""
+
     turn_tokens: int = 0
     continuations: int = 0
+    #: Output tokens since the last budget decision (all responses in between).
+    since_decision: int = 0
+    #: What each decision found new since the one before, oldest first.
     deltas: list[int] = field(default_factory=list)
+
+    def count(self, response: Any) -> None:
+        output = int(response.usage.output_tokens)
+        self.turn_tokens += output
+        self.since_decision += output
+
+    def close_delta(self) -> None:
+        self.deltas.append(self.since_decision)
+        self.since_decision = 0
 
 
 def budget_decision(
@@ -125,7 +139,8 @@ def budget_decision(
         budget: the turn's output-token budget, or None for no budget.
         turn_tokens: output tokens produced this turn so far.
         continuations: nudges sent this turn so far.
-        deltas: output tokens of each response this turn, oldest first.
+        deltas: output tokens produced between consecutive decisions this turn, oldest first
+            (a decision's delta counts every response since the previous one).
         subagent: sub-agents always stop.
     """
     if subagent:
@@ -272,11 +287,12 @@ class _Shared:
         )
         return False
 
-    def after_turn(self, response: Any, tracker: _BudgetTracker) -> str | None:
-        """The nudge to send when the budget says continue, else None (and stop hooks run)."""
-        output = int(response.usage.output_tokens)
-        tracker.turn_tokens += output
-        tracker.deltas.append(output)
+    def after_turn(self, tracker: _BudgetTracker) -> str | None:
+        """The nudge to send when the budget says continue, else None (and stop hooks run).
+
+        ``tracker`` has counted every response of the turn so far (``_BudgetTracker.count``).
+        """
+        tracker.close_delta()
         subagent = self.session.api_state.query_source != "main"
         action, reason = budget_decision(
             self.budget.total, tracker.turn_tokens, tracker.continuations, tracker.deltas, subagent=subagent
@@ -441,11 +457,12 @@ class Conversation(_Loop["anthropic.Anthropic"]):
         response = None
         for _ in range(max_steps):
             response = self.step()
+            tracker.count(response)
             uses = _tool_uses(response)
             if uses and tool_runner is not None:
                 self._shared.append([MessageAppended(role="user", content=_tool_results(uses, tool_runner))])
                 continue
-            nudge = self._shared.after_turn(response, tracker)
+            nudge = self._shared.after_turn(tracker)
             if nudge is None:
                 return response
             self._shared.append([MessageAppended(role="user", content=nudge, timestamp=self._shared.clock())])
@@ -506,6 +523,7 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
         response = None
         for _ in range(max_steps):
             response = await self.step()
+            tracker.count(response)
             uses = _tool_uses(response)
             if uses and tool_runner is not None:
                 results: list[ContentBlock] = []
@@ -516,7 +534,7 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
                         results.append(_failed_result(use, e))
                 await asyncio.to_thread(self._shared.append, [MessageAppended(role="user", content=results)])
                 continue
-            nudge = await asyncio.to_thread(self._shared.after_turn, response, tracker)
+            nudge = await asyncio.to_thread(self._shared.after_turn, tracker)
             if nudge is None:
                 return response
             nudge_event = MessageAppended(role="user", content=nudge, timestamp=self._shared.clock())

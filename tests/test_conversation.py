@@ -41,6 +41,19 @@ def _script(api: Any) -> None:
     ]
 
 
+_READ_TOOL = {
+    "name": "Read",
+    "description": "Read a file.",
+    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+}
+
+
+def _costing(reply: tuple[int, dict[str, Any]], output_tokens: int) -> tuple[int, dict[str, Any]]:
+    """The reply with its usage set to ``output_tokens`` output tokens."""
+    status, message = reply
+    return status, {**message, "usage": {"input_tokens": 10, "output_tokens": output_tokens}}
+
+
 def _runner(use: dict[str, Any]) -> str:
     return f"output of {use['name']} {use['input']}"
 
@@ -309,6 +322,90 @@ class TestBudget:
             "Keep going: 600 of 1,300"
             in messages_api.requests[1]["body"]["messages"][-1]["content"][-1]["text"]
         )
+
+    def test_tool_calling_responses_count_toward_the_turn(self, messages_api: Any) -> None:
+        """4,000 + 4,000 (tool calls) + 1,500 (the answer) against 10,000: 9,500 used, no nudge."""
+        messages_api.queue += [
+            _costing(tool_use_message("toolu_1", "Read", {"file_path": "a.py"}, "msg_1"), 4_000),
+            _costing(tool_use_message("toolu_2", "Read", {"file_path": "b.py"}, "msg_2"), 4_000),
+            _costing(text_message("Done.", "msg_3"), 1_500),
+        ]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        loop = Conversation(
+            session, _client(messages_api), model="claude-opus-5-5", budget=TokenBudget(10_000)
+        )
+        loop.user("read both files")
+
+        loop.run(_runner)
+
+        decisions = [
+            (e.payload["action"], e.payload["reason"], e.payload["turn_tokens"])
+            for e in session.transcript
+            if e.type == "budget_decision"
+        ]
+        assert decisions == [("stop", "budget reached", 9_500)]
+        assert len(messages_api.requests) == 3
+
+    def test_async_loop_counts_tool_calling_responses_too(self, messages_api: Any) -> None:
+        """AsyncConversation.run counts the same way: 4,000 + 4,000 + 1,500 reaches the budget."""
+        messages_api.queue += [
+            _costing(tool_use_message("toolu_1", "Read", {"file_path": "a.py"}, "msg_1"), 4_000),
+            _costing(tool_use_message("toolu_2", "Read", {"file_path": "b.py"}, "msg_2"), 4_000),
+            _costing(text_message("Done.", "msg_3"), 1_500),
+        ]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+        loop = AsyncConversation(session, client, model="claude-opus-5-5", budget=TokenBudget(10_000))
+
+        async def runner(use: dict[str, Any]) -> str:
+            return _runner(use)
+
+        async def main() -> None:
+            await loop.user("read both files")
+            await loop.run(runner)
+
+        asyncio.run(main())
+
+        decisions = [e.payload["turn_tokens"] for e in session.transcript if e.type == "budget_decision"]
+        assert decisions == [9_500]
+
+    def test_diminishing_returns_measures_what_each_continuation_added(self, messages_api: Any) -> None:
+        """A continuation's delta is everything produced since the last decision, tool calls too."""
+        messages_api.queue += [
+            _costing(text_message("start", "msg_0"), 1_000),
+            _costing(text_message("a bit more", "msg_1"), 100),
+            _costing(text_message("a bit more", "msg_2"), 100),
+            # After the third nudge, two responses: 300 + 300 = 600 new tokens, not diminishing.
+            _costing(tool_use_message("toolu_9", "Read", {"file_path": "c.py"}, "msg_3"), 300),
+            _costing(text_message("more", "msg_4"), 300),
+            _costing(text_message("little", "msg_5"), 100),
+            _costing(text_message("little", "msg_6"), 100),
+        ]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        loop = Conversation(
+            session, _client(messages_api), model="claude-opus-5-5", budget=TokenBudget(100_000)
+        )
+        loop.user("write")
+
+        loop.run(_runner)
+
+        decisions = [
+            (e.payload["action"], e.payload["reason"], e.payload["turn_tokens"])
+            for e in session.transcript
+            if e.type == "budget_decision"
+        ]
+        assert decisions == [
+            ("continue", "below 90% of the budget", 1_000),
+            ("continue", "below 90% of the budget", 1_100),
+            ("continue", "below 90% of the budget", 1_200),
+            ("continue", "below 90% of the budget", 1_800),  # +600 since the last decision
+            ("continue", "below 90% of the budget", 1_900),  # +100, after +600
+            ("stop", "diminishing returns", 2_000),  # +100 twice in a row
+        ]
+        assert len(messages_api.requests) == 7
 
 
 class TestSubagents:
