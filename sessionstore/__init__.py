@@ -76,6 +76,7 @@ from ._errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionStoreError,
+    StoreUnavailableError,
     UnknownEventTypeError,
     ValidationError,
 )
@@ -149,6 +150,7 @@ from ._pipeline import (
     snip,
 )
 from ._projection import Projection, fold, register_projection
+from ._retry import RetryPolicy
 from ._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION, Session, SessionConfig
 from ._store import (
     ANY,
@@ -271,6 +273,7 @@ __all__ = [
     "ReadRecord",
     "RecordedEvent",
     "RequestProblem",
+    "RetryPolicy",
     "RewindPlan",
     "RewindResult",
     "SCHEMA_REVISION",
@@ -297,6 +300,7 @@ __all__ = [
     "SnipApplied",
     "SnipConfig",
     "StageReport",
+    "StoreUnavailableError",
     "SubagentSpawnRefused",
     "SubagentStarted",
     "Summarizer",

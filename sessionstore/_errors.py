@@ -20,6 +20,7 @@ The tree::
     ├── SchemaOutOfDateError                 the database is not migrated to this version
     └── DatabaseError                        PEP 249 names for storage failures
         ├── OperationalError                 lost connection, lock timeout, disk full ...
+        │   └── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
         ├── IntegrityError                   a constraint the store did not expect
         └── ProgrammingError                 broken SQL, missing table
 
@@ -45,6 +46,7 @@ __all__ = [
     "SessionExistsError",
     "SessionNotFoundError",
     "SessionStoreError",
+    "StoreUnavailableError",
     "UnknownEventTypeError",
     "ValidationError",
 ]
@@ -170,7 +172,38 @@ class DatabaseError(SessionStoreError):
 
 
 class OperationalError(DatabaseError):
-    """The database could not do the work: connection lost, lock timeout, disk full."""
+    """The database could not do the work: connection lost, lock timeout, disk full.
+
+    Attributes:
+        transient: the failure is worth retrying (a dropped connection, a server restarting,
+            a serialization failure); the store's retry policy retries only these.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class StoreUnavailableError(OperationalError):
+    """A transient failure outlasted the retry policy: the database stayed unreachable.
+
+    Nothing is known to be half-written: the call was retried as a whole each time, and an
+    append that did commit before its acknowledgement was lost is found again by its event ids.
+
+    Attributes:
+        operation: the store call that failed.
+        attempts: how many times it was tried.
+        elapsed: seconds from the first try to giving up.
+    """
+
+    def __init__(self, operation: str, attempts: int, elapsed: float, last: OperationalError) -> None:
+        tries = f"{attempts} time(s) over {elapsed:.1f} s"
+        super().__init__(
+            f"database unavailable: {operation} failed {tries}; last error: {last}", transient=True
+        )
+        self.operation = operation
+        self.attempts = attempts
+        self.elapsed = elapsed
 
 
 class IntegrityError(DatabaseError):

@@ -7,7 +7,9 @@ import os
 from sqlalchemy import Engine
 
 from ._config import URL_ENV, create_engine_for_url, is_sqlite_url, resolve_url
+from ._errors import ValidationError
 from ._migrate import check_schema, upgrade
+from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._store import SessionStore
 from ._tokens import TiktokenCounter, TokenCounter
 from .backends.postgres import PostgresSessionStore
@@ -29,6 +31,7 @@ def open_store(
     migrate: bool | None = None,
     token_counter: TokenCounter | _Default | None = DEFAULT_COUNTER,
     durability: SQLiteDurability = "full",
+    retry: RetryPolicy = DEFAULT_RETRY,
 ) -> SessionStore:
     """Open the store at ``url`` (see ``resolve_url`` for the default).
 
@@ -40,27 +43,38 @@ def open_store(
             must be migrated explicitly (``sessionstore db upgrade``) or with True.
         token_counter: counts tokens of appended events; None turns counting off.
         durability: SQLite ``synchronous`` level, ``"full"`` (default) or ``"normal"``.
+        retry: how transient failures (a dropped connection, a restarting PostgreSQL) are
+            retried before ``StoreUnavailableError`` is raised; ``RetryPolicy(attempts=1)``
+            turns retrying off.
 
     Raises:
         SchemaOutOfDateError: the database is not migrated and ``migrate`` is not set.
+        StoreUnavailableError: the database stayed unreachable for the whole retry policy.
     """
+    if not isinstance(retry, RetryPolicy):
+        msg = f"retry must be a RetryPolicy, not {type(retry).__name__}"
+        raise ValidationError(msg, field="retry")
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
     engine = create_engine_for_url(resolved, durability=durability)
     in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
     try:
         if migrate or (migrate is None and (embedded or in_memory)):
-            upgrade(engine)
+            retry.run(lambda: upgrade(engine), what="schema upgrade")
         else:
-            check_schema(engine)
+            retry.run(lambda: check_schema(engine), what="schema check")
     except BaseException:
         engine.dispose()
         raise
     counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
-    return _store_for(engine, counter, single_connection=in_memory)
+    return _store_for(engine, counter, single_connection=in_memory, retry=retry)
 
 
-def _store_for(engine: Engine, counter: TokenCounter | None, *, single_connection: bool) -> SessionStore:
+def _store_for(
+    engine: Engine, counter: TokenCounter | None, *, single_connection: bool, retry: RetryPolicy
+) -> SessionStore:
     if is_sqlite_url(str(engine.url)):
-        return SQLiteSessionStore(engine, token_counter=counter, single_connection=single_connection)
-    return PostgresSessionStore(engine, token_counter=counter)
+        return SQLiteSessionStore(
+            engine, token_counter=counter, single_connection=single_connection, retry=retry
+        )
+    return PostgresSessionStore(engine, token_counter=counter, retry=retry)

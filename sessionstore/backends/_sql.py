@@ -19,7 +19,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from uuid import uuid4
 
 import psycopg
@@ -42,6 +42,7 @@ from .._errors import (
 )
 from .._events import Event, encode_event, parse_event
 from .._hashing import GENESIS_HASH, as_utc
+from .._retry import DEFAULT_RETRY, RetryPolicy
 from .._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
 from .._store import (
     ANY,
@@ -73,6 +74,7 @@ _EVENT_COLUMNS = (
     events.c.hash,
     events.c.created_at,
 )
+_T = TypeVar("_T")
 # Blobs smaller than this are stored uncompressed: zlib's header would not pay for itself.
 _COMPRESS_MIN_BYTES = 256
 
@@ -117,6 +119,34 @@ def _pep249_kind(orig: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(orig).__mro__}
 
 
+#: PostgreSQL SQLSTATEs worth retrying besides class 08 (connection exception): the server
+#: shutting down or starting up, and the transaction conflicts a retry resolves.
+_TRANSIENT_SQLSTATES = frozenset(
+    {
+        "57P01",  # admin_shutdown (pg_terminate_backend, a fast shutdown)
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, shutting down)
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+    }
+)
+
+
+def _is_transient(orig: BaseException) -> bool:
+    """True for a PostgreSQL failure a retry can cure: a lost connection or a restarting server.
+
+    A psycopg error without a SQLSTATE was raised by the client library itself: the connection
+    broke or could not be made. SQLite's operational errors are not transient: a lock was already
+    waited for (busy_timeout), and disk or file errors do not heal by themselves.
+    """
+    if not isinstance(orig, psycopg.Error):
+        return False
+    sqlstate = orig.sqlstate
+    if sqlstate is None:
+        return True
+    return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
+
+
 def _translate(error: BaseException) -> SessionStoreError:
     """One driver error (raw, or wrapped by SQLAlchemy) as the sessionstore error it means."""
     orig = getattr(error, "orig", None) or error
@@ -129,7 +159,7 @@ def _translate(error: BaseException) -> SessionStoreError:
     if "no such table" in message or "no such column" in message:
         return ProgrammingError(message)
     if kinds & {"OperationalError", "InterfaceError"}:
-        return OperationalError(message)
+        return OperationalError(message, transient=_is_transient(orig))
     if "ProgrammingError" in kinds:
         return ProgrammingError(message)
     return DatabaseError(message)
@@ -176,13 +206,19 @@ class SqlSessionStore(SessionStore):
         *,
         token_counter: TokenCounter | None = None,
         single_connection: bool = False,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self.engine = engine
         self.token_counter = token_counter
+        self.retry = retry
         # One shared connection (SQLite :memory:) must not interleave transactions.
         self._lock: contextlib.AbstractContextManager[Any] = (
             threading.RLock() if single_connection else contextlib.nullcontext()
         )
+
+    def _retrying(self, what: str, operation: Callable[[], _T]) -> _T:
+        """``operation()`` (one whole transaction) retried per the store's retry policy."""
+        return self.retry.run(operation, what=what)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -247,6 +283,34 @@ class SqlSessionStore(SessionStore):
             raise ValidationError(msg, field="fork_seq")
         meta_json = _metadata_json(metadata)
         prepared = self._prepare(events)
+        failed_before = False
+
+        def attempt() -> SessionInfo:
+            nonlocal failed_before
+            try:
+                return self._create_once(sid, parent_session_id, fork_seq, meta_json, prepared)
+            except SessionExistsError:
+                # A retry after a lost acknowledgement finds its own session: that is success.
+                if failed_before:
+                    created = self._created_before(sid, parent_session_id, fork_seq, meta_json, prepared)
+                    if created is not None:
+                        return created
+                raise
+            except OperationalError:
+                failed_before = True
+                raise
+
+        return self._retrying("create_session", attempt)
+
+    def _create_once(
+        self,
+        sid: str,
+        parent_session_id: str | None,
+        fork_seq: int | None,
+        meta_json: str,
+        prepared: Sequence[Prepared],
+    ) -> SessionInfo:
+        """One try of ``create_session``: one write transaction."""
         now = _utcnow()
         with self._lock, self._driver_transaction() as txn:
             if txn.head(sid) is not None:
@@ -268,10 +332,40 @@ class SqlSessionStore(SessionStore):
                 txn.insert(rows)
         return SessionInfo(sid, now, parent_session_id, fork_seq, json.loads(meta_json))
 
+    def _created_before(
+        self,
+        sid: str,
+        parent_session_id: str | None,
+        fork_seq: int | None,
+        meta_json: str,
+        prepared: Sequence[Prepared],
+    ) -> SessionInfo | None:
+        """The stored session if it is exactly the one this call creates (its commit's reply was lost)."""
+        info = self.get_session(sid)
+        same = (info.parent_session_id, info.fork_seq, info.metadata) == (
+            parent_session_id,
+            fork_seq,
+            json.loads(meta_json),
+        )
+        if not same:
+            return None
+        with self._lock, self._driver_transaction() as txn:
+            head = txn.head(sid)
+            stored = txn.stored_result(sid, prepared) if prepared else None
+        if head is None:  # pragma: no cover - get_session found it, and sessions are never removed
+            return None
+        # Its events are exactly the batch, from seq 1 (nothing appended since, or it is not ours).
+        wrote = stored.seqs if stored is not None else ()
+        return info if wrote == tuple(range(1, head[0] + 1)) else None
+
     def get_session(self, session_id: str) -> SessionInfo:
         """See ``SessionStore.get_session``."""
-        with self._read() as conn:
-            row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+
+        def attempt() -> Any:
+            with self._read() as conn:
+                return conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+
+        row = self._retrying("get_session", attempt)
         if row is None:
             raise SessionNotFoundError(session_id)
         return _session_info(row)
@@ -281,8 +375,12 @@ class SqlSessionStore(SessionStore):
         query = select(sessions).order_by(sessions.c.id).limit(limit)
         if after is not None:
             query = query.where(sessions.c.id > after)
-        with self._read() as conn:
-            return [_session_info(row) for row in conn.execute(query)]
+
+        def attempt() -> list[SessionInfo]:
+            with self._read() as conn:
+                return [_session_info(row) for row in conn.execute(query)]
+
+        return self._retrying("list_sessions", attempt)
 
     # -- append --
 
@@ -297,6 +395,13 @@ class SqlSessionStore(SessionStore):
             msg = f"expected_seq must be an int >= 0 or ANY, got {expected_seq!r}"
             raise ValidationError(msg, field="expected_seq")
         prepared = self._prepare(events)
+        # Prepared once: a retry writes the very same event ids, so it is idempotent.
+        return self._retrying("append", lambda: self._append_once(session_id, prepared, expected_seq))
+
+    def _append_once(
+        self, session_id: str, prepared: Sequence[Prepared], expected_seq: ExpectedSeq
+    ) -> AppendResult:
+        """One try of ``append``."""
         if not prepared:
             # Nothing to write: a read answers it, without queueing behind (or blocking) writers.
             with self._read() as conn:
@@ -375,7 +480,7 @@ class SqlSessionStore(SessionStore):
                     yield DriverTransaction(cursor, self.driver_sql)
                     raw.commit()
                 except BaseException:
-                    raw.rollback()
+                    _rollback_or_discard(raw)
                     raise
                 finally:
                     cursor.close()
@@ -402,8 +507,12 @@ class SqlSessionStore(SessionStore):
 
     def last_seq(self, session_id: str) -> int:
         """See ``SessionStore.last_seq``."""
-        with self._read() as conn:
-            return self._head(conn, session_id)[0]
+
+        def attempt() -> int:
+            with self._read() as conn:
+                return self._head(conn, session_id)[0]
+
+        return self._retrying("last_seq", attempt)
 
     def read(
         self,
@@ -421,10 +530,15 @@ class SqlSessionStore(SessionStore):
         )
         if to_seq is not None:
             query = query.where(events.c.seq <= to_seq)
-        with self._read() as conn:
-            result = [_recorded(row) for row in conn.execute(query)]
-            if not result:
-                self._require_session(conn, session_id)
+
+        def attempt() -> list[RecordedEvent]:
+            with self._read() as conn:
+                found = [_recorded(row) for row in conn.execute(query)]
+                if not found:
+                    self._require_session(conn, session_id)
+                return found
+
+        result = self._retrying("read", attempt)
         if verify:
             problem = chain_problem(result, GENESIS_HASH if from_seq <= 1 else None)
             if problem is not None:
@@ -441,13 +555,21 @@ class SqlSessionStore(SessionStore):
             .order_by(events.c.position)
             .limit(limit)
         )
-        with self._read() as conn:
-            return [_recorded(row) for row in conn.execute(query)]
+
+        def attempt() -> list[RecordedEvent]:
+            with self._read() as conn:
+                return [_recorded(row) for row in conn.execute(query)]
+
+        return self._retrying("read_all", attempt)
 
     def max_position(self) -> int:
         """See ``SessionStore.max_position``."""
-        with self._read() as conn:
-            return int(conn.execute(select(func.coalesce(func.max(events.c.position), 0))).scalar_one())
+
+        def attempt() -> int:
+            with self._read() as conn:
+                return int(conn.execute(select(func.coalesce(func.max(events.c.position), 0))).scalar_one())
+
+        return self._retrying("max_position", attempt)
 
     # -- blobs --
 
@@ -470,16 +592,24 @@ class SqlSessionStore(SessionStore):
             .values(sha256=digest, size=len(raw), compression=compression, data=stored, created_at=_utcnow())
             .on_conflict_do_nothing(index_elements=["sha256"])
         )
-        with self._write() as conn:
-            conn.execute(statement)
+
+        def attempt() -> None:
+            with self._write() as conn:
+                conn.execute(statement)
+
+        self._retrying("put_blob", attempt)  # content-addressed: a repeat is a no-op
         return BlobRef(digest, len(raw))
 
     def get_blob(self, sha256: str) -> bytes:
         """See ``SessionStore.get_blob``."""
-        with self._read() as conn:
-            row = conn.execute(
-                select(blobs.c.compression, blobs.c.data).where(blobs.c.sha256 == sha256)
-            ).first()
+
+        def attempt() -> Any:
+            with self._read() as conn:
+                return conn.execute(
+                    select(blobs.c.compression, blobs.c.data).where(blobs.c.sha256 == sha256)
+                ).first()
+
+        row = self._retrying("get_blob", attempt)
         if row is None:
             raise KeyError(sha256)
         data = bytes(row.data)
@@ -514,13 +644,17 @@ class SqlSessionStore(SessionStore):
             snapshots.c.projection_version == snapshot.projection_version,
             snapshots.c.tokenizer == snapshot.tokenizer,
         )
-        with self._write() as conn:
-            conn.execute(statement)
-            # Keep the two newest per key: a snapshot is a cache, and old ones only cost space.
-            newest = select(snapshots.c.seq).where(*same_key).order_by(snapshots.c.seq.desc()).limit(2)
-            floor = conn.execute(select(func.min(newest.subquery().c.seq))).scalar()
-            if floor is not None:
-                conn.execute(delete(snapshots).where(*same_key, snapshots.c.seq < floor))
+
+        def attempt() -> None:
+            with self._write() as conn:
+                conn.execute(statement)
+                # Keep the two newest per key: a snapshot is a cache, and old ones only cost space.
+                newest = select(snapshots.c.seq).where(*same_key).order_by(snapshots.c.seq.desc()).limit(2)
+                floor = conn.execute(select(func.min(newest.subquery().c.seq))).scalar()
+                if floor is not None:
+                    conn.execute(delete(snapshots).where(*same_key, snapshots.c.seq < floor))
+
+        self._retrying("put_snapshot", attempt)  # keyed and ON CONFLICT DO NOTHING: a repeat is a no-op
 
     def latest_snapshot(
         self,
@@ -544,8 +678,12 @@ class SqlSessionStore(SessionStore):
         )
         if max_seq is not None:
             newest = newest.where(snapshots.c.seq <= max_seq)
-        with self._read() as conn:
-            found = self._read_snapshot(conn, newest)
+
+        def attempt() -> tuple[int, bytes] | None:
+            with self._read() as conn:
+                return self._read_snapshot(conn, newest)
+
+        found = self._retrying("latest_snapshot", attempt)
         if found is None:
             return None
         seq, state = found
@@ -563,6 +701,15 @@ class SqlSessionStore(SessionStore):
     def close(self) -> None:
         """Dispose of the engine's connection pool."""
         self.engine.dispose()
+
+
+def _rollback_or_discard(raw: Any) -> None:
+    """Roll back a failed write; a connection too broken to roll back leaves the pool for good."""
+    try:
+        raw.rollback()
+    except _DRIVER_ERRORS:
+        # The server is gone or killed this backend: the transaction died with it.
+        raw.invalidate()
 
 
 def _session_info(row: Any) -> SessionInfo:

@@ -33,6 +33,8 @@ __all__ = ["PostgresSessionStore", "create_postgres_engine"]
 LOCK_TIMEOUT_MS = 10_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
 STATEMENT_TIMEOUT_MS = 300_000
+#: Seconds one connection attempt may take.
+CONNECT_TIMEOUT_S = 10
 
 
 def create_postgres_engine(url: str, **engine_kwargs: Any) -> Engine:
@@ -53,7 +55,9 @@ def create_postgres_engine(url: str, **engine_kwargs: Any) -> Engine:
     kwargs: dict[str, Any] = {
         "pool_pre_ping": True,
         "pool_timeout": 30,
-        "connect_args": {"options": options},
+        # A server that accepts TCP but never answers must not hang a call: the retry policy
+        # bounds the total, this bounds each connection attempt.
+        "connect_args": {"options": options, "connect_timeout": CONNECT_TIMEOUT_S},
     }
     kwargs.update(engine_kwargs)
     return create_engine(parsed.difference_update_query(["options"]), **kwargs)

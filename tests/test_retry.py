@@ -1,0 +1,192 @@
+"""Transient faults are retried inside the store: nothing surfaces, nothing is lost or doubled.
+
+These tests kill and restart PostgreSQL, so they run on a private cluster of their own
+(``tests/_private_pg.py``), never on the shared test server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+import sessionstore
+from sessionstore import (
+    ConcurrencyError,
+    MessageAppended,
+    RetryPolicy,
+    SessionStore,
+    StoreUnavailableError,
+    ValidationError,
+)
+
+from ._private_pg import PrivateCluster, private_pg
+
+__all__ = ["private_pg"]  # the fixture, imported to be found by pytest
+
+#: How long each fault storm lasts: long enough for hundreds of kills, short for the suite.
+STORM_SECONDS = 3.0
+WRITERS = 4
+
+
+@pytest.fixture
+def fault_url(private_pg: PrivateCluster) -> Iterator[str]:
+    """A fresh schema on the private cluster, migrated."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(private_pg.admin_dsn.replace("dbname=postgres", "dbname=sessionstore_test")) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = f"{private_pg.url}?options={quote(f'-csearch_path={schema}')}"
+    sessionstore.open_store(url, migrate=True, token_counter=None).close()
+    yield url
+
+
+@dataclass
+class Writer:
+    """Appends one event at a time to its own session, tracking what was acknowledged."""
+
+    store: SessionStore
+    session_id: str
+    acknowledged: list[str] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def run(self, stop: threading.Event) -> None:
+        last = 0
+        while not stop.is_set():
+            event = MessageAppended(role="user", content=f"m{len(self.acknowledged)}")
+            try:
+                result = self.store.append(self.session_id, [event], expected_seq=last)
+                # Read back too: reads are retried as well.
+                self.store.last_seq(self.session_id)
+            except Exception as e:  # any error that reaches the caller is the failure
+                self.errors.append(e)
+                return
+            self.acknowledged.append(str(event.event_id))
+            last = result.last_seq
+
+
+def _run_under_fault(store: SessionStore, fault: Callable[[threading.Event], None]) -> list[Writer]:
+    """Writers append while ``fault`` runs; returns them once it is done and they stopped."""
+    writers = [Writer(store, store.create_session().id) for _ in range(WRITERS)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.run, args=(stop,)) for w in writers]
+    for thread in threads:
+        thread.start()
+    try:
+        fault(stop)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    return writers
+
+
+def _assert_all_kept_once(store: SessionStore, writers: list[Writer]) -> None:
+    for writer in writers:
+        assert writer.errors == []
+        stored = store.read(writer.session_id, verify=True)
+        # Exactly the acknowledged events, each once, in order: nothing lost, nothing doubled.
+        assert [r.event_id for r in stored] == writer.acknowledged
+        assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
+
+
+def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
+    private_pg: PrivateCluster, fault_url: str
+) -> None:
+    """Every client connection is killed every few milliseconds while writers append."""
+    kills = 0
+
+    def storm(stop: threading.Event) -> None:
+        nonlocal kills
+        deadline = time.monotonic() + STORM_SECONDS
+        with psycopg.connect(private_pg.admin_dsn, autocommit=True) as killer:
+            while time.monotonic() < deadline:
+                kills += private_pg.terminate_clients(killer)
+                time.sleep(0.01)
+
+    with sessionstore.open_store(fault_url, token_counter=None) as store:
+        writers = _run_under_fault(store, storm)
+        _assert_all_kept_once(store, writers)
+
+    assert kills > 20
+    assert sum(len(w.acknowledged) for w in writers) > 0
+
+
+def test_a_server_restart_surfaces_no_error_and_loses_nothing(
+    private_pg: PrivateCluster, fault_url: str
+) -> None:
+    """``pg_ctl restart`` while writers append: they wait it out and go on."""
+
+    def restart(stop: threading.Event) -> None:
+        time.sleep(0.5)
+        private_pg.restart()
+        time.sleep(0.5)
+
+    with sessionstore.open_store(fault_url, token_counter=None) as store:
+        writers = _run_under_fault(store, restart)
+        before = [len(w.acknowledged) for w in writers]
+        _assert_all_kept_once(store, writers)
+        # Still usable after the restart.
+        store.append(
+            writers[0].session_id, [MessageAppended(role="user", content="after")], expected_seq="any"
+        )
+
+    assert all(count > 0 for count in before)
+
+
+def test_an_outage_longer_than_the_budget_raises_store_unavailable_then_recovers(
+    private_pg: PrivateCluster, fault_url: str
+) -> None:
+    """A server that stays down ends in StoreUnavailableError; the store works once it is back."""
+    policy = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2, budget_seconds=5)
+    with sessionstore.open_store(fault_url, token_counter=None, retry=policy) as store:
+        sid = store.create_session().id
+        private_pg.stop()
+        try:
+            with pytest.raises(StoreUnavailableError) as raised:
+                store.append(sid, [MessageAppended(role="user", content="lost?")], expected_seq=0)
+            with pytest.raises(StoreUnavailableError):
+                store.read(sid)
+        finally:
+            private_pg.start()
+        assert raised.value.attempts == 4
+        assert isinstance(raised.value, sessionstore.OperationalError)
+        assert store.read(sid) == []  # the failed append wrote nothing
+        assert store.append(sid, [MessageAppended(role="user", content="back")], expected_seq=0).seqs == (1,)
+
+
+def test_a_concurrency_error_is_never_retried(fault_url: str) -> None:
+    """Only transient failures are retried: a conflict reaches the caller on the first try."""
+    with sessionstore.open_store(fault_url, token_counter=None) as store:
+        sid = store.create_session().id
+        store.append(sid, [MessageAppended(role="user", content="a")], expected_seq=0)
+        with pytest.raises(ConcurrencyError):
+            store.append(sid, [MessageAppended(role="user", content="b")], expected_seq=0)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"attempts": 0},
+        {"attempts": True},
+        {"base_delay": -1},
+        {"max_delay": float("nan")},
+        {"budget_seconds": "5"},
+    ],
+)
+def test_a_bad_retry_policy_is_refused(arguments: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        RetryPolicy(**arguments)  # type: ignore[arg-type]
+
+
+def test_pauses_grow_exponentially_with_jitter_up_to_the_cap() -> None:
+    policy = RetryPolicy(base_delay=0.1, max_delay=1.0)
+    pauses = [policy.pause(n) for n in range(1, 8)]
+    assert 0.05 <= pauses[0] <= 0.1
+    assert 0.2 <= pauses[2] <= 0.4
+    assert all(0.5 <= p <= 1.0 for p in pauses[4:])
