@@ -16,12 +16,31 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy import create_engine, text
 
 import sessionstore
 from sessionstore import SessionStore
 
 from .messages_api import MessagesAPIServer
+
+# Hypothesis profiles, chosen with `pytest --hypothesis-profile NAME`:
+# - ci: the same examples on every run (derandomized), no deadline (CI machines are slow and shared)
+#   and no example database, so a run never depends on what an earlier run found. .ci/run uses it.
+# - explore: ten times the examples, randomized, for a developer hunting new failures locally.
+#   Every failure found becomes an explicit @example or a plain test.
+# Tests that set max_examples scale it through tests.strategies.examples().
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 PG_URL = os.environ.get("SESSIONSTORE_TEST_PG_URL")
 REQUIRE_PG = os.environ.get("SESSIONSTORE_REQUIRE_PG") == "1"

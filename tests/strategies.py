@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from sessionstore import MessageAppended
+
+
+def examples(count: int) -> int:
+    """``count`` examples, scaled by the loaded profile (ci: as given; explore: ten times as many).
+
+    Evaluated when a test module is imported, after pytest's ``--hypothesis-profile`` is loaded.
+    """
+    return max(count, count * settings.default.max_examples // 100)
+
 
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80)
 

@@ -27,6 +27,7 @@ from sessionstore._context_events import SessionMemoryUpdated
 from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
 
 from .messages_api import prompt_too_long, text_message
+from .strategies import examples
 
 
 def _session(turns: int = 6, **started: Any) -> Session:
@@ -261,7 +262,7 @@ class TestSessionMemory:
         assert request["messages"][0]["content"][0]["text"].endswith("notes so far")
         sessionstore.validate_request(request)
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
         turns=st.integers(2, 14),
         back=st.integers(0, 40),

@@ -516,10 +516,10 @@ class TestPostgresEventsLock:
                     reads["error"] = e
 
             try:
-                started = time.monotonic()
                 thread = _start(read, name="reader")
-                thread.join(5)
-                elapsed = time.monotonic() - started
+                # A generous bound only so a regression fails instead of hanging: what is asserted is
+                # that the reads finished while the lock was still held, not how fast they were.
+                thread.join(60)
                 finished_while_locked = not thread.is_alive()
             finally:
                 tx.rollback()
@@ -527,7 +527,6 @@ class TestPostgresEventsLock:
             thread.join(10)
 
             assert finished_while_locked, "a reader waited for the writer's lock"
-            assert elapsed < 5
             assert "error" not in reads, reads
             assert reads["read_all"] == reads["read"] == [1, 2, 3]
             assert reads["last_seq"] == 3 and reads["max_position"] > 0

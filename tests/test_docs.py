@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
 import re
 from pathlib import Path
+from typing import Any
 
 import sessionstore
 
@@ -22,8 +25,20 @@ def test_readme_python_example_runs() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
 
-    assert blocks
-    for block in blocks:
-        namespace: dict[str, object] = {}
-        exec(compile(block, "README.md", "exec"), namespace)
-        namespace["store"].close()  # type: ignore[attr-defined]
+    assert len(blocks) == 1
+    namespace: dict[str, Any] = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(blocks[0], "README.md", "exec"), namespace)
+    store, session = namespace["store"], namespace["session"]
+    try:
+        lines = printed.getvalue().splitlines()
+        # What the example promises: the retry was deduplicated (two events, not three), and the
+        # verified read prints each event's seq, type and token count (none for the start event).
+        assert lines[0] == "1 session_started None"
+        assert re.fullmatch(r"2 message_appended [1-9]\d*", lines[1])
+        assert len(lines) == 2
+        assert namespace["result"].seqs == (2,)
+        assert store.last_seq(session.id) == 2
+    finally:
+        store.close()

@@ -13,7 +13,7 @@ import sessionstore
 from sessionstore import Event, MessageAppended, UnknownEventTypeError, ValidationError
 from sessionstore._events import decode_event, encode_event, register_event, register_upcaster
 
-from .strategies import message_events
+from .strategies import examples, message_events
 
 
 class TestParse:
@@ -104,7 +104,9 @@ class TestUpcasting:
             register_event(Clash)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batches=st.lists(st.lists(message_events(), min_size=0, max_size=4), min_size=1, max_size=5))
 def test_append_then_read_round_trips_with_increasing_positions(batches: list[list[MessageAppended]]) -> None:
     """For any sequence of batches: events read back equal, seqs are 1..n, positions strictly increase."""

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from sessionstore._message_list import MessageList, canonical_json
 
+from .strategies import examples
+
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 _MESSAGES = st.builds(
     lambda role, texts: {"role": role, "content": [{"type": "text", "text": t} for t in texts]},
@@ -39,7 +41,7 @@ def _body(model: list[dict[str, Any]], start: int, stop: int) -> bytes:
     return b",".join(canonical_json(m) for m in model[start:stop])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(initial=st.lists(_MESSAGES, max_size=8), ops=_OPS, data=st.data())
 def test_reads_and_json_match_a_plain_list_through_snapshots(
     initial: list[dict[str, Any]], ops: list[Any], data: st.DataObject

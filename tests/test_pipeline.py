@@ -39,6 +39,7 @@ from sessionstore._collapse import CollapseConfig, _next_span, commit_collapse, 
 from sessionstore._compaction import compact
 from sessionstore._summarizers import OfflineSummarizer
 
+from .strategies import examples
 from .test_projections import messy_logs
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -181,7 +182,7 @@ class TestToolResultBudget:
 
 class TestPreview:
     @given(text=st.text(st.sampled_from("ab \n"), min_size=0, max_size=6000), limit=st.integers(100, 3000))
-    @settings(max_examples=200)
+    @settings(max_examples=examples(200))
     def test_preview_never_exceeds_the_limit_and_cuts_at_a_newline(self, text: str, limit: int) -> None:
         """The head is at most `limit` characters and, when cut, ends at a newline if one is near."""
         preview = persisted_preview(text, "where", limit)
@@ -423,7 +424,7 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=messy_logs(), ops=_OPS)
 def test_edits_keep_requests_valid_and_reverts_restore_bytes(
     events: list[Any], ops: list[tuple[str, int]]

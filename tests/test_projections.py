@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ from sessionstore import (
 from sessionstore._api_context import ApiContextProjection, request_bytes
 from sessionstore._projection import fold, save_snapshot
 from sessionstore._transcript import TranscriptProjection
+
+from .conftest import Backend
+from .strategies import examples
 
 
 @st.composite
@@ -111,7 +115,7 @@ def _append_in_batches(
         yield store.append(sid, events[start:end], expected_seq=start).last_seq
 
 
-_PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_PROPERTY = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _NO_AUTO_SNAPSHOTS = SessionConfig(snapshot_every=0)
 
 
@@ -463,16 +467,42 @@ class TestSnapshots:
             == deleted_all.request_bytes()
         )
 
-    def test_racing_snapshotters_both_succeed(self) -> None:
-        """Writing the same snapshot key twice is tolerated."""
-        store = _store()
-        session = Session.create(store)
+    def test_racing_snapshotters_all_succeed(self, shared_backend: Backend) -> None:
+        """Processes' sessions snapshotting the same key at the same moment all succeed (no key clash)."""
+        writer = shared_backend.open()
+        session = Session.create(writer)
         session.append([MessageAppended(role="user", content="x")])
+        racers = 4
+        stores = [shared_backend.open() for _ in range(racers)]
+        views = [Session(racer, session.id, use_snapshots=False) for racer in stores]
+        barrier = threading.Barrier(racers)
+        errors: list[BaseException] = []
 
-        session.snapshot()
-        session.snapshot()
+        def snapshot(view: Session) -> None:
+            try:
+                barrier.wait(timeout=30)
+                view.snapshot()
+            except BaseException as e:
+                errors.append(e)
 
-        assert Session(store, session.id).request_bytes() == session.request_bytes()
+        try:
+            threads = [threading.Thread(target=snapshot, args=(view,)) for view in views]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            snap = writer.latest_snapshot(
+                session.id, "api_context", ApiContextProjection.version, session.tokenizer
+            )
+
+            assert not any(thread.is_alive() for thread in threads)
+            assert errors == []
+            assert snap is not None and snap.seq == session.last_seq
+            assert Session(writer, session.id).request_bytes() == session.request_bytes()
+        finally:
+            for racer in stores:
+                racer.close()
+            writer.close()
 
 
 def test_exact_count_through_the_sdk_uses_count_tokens(messages_api: Any) -> None:
@@ -517,7 +547,7 @@ def test_only_the_two_newest_snapshots_are_kept() -> None:
     assert Session(store, session.id).request_bytes() == session.request_bytes()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=messy_logs(), data=st.data())
 def test_incremental_fingerprint_equals_hashing_the_whole_request(
     events: list[Event], data: st.DataObject

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -466,14 +467,26 @@ class TestTamperEvidence:
         assert len(store.read(sid)) == 6  # unverified reads still work, for forensics
 
     def test_rewritten_hash_breaks_the_link_to_the_next_event(self, store: SessionStore) -> None:
-        """Recomputing one row's hash to hide an edit still breaks the next row's prev_hash."""
+        """Editing a payload and recomputing that row's hash still breaks the next row's prev_hash."""
         sid = _new_session(store)
         store.append(sid, _messages(3), expected_seq=1)
+        original = store.read(sid)[1]
+        forged = dataclasses.replace(original, payload=original.payload.replace("message 0", "message X"))
+        assert forged.payload != original.payload
         _bypass_triggers_and_run(
-            store, f"UPDATE events SET hash = '{'f' * 64}' WHERE session_id = '{sid}' AND seq = 2"
+            store,
+            "UPDATE events SET payload = :payload, hash = :hash WHERE session_id = :sid AND seq = 2",
+            payload=forged.payload,
+            hash=forged.computed_hash(),
+            sid=sid,
         )
 
-        assert store.verify(sid).first_bad_seq == 2
+        tampered = store.read(sid)[1]
+        report = store.verify(sid)
+
+        assert tampered.computed_hash() == tampered.hash  # the edited row checks out on its own
+        assert report.first_bad_seq == 3
+        assert report.reason == "prev_hash does not match the previous event's hash"
 
     def test_tampered_blob_is_detected_on_read(self, store: SessionStore) -> None:
         """A blob whose bytes no longer match its hash raises instead of returning them."""
