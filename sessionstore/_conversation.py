@@ -18,7 +18,7 @@ otherwise the error is raised, once, and stop hooks do not run. Token-budget con
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -27,7 +27,7 @@ from pydantic import NonNegativeInt
 
 from ._collapse import CollapseConfig, check_spawn, drain_collapses
 from ._compaction import compact
-from ._errors import ConcurrencyError, SessionStoreError
+from ._errors import ConcurrencyError, SessionStoreError, ValidationError
 from ._events import (
     ContentBlock,
     Event,
@@ -192,6 +192,61 @@ def _response_events(response: Any, clock: Callable[[], datetime]) -> list[Event
     ]
 
 
+# --- request parameters ------------------------------------------------------------------------
+
+#: Request keys the loop and the pipeline write themselves; a caller's extra body never sets them.
+_OWNED_KEYS = frozenset(
+    {"model", "max_tokens", "system", "tools", "messages", "context_management", "stream", "betas"}
+)
+
+
+def _body_options(
+    max_tokens: int, named: Mapping[str, Any], extra_body: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The caller's request parameters, sent in the body of every call.
+
+    They travel as the SDK's ``extra_body`` rather than as keyword arguments so that every
+    SDK version sends them, including ones that do not name a parameter (``temperature`` is
+    not a keyword of every ``messages.create``).
+
+    Raises:
+        ValidationError: a value the API would refuse, or an extra body key that the
+            pipeline (system, tools, messages ...) or a named parameter already sets.
+    """
+    options = {key: value for key, value in named.items() if value is not None}
+    thinking = options.get("thinking") or {}
+    budget = thinking.get("budget_tokens")
+    if thinking.get("type") == "enabled" and isinstance(budget, int) and budget >= max_tokens:
+        msg = f"thinking.budget_tokens ({budget}) must be below max_tokens ({max_tokens})"
+        raise ValidationError(msg, field="thinking")
+    temperature = options.get("temperature")
+    if temperature is not None and not 0 <= temperature <= 1:
+        msg = f"temperature must be between 0 and 1, got {temperature!r}"
+        raise ValidationError(msg, field="temperature")
+    for key in extra_body or {}:
+        if key in _OWNED_KEYS or key in named:
+            owner = "the session's pipeline or the loop" if key in _OWNED_KEYS else f"the {key}= argument"
+            msg = f"extra_body may not set {key!r}: {owner} sets it"
+            raise ValidationError(msg, field="extra_body")
+    return {**options, **(extra_body or {})}
+
+
+def _split_betas(headers: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The caller's ``anthropic-beta`` values, and the other headers.
+
+    On the beta endpoint the SDK writes that header from ``betas``; a caller's header would
+    replace the pipeline's beta, so its values join ``betas`` instead.
+    """
+    betas: list[str] = []
+    rest: dict[str, str] = {}
+    for name, value in headers.items():
+        if name.lower() == "anthropic-beta":
+            betas += [beta.strip() for beta in value.split(",") if beta.strip()]
+        else:
+            rest[name] = value
+    return betas, rest
+
+
 ToolRunner = Callable[[dict[str, Any]], str | list[ContentBlock]]
 StopHook = Callable[[Session], None]
 #: The SDK client a loop calls (``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``).
@@ -212,6 +267,10 @@ class _Shared:
     stop_hooks: Sequence[StopHook]
     budget: TokenBudget
     clock: Callable[[], datetime]
+    #: The caller's request parameters (thinking, temperature ...), sent with every call.
+    body_options: dict[str, Any] = field(default_factory=dict)
+    #: Extra HTTP headers sent with every call.
+    headers: dict[str, str] = field(default_factory=dict)
     #: At most one reactive compaction per turn (a turn ends when the model stops or the user speaks).
     compacted_this_turn: bool = False
 
@@ -237,8 +296,15 @@ class _Shared:
 
     def params(self, prepared: PreparedRequest) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, **prepared.request}
+        if self.body_options:
+            params["extra_body"] = dict(self.body_options)
+        headers = dict(self.headers)
         if prepared.beta:
-            params["betas"] = list(prepared.betas) or [CONTEXT_MANAGEMENT_BETA]
+            caller_betas, headers = _split_betas(headers)
+            pipeline_betas = list(prepared.betas) or [CONTEXT_MANAGEMENT_BETA]
+            params["betas"] = [*pipeline_betas, *(b for b in caller_betas if b not in pipeline_betas)]
+        if headers:
+            params["extra_headers"] = headers
         return params
 
     def record(self, response: Any) -> None:
@@ -368,7 +434,23 @@ class _Loop(Generic[Client]):
         stop_hooks: Sequence[StopHook] = (),
         budget: TokenBudget | None = None,
         clock: Callable[[], datetime] | None = None,
+        thinking: Mapping[str, Any] | None = None,
+        temperature: float | None = None,
+        tool_choice: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        stop_sequences: Sequence[str] | None = None,
+        service_tier: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> None:
+        named = {
+            "thinking": thinking,
+            "temperature": temperature,
+            "tool_choice": tool_choice,
+            "metadata": metadata,
+            "stop_sequences": stop_sequences,
+            "service_tier": service_tier,
+        }
         self.client = client
         self._shared = _Shared(
             session,
@@ -381,6 +463,8 @@ class _Loop(Generic[Client]):
             stop_hooks,
             budget or TokenBudget(),
             clock or _utcnow,
+            _body_options(max_tokens, named, extra_body),
+            dict(extra_headers or {}),
         )
 
     @property
@@ -389,7 +473,11 @@ class _Loop(Generic[Client]):
         return self._shared.session
 
     def params(self, prepared: PreparedRequest) -> dict[str, Any]:
-        """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``)."""
+        """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``).
+
+        The request, ``model``, ``max_tokens``, ``betas`` when the request needs the beta
+        endpoint, and the caller's parameters (``extra_body``) and headers (``extra_headers``).
+        """
         return self._shared.params(prepared)
 
 
@@ -409,6 +497,16 @@ class Conversation(_Loop["anthropic.Anthropic"]):
         on_conflict: when another process appended first: ``"reload"`` and retry, or ``"raise"``.
         stop_hooks: called with the session when a turn ends normally (never after a surfaced error).
         budget: the output-token budget per turn for continuation (SPEC 7).
+        thinking / temperature / tool_choice / metadata / stop_sequences / service_tier:
+            Messages API parameters sent with every call (``None``: not sent).
+        extra_headers: HTTP headers sent with every call (an ``anthropic-beta`` header joins
+            the pipeline's betas on the beta endpoint).
+        extra_body: any other request body field (``top_k``, ``output_config`` ...).
+
+    Raises:
+        ValidationError: a parameter the API would refuse (a thinking budget not below
+            ``max_tokens``, a temperature outside 0..1), or ``extra_body`` setting a key the
+            pipeline or a named parameter owns.
     """
 
     def user(self, content: str | list[ContentBlock]) -> None:

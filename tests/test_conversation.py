@@ -559,3 +559,141 @@ def test_prepare_reloads_after_another_writer_when_configured(messages_api: Any)
     prepared = stale.prepare()
 
     assert prepared.request["messages"][0]["content"][0]["text"] == "written elsewhere"
+
+
+_OPTIONS: dict[str, Any] = {
+    "thinking": {"type": "enabled", "budget_tokens": 2_048},
+    "temperature": 0.25,
+    "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+    "metadata": {"user_id": "user-7"},
+    "stop_sequences": ["\nEND"],
+    "service_tier": "standard_only",
+}
+
+
+class TestRequestParameters:
+    @pytest.mark.parametrize("mode", ["sync", "sync-stream", "async", "async-stream"])
+    def test_every_call_carries_the_callers_parameters_and_headers(
+        self, messages_api: Any, mode: str
+    ) -> None:
+        """thinking, temperature, tool_choice, metadata, stop_sequences, service_tier and headers
+        reach the API on each call of run(), through the real SDK, sync or async, streaming or not."""
+        _script(messages_api)
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        settings: dict[str, Any] = {
+            "model": "claude-opus-5-5",
+            "max_tokens": 8_192,
+            "stream": mode.endswith("stream"),
+            "extra_headers": {"x-tenant": "acme"},
+            **_OPTIONS,
+        }
+        if mode.startswith("sync"):
+            sync_loop = Conversation(session, _client(messages_api), **settings)
+            sync_loop.user("Fix the tests.")
+            sync_loop.run(_runner)
+        else:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+            loop = AsyncConversation(session, client, **settings)
+
+            async def runner(use: dict[str, Any]) -> str:
+                return _runner(use)
+
+            async def main() -> None:
+                await loop.user("Fix the tests.")
+                await loop.run(runner)
+
+            asyncio.run(main())
+
+        assert len(messages_api.requests) == 3
+        for request in messages_api.requests:
+            body = request["body"]
+            assert {key: body.get(key) for key in _OPTIONS} == _OPTIONS
+            assert body["max_tokens"] == 8_192
+            assert {k.lower(): v for k, v in request["headers"].items()}["x-tenant"] == "acme"
+
+    def test_parameters_survive_reactive_recovery(self, messages_api: Any) -> None:
+        """The retry after a prompt-too-long carries the same parameters as the refused call."""
+        messages_api.queue += [prompt_too_long(210_000), text_message("recovered", "msg_after")]
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        for n in range(4):
+            session.append(
+                [
+                    MessageAppended(role="user", content=f"q{n}"),
+                    MessageAppended(role="assistant", content=f"a{n} " * 200),
+                ]
+            )
+        loop = Conversation(
+            session, _client(messages_api), model="claude-opus-5-5", max_tokens=8_192, **_OPTIONS
+        )
+        loop.user("and now?")
+
+        loop.step()
+
+        refused, retried = (r["body"] for r in messages_api.requests)
+        for body in (refused, retried):
+            assert {key: body.get(key) for key in _OPTIONS} == _OPTIONS
+
+    def test_beta_requests_keep_the_pipelines_beta_and_the_callers(self, messages_api: Any) -> None:
+        """With server-side compaction on, the call goes to the beta endpoint with both betas."""
+        messages_api.queue.append(text_message("ok", "msg_b"))
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+        config = PipelineConfig(server_compaction=ServerCompactionConfig(enabled=True, trigger_tokens=50_000))
+        loop = Conversation(
+            session,
+            _client(messages_api),
+            model="claude-opus-5-5",
+            pipeline=Pipeline(config),
+            extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"},
+            **_OPTIONS,
+        )
+        loop.user("go")
+
+        loop.step()
+
+        (request,) = messages_api.requests
+        betas = {k.lower(): v for k, v in request["headers"].items()}["anthropic-beta"].split(",")
+        assert {"compact-2026-01-12", "interleaved-thinking-2025-05-14"} <= set(betas)
+        assert "context_management" in request["body"]
+        assert request["body"]["thinking"] == _OPTIONS["thinking"]
+
+    def test_params_for_your_own_call_include_them(self, messages_api: Any) -> None:
+        """params(prepared) hands a raw SDK caller the same parameters step() sends."""
+        messages_api.queue.append(text_message("hello", "msg_r"))
+        store = sessionstore.open_store(":memory:")
+        loop = Conversation(
+            Session.create(store, model="claude-opus-5-5"),
+            _client(messages_api),
+            model="claude-opus-5-5",
+            **_OPTIONS,
+        )
+        loop.user("hi")
+
+        loop.record(_client(messages_api).messages.create(**loop.params(loop.prepare())))
+
+        assert {key: messages_api.requests[0]["body"].get(key) for key in _OPTIONS} == _OPTIONS
+
+    @pytest.mark.parametrize(
+        ("settings", "field"),
+        [
+            ({"max_tokens": 2_048, "thinking": {"type": "enabled", "budget_tokens": 2_048}}, "thinking"),
+            ({"temperature": 1.5}, "temperature"),
+            ({"extra_body": {"messages": []}}, "extra_body"),
+            ({"extra_body": {"temperature": 0.5}, "temperature": 0.5}, "extra_body"),
+        ],
+    )
+    def test_settings_the_api_would_refuse_are_refused_up_front(
+        self, messages_api: Any, settings: dict[str, Any], field: str
+    ) -> None:
+        """A thinking budget not below max_tokens, a temperature outside 0..1, or an extra body
+        key the pipeline or a named parameter owns: a ValidationError naming it, no call made."""
+        store = sessionstore.open_store(":memory:")
+        session = Session.create(store, model="claude-opus-5-5")
+
+        with pytest.raises(sessionstore.ValidationError) as caught:
+            Conversation(session, _client(messages_api), model="claude-opus-5-5", **settings)
+
+        assert caught.value.field == field
+        assert messages_api.requests == []
