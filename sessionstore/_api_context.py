@@ -435,8 +435,9 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
         freed = edit.tokens_freed if ids else 0
         _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
     elif isinstance(edit, SnipApplied):
-        span = state.messages[state.first_visible : _index_of_seq(state, edit.keep_from_seq)]
-        blocks = sum(len(m["content"]) for m in span)
+        stop = _index_of_seq(state, edit.keep_from_seq)
+        span = state.messages[state.first_visible : stop]
+        blocks = sum(len(m["content"]) for m in span) - _collapsed_blocks(state, state.first_visible, stop)
         _record_edit(
             state,
             event_id,
@@ -524,6 +525,17 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
 
 def _index_of_seq(state: ApiContextState, seq: int) -> int:
     return bisect.bisect_left(state.message_first_seq, seq)
+
+
+def _collapsed_blocks(state: ApiContextState, start: int, stop: int) -> int:
+    """Blocks that committed collapses within messages ``start``..``stop - 1`` already removed."""
+    return sum(
+        edit["blocks"]
+        for edit in state.edits.values()
+        if edit["type"] == "collapse_committed"
+        and start <= _index_of_seq(state, edit["first_seq"])
+        and _index_of_seq(state, edit["end_seq"]) <= stop
+    )
 
 
 _EDIT_TYPES = (

@@ -14,6 +14,7 @@ pipeline runs the stages below and says so in ``STAGE_ORDER``.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._api_context import CLEARED_PLACEHOLDER, leading_results
+from ._api_context import CLEARED_PLACEHOLDER, committed_spans, leading_results
 from ._collapse import CollapseConfig, collapse_stage
 from ._compaction import CompactConfig, autocompact_stage, maybe_extract_memory
 from ._context_events import (
@@ -364,9 +365,11 @@ def _round_boundaries(session: Session) -> list[tuple[int, int]]:
     A cut lands on a user message that holds something besides tool results (a prompt); the
     results that open it answer calls in the snipped span, so the request drops them with the
     span and starts with the prompt. Never on the last message: results still arriving are
-    merged into it.
+    merged into it. Never inside a committed collapse: the model sees its summary, not the
+    prompts within it, and half a collapsed span cannot be shown again.
     """
     state = session.api_state
+    collapsed = committed_spans(state)
     cuts = []
     rounds = 0
     start = state.first_visible
@@ -374,38 +377,51 @@ def _round_boundaries(session: Session) -> list[tuple[int, int]]:
         message = state.messages[index]
         if message["role"] == "assistant":
             rounds += 1
-        elif index > start and rounds and leading_results(message["content"]) < len(message["content"]):
+        elif (
+            index > start
+            and rounds
+            and leading_results(message["content"]) < len(message["content"])
+            and not any(first < index < end for first, end, _ in collapsed)
+        ):
             cuts.append((index, rounds))
     return cuts
 
 
-def _freed_by_message(session: Session) -> dict[int, float]:
-    """Tokens already freed by active replacements, per message index (to not count them twice)."""
+def _already_freed(session: Session) -> tuple[dict[int, float], dict[int, int]]:
+    """Tokens and blocks active edits already freed, per message index (a snip must not free them twice).
+
+    A replacement frees tokens in the message holding its result. A committed collapse freed
+    its span's tokens and all blocks but its summary; a snip never cuts inside a committed
+    span, so what it freed counts at the span's first message.
+    """
     state = session.api_state
-    freed: dict[int, float] = {}
+    tokens: dict[int, float] = {}
+    blocks: dict[int, int] = {}
     for edit in state.edits.values():
-        if edit["type"] == "snip_applied" or not edit["ids"]:
-            continue
-        share = edit["tokens"] / len(edit["ids"])
-        for tool_use_id in edit["ids"]:
-            index = state.result_index.get(tool_use_id)
-            if index is not None:
-                freed[index] = freed.get(index, 0.0) + share
-    return freed
+        if edit["type"] == "collapse_committed":
+            first = bisect.bisect_left(state.message_first_seq, edit["first_seq"])
+            tokens[first] = tokens.get(first, 0.0) + edit["tokens"]
+            blocks[first] = blocks.get(first, 0) + edit["blocks"]
+        elif edit["type"] != "snip_applied":
+            for tool_use_id in edit["ids"]:
+                index = state.result_index.get(tool_use_id)
+                if index is not None:
+                    tokens[index] = tokens.get(index, 0.0) + edit["tokens"] / len(edit["ids"])
+    return tokens, blocks
 
 
 def _cut_candidates(session: Session, cuts: list[tuple[int, int]]) -> Iterator[SnipApplied]:
     """A SnipApplied for each cut, oldest first, with running totals of what it frees."""
     state = session.api_state
     start = state.first_visible
-    freed_before = _freed_by_message(session)
+    tokens_freed_before, blocks_freed_before = _already_freed(session)
     tokens = 0.0
     blocks = 0
     position = start
     for index, rounds in cuts:
         for message in range(position, index):
-            tokens += state.message_tokens[message] - freed_before.get(message, 0.0)
-            blocks += len(state.messages[message]["content"])
+            tokens += state.message_tokens[message] - tokens_freed_before.get(message, 0.0)
+            blocks += len(state.messages[message]["content"]) - blocks_freed_before.get(message, 0)
         position = index
         yield SnipApplied(
             keep_from_seq=state.message_first_seq[index],

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from sessionstore import MessageAppended
+from sessionstore import MessageAppended, SessionStarted
 
 
 def examples(count: int) -> int:
@@ -46,4 +46,32 @@ def message_events() -> st.SearchStrategy[MessageAppended]:
         content=content,
         api_message_id=st.one_of(st.none(), st.from_regex(r"msg_[a-z0-9]{4}", fullmatch=True)),
         is_meta=st.booleans(),
+    )
+
+
+def turns(prompts: list[str], tool_rounds: list[int], answered: list[bool]) -> list[Any]:
+    """A session of turns: prompt, ``tool_rounds[n]`` rounds of one Read call and its result, then
+    a text answer when ``answered[n]`` (otherwise the next prompt follows the last tool result, so
+    the two share one API message, as in real Claude Code transcripts)."""
+    events: list[Any] = [SessionStarted(model="claude-sonnet-4-5")]
+    for n, prompt in enumerate(prompts):
+        events.append(MessageAppended(role="user", content=prompt))
+        for r in range(tool_rounds[n]):
+            call = {"type": "tool_use", "id": f"toolu_{n}_{r}", "name": "Read", "input": {"path": f"f{r}.py"}}
+            events.append(MessageAppended(role="assistant", content=[call], api_message_id=f"msg_{n}_{r}"))
+            result = {"type": "tool_result", "tool_use_id": f"toolu_{n}_{r}", "content": f"line {r}\n" * 20}
+            events.append(MessageAppended(role="user", content=[result]))
+        if answered[n] or not tool_rounds[n]:
+            events.append(MessageAppended(role="assistant", content=f"answer {n}", api_message_id=f"msg_{n}"))
+    return events
+
+
+@st.composite
+def turn_logs(draw: st.DrawFn) -> list[Any]:
+    """Well-formed sessions of 1-8 turns (where collapse and snip find spans and cuts)."""
+    count = draw(st.integers(1, 8))
+    return turns(
+        [draw(st.sampled_from(["fix a.py", "run the tests", "continue"])) for _ in range(count)],
+        draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)),
+        draw(st.lists(st.booleans(), min_size=count, max_size=count)),
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
 import anthropic
@@ -18,14 +20,18 @@ from sessionstore._collapse import (
     drain_collapses,
     stage_collapse,
 )
+from sessionstore._pipeline import snip
 from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
+from sessionstore.cli import main
 
 from .messages_api import text_message
 
 
-def _session(turns: int = 6, **started: Any) -> tuple[Session, list[str]]:
+def _session(
+    turns: int = 6, store: sessionstore.SessionStore | None = None, **started: Any
+) -> tuple[Session, list[str]]:
     """Turns of prompt -> tool call -> result -> answer; returns the prompts' message uuids."""
-    store = sessionstore.open_store(":memory:")
+    store = store or sessionstore.open_store(":memory:")
     session = Session.create(
         store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), **started
     )
@@ -81,23 +87,33 @@ class TestManualCollapse:
         assert session.request_bytes() == before
         assert session.used_tokens() == used_before
 
-    @pytest.mark.parametrize("bad", ["split", "tail", "overlap"])
-    def test_bad_spans_are_refused_and_write_nothing(self, bad: str) -> None:
-        """A span that splits a tool pair, reaches the last message or overlaps another is refused."""
+    @pytest.mark.parametrize(
+        ("bad", "reason"),
+        [
+            ("split", "a tool call and its result are never split"),
+            ("tail", "must end before the last message"),
+            ("overlap", "overlaps a staged or committed collapse"),
+            ("empty", "the span is empty"),
+        ],
+    )
+    def test_bad_spans_are_refused_and_write_nothing(self, bad: str, reason: str) -> None:
+        """A span that splits a tool pair, reaches the tail, overlaps another or is empty is refused."""
         session, prompts = _session()
         if bad == "overlap":
             collapse(session, OfflineSummarizer(), prompts[1], _last_uuid_before(session, prompts[3]))
         last = session.last_seq
         entries = [e for e in session.transcript if e.type == "message_appended"]
         tool_call = next(e for e in entries if e.payload["role"] == "assistant")
-        ends = {
-            "split": str(tool_call.payload["message_uuid"]),
-            "tail": str(entries[-1].payload["message_uuid"]),
-            "overlap": _last_uuid_before(session, prompts[2]),
+        spans = {
+            "split": (prompts[0], str(tool_call.payload["message_uuid"])),
+            "tail": (prompts[0], str(entries[-1].payload["message_uuid"])),
+            # Turns 2-3: a well-formed span whose first turn is inside the committed one (turns 1-2).
+            "overlap": (prompts[2], _last_uuid_before(session, prompts[4])),
+            "empty": (prompts[2], _last_uuid_before(session, prompts[2])),
         }
 
-        with pytest.raises(sessionstore.ValidationError, match="cannot collapse"):
-            collapse(session, OfflineSummarizer(), prompts[0] if bad != "overlap" else prompts[2], ends[bad])
+        with pytest.raises(sessionstore.ValidationError, match=reason):
+            collapse(session, OfflineSummarizer(), *spans[bad])
         assert session.last_seq == last
 
     def test_failed_summary_records_nothing(self) -> None:
@@ -188,3 +204,58 @@ def test_adjacent_collapses_both_apply() -> None:
     assert len(request["messages"]) == 1 + 7  # both summaries and prompt 4 merged, then turns 4-5
     assert second.tokens_after < first.tokens_after
     sessionstore.validate_request(request)
+
+
+class TestSnipAfterCollapse:
+    def test_a_snip_reaching_into_a_collapse_removes_the_whole_span(self, store: Any) -> None:
+        """A snip never cuts inside a committed collapse; the context it leaves is the one a snip
+        alone leaves, counted the same, and reverting the snip brings the summary back."""
+        session, prompts = _session(store=store)
+        twin, _ = _session(store=store)
+        collapse(session, OfflineSummarizer(), prompts[1], _last_uuid_before(session, prompts[3]))
+        collapsed = session.request_bytes()
+
+        report = snip(session, rounds=3)  # turns 0-1 hold 4 rounds: the cut after turn 1 is inside the span
+        snip(twin, rounds=5)  # turns 0-2 without a collapse
+
+        request = session.request()
+        assert request["messages"][0]["content"][0]["text"] == "task 3: look at file_3.py"
+        sessionstore.validate_request(request)
+        assert session.request_bytes() == twin.request_bytes()
+        assert session.used_tokens() == twin.used_tokens()
+        sessionstore.revert(session, report.event_ids[0])
+        assert session.request_bytes() == collapsed
+
+    def test_a_snip_before_a_collapse_keeps_its_summary(self, store: Any) -> None:
+        """Snipping the turn before a committed collapse leaves the summary opening the request."""
+        session, prompts = _session(store=store)
+        collapse(session, OfflineSummarizer(), prompts[1], _last_uuid_before(session, prompts[3]))
+        used = session.used_tokens()
+
+        report = snip(session, rounds=1)
+
+        request = session.request()
+        assert request["messages"][0]["content"][0]["text"].startswith(COLLAPSE_PREFIX)
+        sessionstore.validate_request(request)
+        assert report.tokens_freed > 0 and session.used_tokens() < used
+        rebuilt = Session(store, session.id, SessionConfig(snapshot_every=0), use_snapshots=False)
+        assert rebuilt.used_tokens() == session.used_tokens()
+
+    def test_collapse_then_snip_from_the_cli(self, tmp_path: Any) -> None:
+        """`collapse` then `snip` on the command line: both succeed and the request stays valid."""
+        db = str(tmp_path / "cs.db")
+        out = io.StringIO()
+        main(["db", "upgrade", "--db", db], out=out)
+        session, prompts = _session(store=sessionstore.open_store(f"sqlite:///{db}"))
+        args = ["--db", db, session.id]
+
+        collapsed = main(
+            ["collapse", *args, "--from", prompts[1], "--to", _last_uuid_before(session, prompts[3])], out=out
+        )
+        snipped = main(["snip", *args, "--rounds", "3", "--json"], out=out)
+        main(["context", *args, "--json"], out=(context := io.StringIO()))
+
+        assert (collapsed, snipped) == (0, 0)
+        request = json.loads(context.getvalue())["request"]
+        assert request["messages"][0]["content"][0]["text"] == "task 3: look at file_3.py"
+        sessionstore.validate_request(request)

@@ -10,7 +10,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
@@ -34,12 +34,12 @@ from sessionstore import (
     snip,
     validate_request,
 )
-from sessionstore._api_context import request_bytes
+from sessionstore._api_context import committed_spans, request_bytes
 from sessionstore._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
 from sessionstore._compaction import compact
 from sessionstore._summarizers import OfflineSummarizer
 
-from .strategies import examples
+from .strategies import examples, turn_logs, turns
 from .test_projections import messy_logs
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -425,7 +425,10 @@ _OPS = st.lists(
 
 
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(events=messy_logs(), ops=_OPS)
+@given(events=st.one_of(messy_logs(), turn_logs()), ops=_OPS)
+# A snip after a committed collapse (it once raised KeyError: 'ids'), and one reaching into it.
+@example(events=turns(["a", "b", "c", "d"], [1, 1, 1, 1], [True] * 4), ops=[("collapse", 1), ("snip", 1)])
+@example(events=turns(["a", "b", "c", "d"], [1, 1, 1, 1], [True] * 4), ops=[("collapse", 3), ("snip", 1)])
 def test_edits_keep_requests_valid_and_reverts_restore_bytes(
     events: list[Any], ops: list[tuple[str, int]]
 ) -> None:
@@ -440,6 +443,12 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
                 report = snip(session, rounds=arg)
             except ValidationError:
                 continue
+            state = session.api_state
+            # A committed collapse is snipped whole or not at all: half a span is never shown again.
+            assert all(
+                end <= state.first_visible or state.first_visible <= start
+                for start, end, _ in committed_spans(state)
+            )
         elif op == "clear":
             report = microcompact(session, keep_recent=arg, compactable_tools=frozenset({"Read"}))
         elif op == "budget":
