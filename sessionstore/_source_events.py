@@ -13,11 +13,11 @@ None of these events changes what the model sees: the API view ignores them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 
-from ._events import Event, register_event
+from ._events import Event, register_event, register_upcaster
 
 __all__ = ["FileHistoryRecorded", "ImportedEntry", "OpaqueEntry"]
 
@@ -30,6 +30,9 @@ class OpaqueEntry(Event):
     ``last-prompt``, ``system/stop_hook_summary``, and any type that appears in a later release.
     """
 
+    #: 2: ``object_index`` (several JSON objects on one line).
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     type: Literal["opaque_entry"] = "opaque_entry"
     #: The transcript format, e.g. ``"claude-code"``.
     source: str
@@ -39,6 +42,9 @@ class OpaqueEntry(Event):
     line: PositiveInt
     #: The line's JSON object, unchanged (key order included).
     entry: dict[str, Any]
+    #: Which JSON object of the line this is: 0 for the first (usually the only one); 1, 2 ...
+    #: for objects appended to the same line without a newline.
+    object_index: NonNegativeInt = 0
 
 
 @register_event
@@ -50,14 +56,26 @@ class ImportedEntry(Event):
     listed in ``events`` (content is the bulk of a transcript; it is stored once).
     """
 
+    #: 2: ``object_index`` (several JSON objects on one line).
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     type: Literal["imported_entry"] = "imported_entry"
     source: str
     entry_type: str
     line: PositiveInt
     entry: dict[str, Any]
+    #: As in ``OpaqueEntry``: the object's place on its line.
+    object_index: NonNegativeInt = 0
     #: Ids of the events modelled from this line, in log order.
     events: list[str] = Field(default_factory=list)
     content_moved: bool = False
+
+
+@register_upcaster("opaque_entry", 1)
+@register_upcaster("imported_entry", 1)
+def _first_object_of_its_line(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had one object per line."""
+    return {**payload, "object_index": 0}
 
 
 @register_event

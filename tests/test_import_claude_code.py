@@ -16,17 +16,21 @@ import sessionstore
 from sessionstore import (
     CLEARED_PLACEHOLDER,
     MessageAppended,
+    OpaqueEntry,
     Session,
     SessionStore,
     ValidationError,
     validate_request,
 )
+from sessionstore._events import decode_event
 from sessionstore.cli import main
 from sessionstore.exporters import export_claude_code
 from sessionstore.importers import import_claude_code
 from sessionstore.importers.claude_code import SkippedLine
 
 from ._claude_code_corpus import (
+    FIRST_FILES,
+    JOINED_LINE_FILE,
     MAIN_FILES,
     PARENT_SESSION,
     SPAWNING_TOOL_USE,
@@ -73,6 +77,14 @@ def _expected_last_usage(path: Path) -> int:
     )
 
 
+def _numbered_objects(lines: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, int]]:
+    """(line number, index of the object on its line) of every object."""
+    out: list[tuple[int, int]] = []
+    for number, _ in lines:
+        out.append((number, out[-1][1] + 1 if out and out[-1][0] == number else 0))
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(MAIN_FILES))
 class TestEachRealTranscript:
     """Every main transcript of the corpus imports completely and gives a valid request."""
@@ -92,8 +104,9 @@ class TestEachRealTranscript:
         messages = _payloads(mem_store, session_id, "message_appended")
 
         assert report.sessions[0].session_id == session_id
-        assert sorted(r["line"] for r in recorded) == [number for number, _ in lines]
-        assert report.sessions[0].entries == report.sessions[0].lines == len(lines)
+        assert sorted((r["line"], r["object_index"]) for r in recorded) == _numbered_objects(lines)
+        assert report.sessions[0].entries == len(lines)
+        assert report.sessions[0].lines == len({number for number, _ in lines})
         assert len(messages) == len(message_lines) == report.sessions[0].messages
         assert [m["message_uuid"] for m in messages] == [e["uuid"] for e in message_lines]
 
@@ -211,7 +224,7 @@ def _message_uuids(store: SessionStore, session_id: str) -> list[str]:
 
 
 def _corrupt(tmp_path: Path, number: int) -> Path:
-    source = copy_main(tmp_path, next(iter(sorted(MAIN_FILES))))
+    source = copy_main(tmp_path, sorted(FIRST_FILES)[0])
     lines = source.read_bytes().split(b"\n")
     lines[number - 1] = lines[number - 1][: len(lines[number - 1]) // 2]  # a truncated write
     source.write_bytes(b"\n".join(lines))
@@ -244,19 +257,19 @@ class TestBadLines:
         assert [(s.path, s.line) for s in report.skipped] == [(str(path), 7)]
         assert "invalid JSON" in report.skipped[0].reason
         assert 7 not in {r["line"] for r in recorded}
-        assert report.sessions[0].lines == len(entries(corpus_file(next(iter(sorted(MAIN_FILES)))))) - 1
+        assert report.sessions[0].lines == len(entries(corpus_file(sorted(FIRST_FILES)[0]))) - 1
 
     def test_line_that_cannot_be_modelled_fails_or_is_kept_opaque(
         self, tmp_path: Path, mem_store: SessionStore
     ) -> None:
         """A user line whose content block has no type: an error, or (skipping) an opaque entry."""
-        path = copy_main(tmp_path, sorted(MAIN_FILES)[0])
+        path = copy_main(tmp_path, sorted(FIRST_FILES)[0])
         lines = path.read_text(encoding="utf-8").splitlines()
         bad = {
             "type": "user",
             "uuid": "bad-1",
             "parentUuid": None,
-            "sessionId": MAIN_FILES[sorted(MAIN_FILES)[0]],
+            "sessionId": MAIN_FILES[sorted(FIRST_FILES)[0]],
             "message": {"role": "user", "content": [{"text": "no type"}]},
         }
         lines.append(json.dumps(bad))
@@ -312,6 +325,73 @@ class TestBadLines:
         assert export_claude_code(mem_store, _SYNTH_SESSION) == path.read_text(encoding="utf-8").split("\n")
 
 
+class TestSeveralObjectsOnOneLine:
+    """An entry appended without a newline: each object is an entry; the line exports as it was."""
+
+    def test_the_real_joined_line_imports_as_two_entries_and_exports_byte_for_byte(
+        self, mem_store: SessionStore
+    ) -> None:
+        """The corpus file whose progress line carries a summary entry glued to it."""
+        name, number = JOINED_LINE_FILE
+        path = corpus_file(name)
+        raw = path.read_bytes().split(b"\n")[number - 1]
+        import_claude_code(mem_store, [path])
+        on_the_line = [
+            (r.type, r.payload_dict()["object_index"], r.payload_dict()["entry_type"])
+            for r in mem_store.read(MAIN_FILES[name])
+            if r.type in ("imported_entry", "opaque_entry") and r.payload_dict()["line"] == number
+        ]
+
+        assert on_the_line == [("opaque_entry", 0, "progress"), ("opaque_entry", 1, "summary")]
+        assert export_claude_code(mem_store, MAIN_FILES[name])[number - 1].encode() == raw
+
+    def test_a_message_glued_after_another_entry_is_a_message_of_its_own(
+        self, tmp_path: Path, store: SessionStore
+    ) -> None:
+        """Both objects are modelled (own event ids); the request has the message; export is exact."""
+        lines = _cc_conversation()
+        dump = [json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in lines]
+        summary = '{"type":"summary","summary":"Listing files","leafUuid":"a-1"}'
+        text = "\n".join([dump[0], dump[1] + summary + dump[2], dump[3]]) + "\n"
+        path = tmp_path / f"{_SYNTH_SESSION}.jsonl"
+        path.write_text(text, encoding="utf-8")
+
+        report = import_claude_code(store, [path])
+        again = import_claude_code(store, [path])
+
+        assert report.sessions[0].lines == 3
+        assert report.sessions[0].entries == 5
+        assert _message_uuids(store, _SYNTH_SESSION) == ["u-1", "a-1", "u-2", "a-2"]
+        texts = [m["content"][0]["text"] for m in Session(store, _SYNTH_SESSION).request()["messages"]]
+        assert texts == ["list the files", "Here they are.", "thanks, now count them", "There are 3."]
+        assert "\n".join(export_claude_code(store, _SYNTH_SESSION)) + "\n" == text
+        assert again.written == 0
+
+    @pytest.mark.parametrize(
+        ("tail", "reason"),
+        [
+            (b"garbage", "Extra data"),
+            (b' {"type":"summary"}', "Extra data"),
+            (b'{"type":"sum', "Unterminated string"),
+        ],
+        ids=["garbage", "space-then-object", "truncated-second-object"],
+    )
+    def test_anything_else_after_the_first_object_is_still_a_bad_line(
+        self, tail: bytes, reason: str, tmp_path: Path, store: SessionStore
+    ) -> None:
+        """Only objects written back to back are accepted; the rest fails (or is skipped) as before."""
+        path = _write_jsonl(tmp_path / f"{_SYNTH_SESSION}.jsonl", _cc_conversation()[:2], tail=b"")
+        path.write_bytes(path.read_bytes() + tail + b"\n")
+
+        with pytest.raises(ValidationError, match=rf"{path}:2: malformed line: invalid JSON.*{reason}"):
+            import_claude_code(store, [path])
+        assert store.list_sessions() == []
+        report = import_claude_code(store, [path], skip_bad_lines=True)
+
+        assert [(s.line, reason in s.reason) for s in report.skipped] == [(2, True)]
+        assert _message_uuids(store, _SYNTH_SESSION) == ["u-1"]
+
+
 class TestSubagents:
     """Sub-agent files become child sessions linked to the tool call that spawned them."""
 
@@ -349,7 +429,7 @@ class TestSubagents:
     def test_project_folder_import_takes_every_session(self, tmp_path: Path, mem_store: SessionStore) -> None:
         """A folder: every main transcript and every sub-agent in it."""
         folder = flat_project(tmp_path)
-        other = copy_main(tmp_path, sorted(MAIN_FILES)[1])
+        other = copy_main(tmp_path, sorted(FIRST_FILES)[1])
         other.rename(folder / other.name)
         report = import_claude_code(mem_store, [folder])
 
@@ -548,12 +628,12 @@ class TestWhatLinesBecome:
 
     def test_unknown_entry_types_are_kept_verbatim(self, tmp_path: Path, mem_store: SessionStore) -> None:
         """A type no release had yet: an OpaqueEntry with the line as written."""
-        path = copy_main(tmp_path, sorted(MAIN_FILES)[0])
+        path = copy_main(tmp_path, sorted(FIRST_FILES)[0])
         future = {"type": "hologram-snapshot", "payload": {"z": [1, 2.5, None]}, "sessionId": "x"}
         with path.open("a", encoding="utf-8") as handle:
             handle.write("\n" + json.dumps(future, separators=(",", ":")) + "\n")
         import_claude_code(mem_store, [path])
-        opaque = _payloads(mem_store, MAIN_FILES[sorted(MAIN_FILES)[0]], "opaque_entry")
+        opaque = _payloads(mem_store, MAIN_FILES[sorted(FIRST_FILES)[0]], "opaque_entry")
 
         assert opaque[-1]["entry"] == future
         assert opaque[-1]["entry_type"] == "hologram-snapshot"
@@ -629,7 +709,7 @@ class TestWhatLinesBecome:
         self, tmp_path: Path, mem_store: SessionStore
     ) -> None:
         """Same id, but a native session: refused, nothing written."""
-        name = sorted(MAIN_FILES)[0]
+        name = sorted(FIRST_FILES)[0]
         Session.create(mem_store, MAIN_FILES[name]).append([MessageAppended(role="user", content="mine")])
 
         with pytest.raises(ValidationError, match="was not imported from Claude Code"):
@@ -687,3 +767,24 @@ class TestCommandLine:
 
         assert kinds["compact_boundary"] == 1
         assert kinds["imported_entry"] + kinds["opaque_entry"] == len(entries(corpus_file(name)))
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_a_missing_corpus_fails_in_ci_and_skips_elsewhere(
+    ci: str, outcome: type[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI (``CI`` set) must never pass without the corpus tests; a laptop without it skips them."""
+    monkeypatch.setenv("CI", ci)
+
+    with pytest.raises(outcome, match="corpus not found"):
+        corpus_file("not-in-the-corpus.jsonl")
+
+
+def test_line_records_stored_before_object_index_existed_read_as_the_lines_first_object() -> None:
+    """Schema version 1 of ImportedEntry/OpaqueEntry had one object per line: index 0."""
+    payload = '{"source":"claude-code","entry_type":"summary","line":4,"entry":{"type":"summary"}}'
+
+    event = decode_event("opaque_entry", 1, payload, "00000000-0000-4000-8000-000000000001")
+
+    assert isinstance(event, OpaqueEntry)
+    assert (event.line, event.object_index, event.entry) == (4, 0, {"type": "summary"})

@@ -74,7 +74,7 @@ def _source_lines(
                 covered.update(recorded.payload_dict()["events"])
         elif recorded.type == "message_appended":
             contents[recorded.event_id] = recorded.payload
-    numbered: dict[int, str] = {}
+    objects: dict[int, dict[int, str]] = {}  # line -> object index -> JSON
     last: dict[str, Any] | None = None
     for recorded in events:
         if recorded.type not in _LINE_TYPES:
@@ -87,9 +87,11 @@ def _source_lines(
                 entry["message"]["content"] = json.loads(held)["content"]
         if fork_session is not None and "sessionId" in entry:
             entry["sessionId"] = fork_session
-        numbered[int(payload["line"])] = _dump(entry)
+        objects.setdefault(int(payload["line"]), {})[int(payload.get("object_index", 0))] = _dump(entry)
         if isinstance(entry.get("uuid"), str):
             last = entry
+    # Objects Claude Code wrote on one line (no newline between them) go back on one line.
+    numbered = {number: "".join(parts[i] for i in sorted(parts)) for number, parts in objects.items()}
     context = None
     if last is not None:
         context = _Context(

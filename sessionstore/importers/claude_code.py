@@ -96,7 +96,8 @@ class ImportedSession:
     Attributes:
         lines: non-blank lines read. Every one of them is in the log (``entries``) unless it
             was skipped as bad.
-        entries: lines stored (``ImportedEntry`` + ``OpaqueEntry`` events).
+        entries: JSON objects stored (``ImportedEntry`` + ``OpaqueEntry`` events): one per
+            line, more where a line holds several objects written back to back.
         messages: ``MessageAppended`` events (one per ``user``/``assistant`` line).
         opaque: lines kept as ``OpaqueEntry``.
         events: events the file converts to (the session's whole import).
@@ -152,6 +153,8 @@ class _BadLineError(Exception):
 class _Line:
     number: int
     entry: dict[str, Any]
+    #: The object's place on its line (>0: appended to the line without a newline).
+    object_index: int = 0
 
 
 @dataclass
@@ -177,6 +180,28 @@ def _check_entry(entry: object) -> dict[str, Any]:
     return entry
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _line_objects(text: str) -> list[object]:
+    """The JSON values on one line: one, or several written back to back.
+
+    Claude Code sometimes appends an entry without a newline (typically a ``summary``), so a
+    line can hold ``{...}{...}``. Anything else after a value (garbage, a truncated object)
+    raises ``json.JSONDecodeError`` as ``json.loads`` would: the line stays a bad line.
+    """
+    values: list[object] = []
+    at = len(text) - len(text.lstrip(" \t\r\n"))  # JSON's whitespace, as json.loads skips it
+    while True:
+        value, end = _DECODER.raw_decode(text, at)
+        values.append(value)
+        if not text[end:].strip():
+            return values
+        if not text.startswith("{", end):
+            raise json.JSONDecodeError("Extra data", text, end)
+        at = end
+
+
 def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Line]:
     try:
         data = path.read_bytes()
@@ -190,7 +215,7 @@ def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Lin
         if not raw.strip():
             continue
         try:
-            entry = _check_entry(json.loads(raw.decode("utf-8")))
+            entries = [_check_entry(value) for value in _line_objects(raw.decode("utf-8"))]
         except (UnicodeDecodeError, json.JSONDecodeError, _BadLineError) as e:
             reason = _reason(e)
             if not skip:
@@ -200,7 +225,7 @@ def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Lin
                 raise ValidationError(msg, field="line", index=number) from None
             skipped.append(SkippedLine(str(path), number, reason))
             continue
-        lines.append(_Line(number, entry))
+        lines.extend(_Line(number, entry, index) for index, entry in enumerate(entries))
     return lines
 
 
@@ -477,8 +502,11 @@ class _Converter:
                 self.usage[api_id] = (first, model if isinstance(model, str) else None, usage)
                 best[api_id] = output
 
-    def eid(self, line: int, part: str) -> uuid.UUID:
-        return derived_event_id(self.sid, line, part)
+    def eid(self, line: _Line, part: str) -> uuid.UUID:
+        # A second object on a line gets ids of its own (its line number is the first's).
+        return derived_event_id(
+            self.sid, line.number, part if not line.object_index else f"{part}@{line.object_index}"
+        )
 
     def convert(self) -> list[Event]:
         events: list[Event] = []
@@ -504,11 +532,12 @@ class _Converter:
         self.plan.entries += 1
         self.plan.opaque += 1
         return OpaqueEntry(
-            event_id=self.eid(line.number, "entry"),
+            event_id=self.eid(line, "entry"),
             source=SOURCE,
             entry_type=_entry_type(line.entry),
             line=line.number,
             entry=line.entry,
+            object_index=line.object_index,
         )
 
     def _imported(
@@ -516,11 +545,12 @@ class _Converter:
     ) -> ImportedEntry:
         self.plan.entries += 1
         return ImportedEntry(
-            event_id=self.eid(line.number, "entry"),
+            event_id=self.eid(line, "entry"),
             source=SOURCE,
             entry_type=_entry_type(line.entry),
             line=line.number,
             entry=entry,
+            object_index=line.object_index,
             events=[str(e.event_id) for e in derived],
             content_moved=moved,
         )
@@ -559,8 +589,8 @@ class _Converter:
         hidden = key in self.summary_uuids or (role == "assistant" and entry.get("isApiErrorMessage") is True)
         stop = message.get("stop_reason")
         appended = MessageAppended(
-            event_id=self.eid(line.number, "message"),
-            message_uuid=key if isinstance(key, str) else str(self.eid(line.number, "uuid")),
+            event_id=self.eid(line, "message"),
+            message_uuid=key if isinstance(key, str) else str(self.eid(line, "uuid")),
             parent_uuid=entry.get("parentUuid"),
             role=role,
             content=content,
@@ -576,7 +606,7 @@ class _Converter:
         derived: list[Event] = [appended]
         if api_id is not None and api_id in self.usage and self.usage[api_id][0] == line.number:
             _, model, usage = self.usage[api_id]
-            derived.append(_usage_event(self.eid(line.number, "usage"), api_id, model, usage))
+            derived.append(_usage_event(self.eid(line, "usage"), api_id, model, usage))
         if isinstance(content, list):
             for block in content:
                 if not isinstance(block, dict):
@@ -615,7 +645,7 @@ class _Converter:
         elif isinstance(result, dict) and _nonneg(result.get("persistedOutputSize")):
             original = _nonneg(result.get("persistedOutputSize"))
         return ToolResultPersisted(
-            event_id=self.eid(line.number, f"persisted:{tool_use_id}"),
+            event_id=self.eid(line, f"persisted:{tool_use_id}"),
             tool_use_id=tool_use_id,
             tool_name=self.tool_names.get(tool_use_id),
             blob_sha256=sha256,
@@ -658,7 +688,7 @@ class _Converter:
         trigger = metadata.get("trigger")
         logical = entry.get("logicalParentUuid")
         return CompactBoundary(
-            event_id=self.eid(line.number, "compact"),
+            event_id=self.eid(line, "compact"),
             trigger=trigger if trigger in ("auto", "manual") else "auto",
             strategy="llm",
             summarizer=SUMMARIZER,
@@ -683,7 +713,7 @@ class _Converter:
             max(0, self.count_text(self.result_texts[i]) - placeholder) for i in ids if i in self.result_texts
         )
         return MicrocompactApplied(
-            event_id=self.eid(line.number, "microcompact"),
+            event_id=self.eid(line, "microcompact"),
             # Claude Code records "auto" for its threshold-driven clearing; ours knows "time"
             # (automatic) and "manual". The original trigger stays in the ImportedEntry.
             trigger="manual" if metadata.get("trigger") == "manual" else "time",
@@ -704,7 +734,7 @@ class _Converter:
             tracked = snapshot.get("trackedFileBackups")
             prompt = snapshot.get("messageId")
             return FileHistoryRecorded(
-                event_id=self.eid(line.number, "file-history"),
+                event_id=self.eid(line, "file-history"),
                 kind="snapshot",
                 message_uuid=prompt if isinstance(prompt, str) else trigger,
                 trigger_uuid=trigger,
@@ -715,7 +745,7 @@ class _Converter:
         path = entry.get("trackingPath")
         prompt = entry.get("snapshotMessageId")
         return FileHistoryRecorded(
-            event_id=self.eid(line.number, "file-history"),
+            event_id=self.eid(line, "file-history"),
             kind="delta",
             message_uuid=prompt if isinstance(prompt, str) else None,
             trigger_uuid=trigger,
@@ -926,9 +956,11 @@ def _existing_parent(
     from ..exporters.claude_code import export_claude_code
 
     lines = [
-        _Line(number, json.loads(text))
+        _Line(number, entry, index)
         for number, text in enumerate(export_claude_code(store, session_id), start=1)
         if text
+        for index, entry in enumerate(_line_objects(text))
+        if isinstance(entry, dict)
     ]
     plan = _Plan(_File(file.path, lines, file.session_id, None, False, None, False), session_id, stored=True)
     _index_file(plan)
@@ -1045,7 +1077,7 @@ def _import(
                 path=str(plan.file.path),
                 parent_session_id=plan.parent_session_id,
                 parent_tool_use_id=plan.parent_tool_use_id,
-                lines=read,
+                lines=0 if plan.stored else len({line.number for line in plan.file.lines}),
                 entries=plan.entries,
                 messages=plan.messages,
                 opaque=plan.opaque,
