@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import sessionstore
-from sessionstore import PathRefusedError, SessionStore
-from sessionstore._paths import name_problem
+from sessionstore import PathRefusedError, SessionStore, ValidationError
+from sessionstore._paths import name_problem, read_regular_file
 from sessionstore.cli import main
 from sessionstore.exporters import write_claude_code
 from sessionstore.importers import import_claude_code
@@ -205,3 +205,178 @@ def test_cli_export_of_a_crafted_session_fails_with_one_line(
 def test_file_names_from_a_transcript_are_plain_names(name: str, ok: bool) -> None:
     """Only 1-255 of [A-Za-z0-9._-], no '..', not '.'."""
     assert (name_problem(name) is None) is ok
+
+
+# --- import: sidecars and manifests --------------------------------------------------------------
+
+
+def _spilled(session_id: str, name: str) -> list[dict[str, Any]]:
+    """A tool call whose result Claude Code spilled to ``<sessionId>/tool-results/<name>``."""
+    stub = (
+        "<persisted-output>\nOutput too large (2.1MB). Full output saved to: "
+        f"/Users/dev/.claude/projects/p/{session_id}/tool-results/{name}\n</persisted-output>"
+    )
+    call = _line("assistant", "a-2", "a-1", session_id, "running it")
+    call["message"]["content"] = [
+        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "x"}}
+    ]
+    result = _line(
+        "user", "u-2", "a-2", session_id, [{"type": "tool_result", "tool_use_id": "toolu_1", "content": stub}]
+    )
+    return [call, result]
+
+
+def _persisted(store: SessionStore, session_id: str) -> dict[str, Any]:
+    return next(e.payload_dict() for e in store.read(session_id) if e.type == "tool_result_persisted")
+
+
+def test_a_sidecar_beside_the_transcript_is_read(tmp_path: Path, mem_store: SessionStore) -> None:
+    """The ordinary case still works: a regular file under <sessionId>/tool-results/."""
+    source = tmp_path / "source"
+    _main(source, SESSION, *_spilled(SESSION, "out.txt"))
+    (source / SESSION / "tool-results").mkdir(parents=True)
+    (source / SESSION / "tool-results" / "out.txt").write_bytes(b"the full output\n")
+
+    report = import_claude_code(mem_store, [source / "main.jsonl"])
+
+    assert mem_store.get_blob(_persisted(mem_store, SESSION)["blob_sha256"]) == b"the full output\n"
+    assert report.skipped == ()
+
+
+def test_a_sidecar_symlink_is_not_followed(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A sidecar linked to a file outside (the password database) is not read; the report says so."""
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"root:x:0:0\n")
+    source = tmp_path / "source"
+    _main(source, SESSION, *_spilled(SESSION, "out.txt"))
+    (source / SESSION / "tool-results").mkdir(parents=True)
+    (source / SESSION / "tool-results" / "out.txt").symlink_to(secret)
+
+    report = import_claude_code(mem_store, [source / "main.jsonl"])
+    written = write_claude_code(mem_store, SESSION, tmp_path / "out")
+
+    assert _persisted(mem_store, SESSION)["blob_sha256"] == ""
+    assert [s.line for s in report.skipped] == [4]
+    assert "out.txt not read: a symlink (not followed)" in report.skipped[0].reason
+    assert all(b"root:x" not in f.path.read_bytes() for f in written)
+
+
+def test_a_tool_results_folder_linked_outside_is_not_read(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A symlinked <sessionId> or tool-results folder may not lead out of the transcript's folder."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "out.txt").write_bytes(b"private\n")
+    source = tmp_path / "source"
+    _main(source, SESSION, *_spilled(SESSION, "out.txt"))
+    (source / SESSION).mkdir(parents=True)
+    (source / SESSION / "tool-results").symlink_to(outside)
+
+    report = import_claude_code(mem_store, [source / "main.jsonl"])
+
+    assert _persisted(mem_store, SESSION)["blob_sha256"] == ""
+    assert "leads out of the transcript's folder" in report.skipped[0].reason
+
+
+def test_a_crafted_session_id_does_not_choose_the_sidecar_folder(
+    tmp_path: Path, mem_store: SessionStore
+) -> None:
+    """sessionId '../outside' would make <sessionId>/tool-results/ a folder beside the transcript's."""
+    crafted = "../outside"
+    (tmp_path / "outside" / "tool-results").mkdir(parents=True)
+    (tmp_path / "outside" / "tool-results" / "out.txt").write_bytes(b"private\n")
+    _main(tmp_path / "source", crafted, *_spilled(crafted, "out.txt"))
+
+    report = import_claude_code(mem_store, [tmp_path / "source" / "main.jsonl"])
+
+    assert _persisted(mem_store, report.sessions[0].session_id)["blob_sha256"] == ""
+
+
+def test_a_manifest_symlink_is_not_followed(tmp_path: Path, mem_store: SessionStore) -> None:
+    """agent-x.meta.json linked to a file outside is not read; the report names it."""
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"agentType": "leaked"}', encoding="utf-8")
+    source = tmp_path / "source"
+    _main(source, SESSION)
+    _agent(source, SESSION, "a1")
+    (source / "agent-x.meta.json").symlink_to(secret)
+
+    report = import_claude_code(mem_store, [source])
+    child = next(s.session_id for s in report.sessions if s.parent_session_id)
+    started = mem_store.read(child, 1, 1)[0].payload_dict()
+
+    assert "meta" not in started["metadata"]
+    assert [s.reason for s in report.skipped] == ["manifest not read: a symlink (not followed)"]
+
+
+# --- import: special files ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_in_an_imported_folder_is_skipped_not_waited_on(
+    tmp_path: Path, mem_store: SessionStore
+) -> None:
+    """A FIFO named agent-*.jsonl used to block the import forever; now it is skipped and reported."""
+    source = tmp_path / "source"
+    main_file = _main(source, SESSION).rename(source / f"{SESSION}.jsonl")
+    os.mkfifo(source / "agent-fifo.jsonl")
+    (source / SESSION / "subagents").mkdir(parents=True)
+    os.mkfifo(source / SESSION / "subagents" / "agent-deep.jsonl")
+
+    for named in (source, main_file):
+        report = import_claude_code(mem_store, [named])
+
+        assert [s.session_id for s in report.sessions] == [SESSION]
+        assert sorted(Path(s.path).name for s in report.skipped) == ["agent-deep.jsonl", "agent-fifo.jsonl"]
+        assert all(s.reason == "not a regular file: skipped" for s in report.skipped)
+
+
+@pytest.mark.timeout(30)
+def test_a_symlink_to_a_device_in_a_folder_is_skipped(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A link to /dev/zero used to read until MemoryError (/dev/null here: a regression fails, not OOMs)."""
+    source = tmp_path / "source"
+    _main(source, SESSION)
+    (source / "agent-zero.jsonl").symlink_to("/dev/null")
+
+    report = import_claude_code(mem_store, [source])
+
+    assert [s.reason for s in report.skipped] == ["a symlink leading out of the folder: skipped"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("special", ["fifo", "/dev/null"])
+def test_a_named_special_file_is_refused(special: str, tmp_path: Path, mem_store: SessionStore) -> None:
+    """A transcript the user names that is not a regular file is a clear error, not a hang."""
+    named = tmp_path / "main.jsonl"
+    if special == "fifo":
+        os.mkfifo(named)
+    else:
+        named.symlink_to(special)
+
+    with pytest.raises(ValidationError, match="not a regular file"):
+        import_claude_code(mem_store, [named])
+
+    assert mem_store.list_sessions() == []
+
+
+@pytest.mark.timeout(30)
+def test_read_regular_file_refuses_what_is_not_one(tmp_path: Path) -> None:
+    """FIFO, device, folder, symlink (when not followed), over the size bound: refused, never read.
+
+    Devices are tried with /dev/null: the same check refuses /dev/zero, but a regression there
+    would fill memory instead of failing.
+    """
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big").write_bytes(b"x" * 11)
+    (tmp_path / "link").symlink_to(tmp_path / "big")
+    cases = {
+        "fifo": ({}, "a FIFO"),
+        "/dev/null": ({}, "a character device"),
+        ".": ({}, "a directory"),
+        "link": ({"follow_symlinks": False}, "a symlink"),
+        "big": ({"max_bytes": 10}, "over the limit of 10"),
+    }
+    for name, (options, reason) in cases.items():
+        with pytest.raises(PathRefusedError, match=reason):
+            read_regular_file(tmp_path / name, **options)  # type: ignore[arg-type]
+
+    assert read_regular_file(tmp_path / "link", max_bytes=11) == b"x" * 11

@@ -18,6 +18,9 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
 * Every file is read and converted before anything is written: a malformed line fails the whole
   import, naming the file and line, unless ``skip_bad_lines`` is set (each skip is reported).
   Each session is then written in one transaction.
+* Only regular files are read, never through a FIFO or a device. In a folder, a special file or
+  a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
+  only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import gc
 import hashlib
 import heapq
 import json
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +43,7 @@ import pydantic
 from .._context_events import CompactBoundary, MicrocompactApplied, ToolResultPersisted
 from .._errors import SessionNotFoundError, ValidationError
 from .._events import Event, MessageAppended, QuerySource, SessionStarted, SubagentStarted, UsageRecorded
+from .._paths import PathRefusedError, inside, name_problem, read_regular_file
 from .._source_events import FileHistoryRecorded, ImportedEntry, OpaqueEntry
 from .._store import SessionStore, check_session_id
 
@@ -67,6 +72,8 @@ _AGENT_TAIL = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
 _PERSISTED_PATH = re.compile(r"saved to:?\s*<?([^\s<>]+)")
 _MESSAGE_TYPES = frozenset({"user", "assistant"})
 _SYNTHETIC_MODEL = "<synthetic>"
+#: A sub-agent manifest is a few hundred bytes; anything near this is not one.
+_MAX_MANIFEST_BYTES = 1 << 20
 
 
 def derived_event_id(session_id: str, line: int, part: str) -> uuid.UUID:
@@ -79,7 +86,10 @@ def derived_event_id(session_id: str, line: int, part: str) -> uuid.UUID:
 
 @dataclass(frozen=True)
 class SkippedLine:
-    """A line that was skipped (``skip_bad_lines``) or kept opaque because it could not be modelled."""
+    """A line that was skipped (``skip_bad_lines``) or kept opaque because it could not be modelled,
+    or a file that was not read (a special file, a symlink leading out): then ``line`` is the
+    line that named it, or 0.
+    """
 
     path: str
     line: int
@@ -204,7 +214,7 @@ def _line_objects(text: str) -> list[object]:
 
 def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Line]:
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)
     except OSError as e:
         msg = f"{path}: cannot read: {e.strerror or e}"
         raise ValidationError(msg, field="path") from e
@@ -249,20 +259,60 @@ def _read_file(path: Path, skip: bool, skipped: list[SkippedLine], *, optional: 
     is_agent = sidechain or (not threaded and named is not None)
     if is_agent and agent_id is None and named is not None:
         agent_id = named.group(1)
-    meta = None
-    meta_path = path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
-    if is_agent and meta_path.is_file():
-        try:
-            loaded = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            msg = f"{meta_path}: unreadable sub-agent manifest: {e}"
-            raise ValidationError(msg, field="path") from e
-        meta = loaded if isinstance(loaded, dict) else None
+    meta = (
+        _read_manifest(path.with_name(path.name[: -len(".jsonl")] + ".meta.json"), skipped)
+        if is_agent
+        else None
+    )
     return _File(path, lines, session_id, agent_id, is_agent, meta, optional)
 
 
-def _discover(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
-    """(file, optional) for every transcript named by ``paths``: files, or project folders."""
+def _read_manifest(path: Path, skipped: list[SkippedLine]) -> dict[str, Any] | None:
+    """A sub-agent's ``.meta.json``: a small regular file, never read through a symlink."""
+    try:
+        loaded = json.loads(read_regular_file(path, follow_symlinks=False, max_bytes=_MAX_MANIFEST_BYTES))
+    except FileNotFoundError:
+        return None
+    except PathRefusedError as e:
+        skipped.append(SkippedLine(str(path), 0, f"manifest not read: {e.refused[str(path)]}"))
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        msg = f"{path}: unreadable sub-agent manifest: {e}"
+        raise ValidationError(msg, field="path") from e
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _unreadable(file: Path, folder: Path) -> str | None:
+    """Why a transcript found in ``folder`` (not named by the user) is skipped, or None.
+
+    Only regular files inside the folder are read: a FIFO would block the import, a device
+    never ends, and a symlink leading out reads a file the user did not name.
+    """
+    if not inside(os.path.realpath(file), os.path.realpath(folder)):
+        return "a symlink leading out of the folder: skipped"
+    if not file.is_file():
+        return "not a regular file: skipped"
+    return None
+
+
+def _found_in(folder: Path, files: Iterable[Path], skipped: list[SkippedLine]) -> list[Path]:
+    """``files`` found in ``folder`` that may be read; the others are reported as skipped."""
+    kept = []
+    for file in files:
+        reason = _unreadable(file, folder)
+        if reason is None:
+            kept.append(file)
+        else:
+            skipped.append(SkippedLine(str(file), 0, reason))
+    return kept
+
+
+def _discover(paths: Iterable[str | Path], skipped: list[SkippedLine]) -> list[tuple[Path, bool]]:
+    """(file, optional) for every transcript named by ``paths``: files, or project folders.
+
+    A file the user named is read even if it is not a regular file (``_read_lines`` refuses
+    it); a file found in a folder is skipped, and reported, unless it is a regular file there.
+    """
     found: dict[Path, bool] = {}
     for given in paths:
         path = Path(given)
@@ -271,16 +321,17 @@ def _discover(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
             if not files:
                 msg = f"{path}: no Claude Code transcripts (*.jsonl) in this folder"
                 raise ValidationError(msg, field="path")
-            for file in files:
+            for file in _found_in(path, files, skipped):
                 found[file] = False
-        elif path.is_file():
+        elif path.exists():
             found[path] = False
             if not _AGENT_NAME.search(path.name):
                 # Its sub-agents: the companion folder (2.1+) and, in the legacy flat layout, the
                 # agent-*.jsonl siblings that carry the same sessionId (checked after reading).
-                for file in sorted((path.parent / path.stem / "subagents").glob("**/agent-*.jsonl")):
+                companion = sorted((path.parent / path.stem / "subagents").glob("**/agent-*.jsonl"))
+                for file in _found_in(path.parent, companion, skipped):
                     found.setdefault(file, False)
-                for file in sorted(path.parent.glob("agent-*.jsonl")):
+                for file in _found_in(path.parent, sorted(path.parent.glob("agent-*.jsonl")), skipped):
                     found.setdefault(file, True)
         else:
             msg = f"{path}: no such file or folder"
@@ -635,7 +686,7 @@ class _Converter:
         recorded = result.get("persistedOutputPath") if isinstance(result, dict) else None
         found = _PERSISTED_PATH.search(content)
         location = recorded if isinstance(recorded, str) else (found.group(1) if found else "")
-        data = self._sidecar(tool_use_id, [p for p in (recorded, location) if isinstance(p, str) and p])
+        data = self._sidecar(line, tool_use_id, [p for p in (recorded, location) if isinstance(p, str) and p])
         sha256 = ""
         original = len(content)
         if data is not None:
@@ -657,25 +708,41 @@ class _Converter:
             tokens_freed=0,
         )
 
-    def _sidecar(self, tool_use_id: str, paths: list[str]) -> bytes | None:
-        """The spilled output: ``<sessionId>/tool-results/<name>`` beside the main transcript."""
+    def _sidecar(self, line: _Line, tool_use_id: str, paths: list[str]) -> bytes | None:
+        """The spilled output: ``<sessionId>/tool-results/<name>`` beside the main transcript.
+
+        Every name in that path comes from the transcript, so each must be a plain file name;
+        the file must be a regular file under the transcript's folder, not a symlink.
+        """
         file = self.plan.file
+        if not file.session_id or name_problem(file.session_id) is not None:
+            return None
+        base = file.path.parent
+        if file.is_agent and base.name == "subagents":
+            base = base.parent.parent  # <sessionId>/subagents/agent-x.jsonl
+        folder = base / file.session_id / "tool-results"
+        if not inside(os.path.realpath(folder), os.path.realpath(base)):
+            self._not_read(line, folder, "its folder leads out of the transcript's folder")
+            return None
         names = [Path(p.replace("\\", "/")).name for p in paths] + [
             f"{tool_use_id}.txt",
             f"{tool_use_id}.json",
         ]
-        folders = []
-        if file.session_id:
-            base = file.path.parent
-            if file.is_agent and base.name == "subagents":
-                base = base.parent.parent  # <sessionId>/subagents/agent-x.jsonl
-            folders.append(base / file.session_id / "tool-results")
-        for folder in folders:
-            for name in names:
-                candidate = folder / name
-                if name and candidate.is_file():
-                    return candidate.read_bytes()
+        for name in names:
+            if name_problem(name) is not None:
+                continue
+            try:
+                return read_regular_file(folder / name, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except PathRefusedError as e:
+                self._not_read(line, folder / name, e.refused[str(folder / name)])
         return None
+
+    def _not_read(self, line: _Line, sidecar: Path, reason: str) -> None:
+        self.skipped.append(
+            SkippedLine(str(self.plan.file.path), line.number, f"sidecar {sidecar} not read: {reason}")
+        )
 
     def _compact(self, line: _Line) -> CompactBoundary:
         entry = line.entry
@@ -1057,7 +1124,8 @@ def _import(
 ) -> ImportReport:
     skipped: list[SkippedLine] = []
     files = [
-        _read_file(path, skip_bad_lines, skipped, optional=optional) for path, optional in _discover(paths)
+        _read_file(path, skip_bad_lines, skipped, optional=optional)
+        for path, optional in _discover(paths, skipped)
     ]
     total = 2 * sum(len(f.lines) for f in files)
     done = sum(len(f.lines) for f in files)
