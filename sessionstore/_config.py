@@ -15,8 +15,9 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from ._errors import DatabaseNotFoundError
 from .backends.postgres import create_postgres_engine
-from .backends.sqlite import SQLiteDurability, create_sqlite_engine
+from .backends.sqlite import SQLiteDurability, create_sqlite_engine, sqlite_file, writable
 
 __all__ = ["create_engine_for_url", "default_database_path", "is_sqlite_url", "resolve_url"]
 
@@ -52,20 +53,28 @@ def is_sqlite_url(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full") -> Engine:
+def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", create: bool = True) -> Engine:
     """An engine configured for sessionstore (PRAGMAs, begin modes, timeouts).
 
-    A SQLite file's folder is created if missing.
+    A missing SQLite file (and its folder) is created only with ``create``; a file this
+    process cannot write is opened read-only.
 
     Raises:
+        DatabaseNotFoundError: the SQLite file does not exist and ``create`` is False.
         ValueError: a backend sessionstore does not support.
     """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        if parsed.database and parsed.database != ":memory:" and "mode=memory" not in url:
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        return create_sqlite_engine(url, durability=durability)
+        path = sqlite_file(url)
+        if path is None:
+            return create_sqlite_engine(url, durability=durability)
+        if not path.exists():
+            if not create:
+                raise DatabaseNotFoundError(str(path))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()  # an empty file is an empty SQLite database
+        return create_sqlite_engine(url, durability=durability, read_only=not writable(path))
     if backend == "postgresql":
         return create_postgres_engine(url)
     msg = f"unsupported database {parsed.render_as_string(hide_password=True)}: use sqlite or postgresql"

@@ -18,9 +18,11 @@ The tree::
     ├── IntegrityCheckError                  the hash chain does not verify (tampering)
     ├── UnknownEventTypeError                a stored event type this version cannot read
     ├── SchemaOutOfDateError                 the database is not migrated to this version
+    ├── DatabaseNotFoundError (LookupError)  no database at the path, and this call may not create one
     └── DatabaseError                        PEP 249 names for storage failures
         ├── OperationalError                 lost connection, lock timeout, disk full ...
-        │   └── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
+        │   ├── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
+        │   └── DatabaseFileGoneError        the SQLite file was deleted or replaced while open
         ├── IntegrityError                   a constraint the store did not expect
         └── ProgrammingError                 broken SQL, missing table
 
@@ -37,6 +39,8 @@ __all__ = [
     "AppendOnlyViolation",
     "ConcurrencyError",
     "DatabaseError",
+    "DatabaseFileGoneError",
+    "DatabaseNotFoundError",
     "DuplicateEventError",
     "IntegrityCheckError",
     "IntegrityError",
@@ -167,6 +171,21 @@ class SchemaOutOfDateError(SessionStoreError):
         self.expected = expected
 
 
+class DatabaseNotFoundError(SessionStoreError, LookupError):
+    """There is no database at the path, and this call only reads: it never creates one.
+
+    Attributes:
+        path: the SQLite file that does not exist.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"no database at {path}: reading never creates one (check the path; "
+            f"`sessionstore db upgrade --db {path}` creates it)"
+        )
+        self.path = path
+
+
 class DatabaseError(SessionStoreError):
     """A storage failure (PEP 249 ``DatabaseError``)."""
 
@@ -220,3 +239,21 @@ class IntegrityError(DatabaseError):
 
 class ProgrammingError(DatabaseError):
     """Broken SQL or a missing table or column."""
+
+
+class DatabaseFileGoneError(OperationalError):
+    """The SQLite file was deleted or replaced while the store had it open.
+
+    Writes would go to the deleted file and be lost with it, so nothing was acknowledged: the
+    write was refused (or, if the file vanished during the commit, reported as not kept).
+
+    Attributes:
+        path: the database file's path.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"database file {path} was {what} while open: the write was not kept; "
+            "reopen the store on the file that should hold the data"
+        )
+        self.path = path

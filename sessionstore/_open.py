@@ -32,6 +32,7 @@ def open_store(
     token_counter: TokenCounter | _Default | None = DEFAULT_COUNTER,
     durability: SQLiteDurability = "full",
     retry: RetryPolicy = DEFAULT_RETRY,
+    create: bool = True,
 ) -> SessionStore:
     """Open the store at ``url`` (see ``resolve_url`` for the default).
 
@@ -46,9 +47,15 @@ def open_store(
         retry: how transient failures (a dropped connection, a restarting PostgreSQL) are
             retried before ``StoreUnavailableError`` is raised; ``RetryPolicy(attempts=1)``
             turns retrying off.
+        create: create a missing SQLite file (and its folder). False for a caller that only
+            reads: a mistyped path then raises instead of leaving an empty database behind,
+            and the embedded default is not migrated implicitly. A file this process cannot
+            write is opened read-only whatever ``create`` says: reads and ``verify`` work,
+            writes raise ``OperationalError``.
 
     Raises:
         SchemaOutOfDateError: the database is not migrated and ``migrate`` is not set.
+        DatabaseNotFoundError: ``create`` is False and there is no database file at ``url``.
         StoreUnavailableError: the database stayed unreachable for the whole retry policy.
     """
     if not isinstance(retry, RetryPolicy):
@@ -56,10 +63,10 @@ def open_store(
         raise ValidationError(msg, field="retry")
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
-    engine = create_engine_for_url(resolved, durability=durability)
+    engine = create_engine_for_url(resolved, durability=durability, create=create)
     in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
     try:
-        if migrate or (migrate is None and (embedded or in_memory)):
+        if migrate or (migrate is None and (in_memory or (embedded and create))):
             retry.run(lambda: upgrade(engine), what="schema upgrade")
         else:
             retry.run(lambda: check_schema(engine), what="schema check")

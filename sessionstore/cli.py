@@ -46,6 +46,10 @@ from .demo import run_demo
 
 __all__ = ["main"]
 
+#: Commands that may create a missing database (with ``db upgrade`` and ``demo``); every other
+#: command only opens an existing one, so a mistyped ``--db`` is an error, not a new empty file.
+_CREATING_COMMANDS = frozenset({"new", "append", "import"})
+
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -249,7 +253,7 @@ def _json_line(line: str, number: int) -> Any:
 
 def _run_db(args: argparse.Namespace, out: TextIO) -> int:
     url = resolve_url(args.db)
-    engine = create_engine_for_url(url)
+    engine = create_engine_for_url(url, create=args.db_command == "upgrade")
     where = engine.url.render_as_string(hide_password=True)
     try:
         if args.db_command == "upgrade":
@@ -565,7 +569,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         return _run_db(args, out)
     if args.command == "demo":
         return run_demo(args.db, out, as_json=args.json)
-    with open_store(args.db) as store:
+    with open_store(args.db, create=args.command in _CREATING_COMMANDS) as store:
         return _run_with_store(args, store, out)
 
 

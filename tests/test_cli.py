@@ -120,6 +120,7 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     """`sessionstore` is on PATH next to the interpreter and runs."""
     script = shutil.which("sessionstore", path=str(Path(sys.executable).parent))
     assert script is not None
+    (tmp_path / "x.db").touch()  # an empty SQLite database: `db current` never creates one
 
     done = subprocess.run(
         [script, "db", "current", "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=60

@@ -17,7 +17,7 @@ import re
 import sqlite3
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 from uuid import uuid4
@@ -223,8 +223,17 @@ class SqlSessionStore(SessionStore):
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
         """A SQLAlchemy write transaction for rows outside the event log (blobs, snapshots)."""
-        with self._lock, translate_errors(), self.engine.connect() as conn, conn.begin():
-            yield conn
+        with self._lock, translate_errors(), self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+                self._check_file(conn.connection.info)
+            self._check_file(conn.connection.info)
+
+    def _check_file(self, info: Mapping[str, Any]) -> None:
+        """Raise if the database this connection writes to is no longer the one opened.
+
+        A hook for file-based backends (SQLite): a no-op where the server owns the storage.
+        """
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -478,7 +487,9 @@ class SqlSessionStore(SessionStore):
                 try:
                     cursor.execute(self.driver_sql.begin_write)
                     yield DriverTransaction(cursor, self.driver_sql)
+                    self._check_file(raw.info)
                     raw.commit()
+                    self._check_file(raw.info)  # the file vanished during the commit: not kept
                 except BaseException:
                     _rollback_or_discard(raw)
                     raise

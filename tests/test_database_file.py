@@ -1,0 +1,194 @@
+"""The SQLite file itself: never created by a reader, readable when read-only, never lost silently."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sessionstore
+from sessionstore import (
+    DatabaseFileGoneError,
+    DatabaseNotFoundError,
+    MessageAppended,
+    OperationalError,
+    SessionStore,
+)
+from sessionstore.cli import main
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def _filled(path: Path) -> str:
+    """A database at ``path`` holding one session with two events; the session's id."""
+    with sessionstore.open_store(path, migrate=True, token_counter=None) as store:
+        sid = store.create_session("s1", events=[MessageAppended(role="user", content="hi")]).id
+        store.append(sid, [MessageAppended(role="assistant", content="hello")], expected_seq=1)
+    return sid
+
+
+# --- readers never create a database ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sessions"],
+        ["events", "s1"],
+        ["context", "s1"],
+        ["show", "s1"],
+        ["verify"],
+        ["verify", "s1"],
+        ["checkpoints", "s1"],
+        ["audit", "s1"],
+        ["db", "current"],
+        ["db", "downgrade", "base"],
+    ],
+)
+def test_a_read_command_on_a_mistyped_path_creates_nothing(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "no-such-dir" / "sesions.db"
+
+    code, _ = _cli(*command, "--db", str(typo))
+
+    assert code == 1
+    assert "no database at" in capsys.readouterr().err
+    assert not typo.parent.exists()
+
+
+@pytest.mark.parametrize("command", [["new"], ["db", "upgrade"]])
+def test_creating_commands_still_create_the_database(tmp_path: Path, command: list[str]) -> None:
+    fresh = tmp_path / "new-dir" / "store.db"
+    if command == ["new"]:
+        assert _cli("db", "upgrade", "--db", str(fresh))[0] == 0
+
+    code, _ = _cli(*command, "--db", str(fresh))
+
+    assert code == 0
+    assert fresh.is_file()
+
+
+def test_open_store_with_create_false_raises_and_leaves_nothing(tmp_path: Path) -> None:
+    typo = tmp_path / "missing" / "x.db"
+    with pytest.raises(DatabaseNotFoundError) as raised:
+        sessionstore.open_store(typo, create=False)
+    assert raised.value.path == str(typo)
+    assert isinstance(raised.value, LookupError)
+    assert not typo.parent.exists()
+
+
+def test_the_embedded_default_is_not_created_by_a_reader(tmp_path: Path) -> None:
+    """With nothing configured, `sessionstore sessions` on a fresh machine does not make a file."""
+    code, _ = _cli("sessions")
+    assert code == 1
+    assert not (tmp_path / "home").exists()
+
+
+# --- a read-only database can be read and verified ----------------------------------------------
+
+
+def _try_chattr(flag: str, *paths: Path) -> bool:
+    try:
+        done = subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True, check=False)
+    except FileNotFoundError:
+        return False
+    return done.returncode == 0
+
+
+@contextlib.contextmanager
+def _read_only(*paths: Path) -> Iterator[None]:
+    """Make ``paths`` unwritable for this process (chmod; for root, the immutable attribute)."""
+    modes = {path: path.stat().st_mode for path in paths}
+    for path in paths:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    immutable = any(os.access(path, os.W_OK) for path in paths) and _try_chattr("+i", *paths)
+    try:
+        if any(os.access(path, os.W_OK) for path in paths):
+            pytest.skip("cannot make a file read-only for this user here (root without chattr)")
+        yield
+    finally:
+        if immutable:
+            _try_chattr("-i", *paths)
+        for path, mode in modes.items():
+            path.chmod(mode)
+
+
+def _backup_copy(source: Path, target: Path) -> None:
+    """A copy as backup tools make it: ``VACUUM INTO`` writes a rollback-journal (not WAL) file."""
+    with contextlib.closing(sqlite3.connect(source)) as conn:
+        conn.execute("VACUUM INTO ?", (str(target),))
+
+
+@pytest.mark.parametrize("unwritable", ["file", "file-and-folder", "backup-copy"])
+def test_a_read_only_database_is_read_and_verified(tmp_path: Path, unwritable: str) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "store.db"
+    sid = _filled(db)
+    if unwritable == "backup-copy":
+        _backup_copy(db, folder / "copy.db")
+        db.unlink()
+        db = folder / "copy.db"
+    locked = [db, folder] if unwritable == "file-and-folder" else [db]
+
+    with _read_only(*locked):
+        with sessionstore.open_store(db, token_counter=None) as store:
+            assert [r.seq for r in store.read(sid)] == [1, 2]
+            assert store.verify(sid).ok
+            with pytest.raises(OperationalError, match="readonly"):
+                store.append(sid, [MessageAppended(role="user", content="no")], expected_seq=2)
+        verified, out = _cli("verify", sid, "--db", str(db))
+        listed, events = _cli("events", sid, "--db", str(db))
+
+    assert verified == 0, out
+    assert listed == 0
+    assert len(events.splitlines()) == 2
+
+
+# --- a deleted or replaced file is never written to silently ------------------------------------
+
+
+def _append(store: SessionStore, sid: str, text: str) -> None:
+    store.append(sid, [MessageAppended(role="user", content=text)], expected_seq="any")
+
+
+def test_appending_after_the_file_was_deleted_raises_instead_of_losing_the_event(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    sid = _filled(db)
+    with sessionstore.open_store(db, token_counter=None) as store:
+        _append(store, sid, "kept")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+        with pytest.raises(DatabaseFileGoneError, match="deleted"):
+            _append(store, sid, "would be lost")
+        with pytest.raises(DatabaseFileGoneError):
+            store.put_blob(b"would be lost too")
+        # A new connection does not silently start an empty database at the path either.
+        store.engine.dispose()  # type: ignore[attr-defined]
+        with pytest.raises(OperationalError):
+            store.read(sid)
+    assert not db.exists()
+
+
+def test_appending_after_the_file_was_replaced_raises(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    sid = _filled(db)
+    other = tmp_path / "other.db"
+    _filled(other)
+    with sessionstore.open_store(db, token_counter=None) as store:
+        _append(store, sid, "kept")
+        other.replace(db)
+
+        with pytest.raises(DatabaseFileGoneError, match="replaced"):
+            _append(store, sid, "would go to the old file")
