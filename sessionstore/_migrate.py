@@ -9,7 +9,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, inspect, text
 
-from ._errors import SchemaOutOfDateError
+from ._errors import SchemaOutOfDateError, ValidationError
 from .backends._sql import translate_errors
 
 __all__ = ["SCHEMA_REVISION", "check_schema", "current_revision", "downgrade", "upgrade"]
@@ -37,7 +37,27 @@ def current_revision(conn: Connection) -> str | None:
     return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
-def _migrate(engine: Engine, direction: str, revision: str) -> None:
+def _stored_counts(conn: Connection) -> tuple[int, int]:
+    """(events, sessions) stored, (0, 0) when there are no tables."""
+    if not inspect(conn).has_table("events"):
+        return 0, 0
+    events = conn.execute(text("SELECT count(*) FROM events")).scalar_one()
+    sessions = conn.execute(text("SELECT count(*) FROM sessions")).scalar_one()
+    return int(events), int(sessions)
+
+
+def _refuse_dropping_events(conn: Connection, before: tuple[int, int]) -> None:
+    """Raise (rolling the downgrade back) if it dropped the event log while it held events."""
+    events, sessions = before
+    if events and not inspect(conn).has_table("events"):
+        msg = (
+            f"this downgrade drops the event log with {events} event(s) in {sessions} session(s); "
+            "nothing was changed. Pass --yes (drop_events=True) to delete them"
+        )
+        raise ValidationError(msg, field="drop_events")
+
+
+def _migrate(engine: Engine, direction: str, revision: str, *, drop_events: bool = True) -> None:
     config = alembic_config()
     with translate_errors(), engine.connect() as conn, conn.begin():
         if conn.dialect.name == "postgresql":
@@ -47,8 +67,14 @@ def _migrate(engine: Engine, direction: str, revision: str) -> None:
         config.attributes["connection"] = conn
         if direction == "upgrade":
             command.upgrade(config, revision)
-        else:
-            command.downgrade(config, revision)
+            return
+        before = _stored_counts(conn)
+        command.downgrade(config, revision)
+        # Checked after the fact, inside the same transaction (DDL is transactional on SQLite
+        # and PostgreSQL): whatever the revision's spelling (base, -1, 0001 ...), a downgrade
+        # that took the events with it is undone unless confirmed.
+        if not drop_events:
+            _refuse_dropping_events(conn, before)
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -56,9 +82,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     _migrate(engine, "upgrade", revision)
 
 
-def downgrade(engine: Engine, revision: str = "base") -> None:
-    """Migrate the database down to ``revision`` (``base`` removes every sessionstore table)."""
-    _migrate(engine, "downgrade", revision)
+def downgrade(engine: Engine, revision: str = "base", *, drop_events: bool = False) -> None:
+    """Migrate the database down to ``revision`` (``base`` removes every sessionstore table).
+
+    Raises:
+        ValidationError: the downgrade would drop stored events and ``drop_events`` is False;
+            nothing was changed.
+    """
+    _migrate(engine, "downgrade", revision, drop_events=drop_events)
 
 
 def check_schema(engine: Engine) -> None:

@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("revision", nargs="?", default="head")
         elif name == "downgrade":
             sub.add_argument("revision")
+            sub.add_argument(
+                "--yes", action="store_true", help="confirm dropping stored events (a downgrade to 'base')"
+            )
 
     demo = commands.add_parser("demo", help="drive a generated agent session through every context stage")
     _add_db(demo)
@@ -259,7 +262,7 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
         if args.db_command == "upgrade":
             _migrate.upgrade(engine, args.revision)
         elif args.db_command == "downgrade":
-            _migrate.downgrade(engine, args.revision)
+            _migrate.downgrade(engine, args.revision, drop_events=args.yes)
         with engine.connect().execution_options(sessionstore_read=True) as conn:
             current = _migrate.current_revision(conn)
     finally:

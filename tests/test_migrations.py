@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,11 +13,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 import sessionstore
-from sessionstore import SCHEMA_REVISION, SchemaOutOfDateError
+from sessionstore import SCHEMA_REVISION, SchemaOutOfDateError, ValidationError
 from sessionstore._config import create_engine_for_url
 from sessionstore._migrate import alembic_config, current_revision, downgrade, upgrade
 from sessionstore._schema import metadata
 from sessionstore.backends._sql import translate_errors
+from sessionstore.cli import main
 
 TABLES = {"sessions", "events", "blobs", "snapshots"}
 
@@ -161,3 +164,47 @@ def test_binary_snapshots_migration_keeps_the_log_and_drops_old_snapshots(
     with engine.connect() as conn:
         assert current_revision(conn) == "0001"
         assert conn.exec_driver_sql("SELECT count(*) FROM events").scalar() == 1
+
+
+def test_downgrading_away_the_events_needs_confirmation(engine: Any, shared_backend: Any) -> None:
+    """`downgrade base` on a database holding events refuses, and changes nothing, unless confirmed."""
+    upgrade(engine)
+    with shared_backend.open(migrate=False) as store:
+        sid = store.create_session(events=[sessionstore.SessionStarted()]).id
+
+    for revision in ("base", "-2"):
+        with pytest.raises(ValidationError, match=r"1 event\(s\) in 1 session\(s\)"):
+            downgrade(engine, revision)
+        assert _tables(engine) == TABLES | {"alembic_version"}
+    with shared_backend.open(migrate=False) as store:
+        assert store.last_seq(sid) == 1
+
+    downgrade(engine, "base", drop_events=True)
+    assert _tables(engine) <= {"alembic_version"}
+
+
+def test_the_cli_asks_for_yes_before_dropping_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "s.db")
+    assert main(["db", "upgrade", "--db", db], out=io.StringIO()) == 0
+    assert main(["new", "--id", "keep-me", "--db", db], out=io.StringIO()) == 0
+    with sessionstore.open_store(db, token_counter=None) as store:
+        store.append("keep-me", [sessionstore.SessionStarted()], expected_seq=0)
+
+    refused = main(["db", "downgrade", "base", "--db", db], out=io.StringIO())
+    message = capsys.readouterr().err
+    with sessionstore.open_store(db, token_counter=None) as store:
+        kept = store.last_seq("keep-me")
+    confirmed = main(["db", "downgrade", "base", "--db", db, "--yes"], out=io.StringIO())
+
+    assert refused == 1
+    assert "--yes" in message
+    assert kept == 1
+    assert confirmed == 0
+
+
+def test_downgrading_an_empty_database_needs_no_confirmation(engine: Any) -> None:
+    upgrade(engine)
+    downgrade(engine, "base")
+    assert _tables(engine) <= {"alembic_version"}
