@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal
 from ._errors import IntegrityCheckError, SessionExistsError, SessionNotFoundError, ValidationError
 from ._file_events import ConversationRewound, FileBackedUp, FileHistorySnapshot, FileRead, FilesRewound
 from ._message_list import canonical_json
-from ._paths import PathRefusedError, resolve_in_root, to_relative
+from ._paths import PathRefusedError, file_kind, read_regular_file, resolve_in_root, to_relative
 from ._projection import Projection, fold, rebuild, register_projection, save_snapshot
 from ._session import Session
 from ._store import ANY, RecordedEvent, check_session_id
@@ -394,12 +394,25 @@ class RewindResult:
 
 
 def _read_file(target: str) -> bytes | None:
-    """The file's bytes, or None if nothing is there (a dangling link counts as nothing)."""
+    """The file's bytes, or None if nothing is there (a dangling link counts as nothing).
+
+    Raises:
+        PathRefusedError: something other than a regular file is there (a FIFO would block
+            the read forever, a device never ends); ``_resolve`` refuses these first.
+    """
     try:
-        with open(target, "rb") as f:
-            return f.read()
+        return read_regular_file(target)
     except FileNotFoundError:
         return None
+
+
+def _not_a_file(target: str) -> str | None:
+    """Why what is at ``target`` cannot be read or replaced as a file, or None (a file, or nothing)."""
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return None
+    return None if stat.S_ISREG(mode) else f"is {file_kind(mode)}, not a regular file"
 
 
 def _obstacle(target: str) -> str | None:
@@ -583,8 +596,8 @@ class FileHistory:
             target, problem = resolve_in_root(real_root, path)
             if target is None:
                 refused[path] = problem or "refused"
-            elif os.path.isdir(target):
-                refused[path] = "is a directory"
+            elif (why := _not_a_file(target)) is not None:
+                refused[path] = why
             else:
                 targets[path] = target
         if refused:

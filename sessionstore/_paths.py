@@ -35,6 +35,7 @@ from ._errors import ValidationError
 
 __all__ = [
     "PathRefusedError",
+    "file_kind",
     "inside",
     "lexical_problem",
     "name_problem",
@@ -95,7 +96,8 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, from its ``st_mode``: "a FIFO", "a directory", ..."""
     for test, kind in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -105,7 +107,7 @@ def _kind(mode: int) -> str:
     ):
         if test(mode):
             return kind
-    return "not a regular file"
+    return "an unknown kind of file"
 
 
 def read_regular_file(
@@ -136,7 +138,7 @@ def read_regular_file(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise PathRefusedError({name: f"{_kind(info.st_mode)}, not a regular file"})
+            raise PathRefusedError({name: f"{file_kind(info.st_mode)}, not a regular file"})
         if max_bytes is not None and info.st_size > max_bytes:
             raise PathRefusedError({name: f"{info.st_size} bytes, over the limit of {max_bytes}"})
         return _read_all(fd, name, max_bytes)

@@ -532,6 +532,31 @@ class TestPathSafety:
 
         assert _types(history) == before
 
+    @pytest.mark.timeout(30)
+    def test_a_fifo_at_a_tracked_path_is_refused_not_waited_on(self, store: SessionStore, root: Path) -> None:
+        """A FIFO used to block snapshot_turn, the dry run and reads forever: now each is refused."""
+        (root / "a.txt").write_bytes(b"one\n")
+        history = _history(store, root)
+        _edit(history, root, "a.txt", b"two\n")
+        first = _turn(history, "one")
+        (root / "a.txt").unlink()
+        os.mkfifo(root / "a.txt")
+        before = _types(history)
+        expected = {"a.txt": "is a FIFO, not a regular file"}
+
+        with pytest.raises(PathRefusedError) as snapshot:
+            history.snapshot_turn(MessageAppended(role="user", content="two").message_uuid)
+        with pytest.raises(PathRefusedError) as dry_run:
+            history.rewind_files(first, dry_run=True)
+        with pytest.raises(PathRefusedError) as pending:
+            history.pending_changes()
+        with pytest.raises(PathRefusedError) as read:
+            history.record_read("a.txt")
+
+        assert snapshot.value.refused == dry_run.value.refused == pending.value.refused == expected
+        assert read.value.refused == expected
+        assert _types(history) == before
+
 
 class TestReadState:
     def test_reads_are_kept_newest_first_with_what_and_when(self, store: SessionStore, root: Path) -> None:
