@@ -29,7 +29,7 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
 * ``CollapseStaged``: a span's summary is kept ready; nothing changes yet.
 * ``CollapseCommitted``: the span's messages leave the request and one user message with the
   summary stands in their place (results opening the span, answering a call before it, stay;
-  results opening the message after it, answering a call inside it, go).
+  results opening the message after it, answering a call inside it, go: ``collapse_span``).
 
 * A server-side ``compaction`` block (the Messages API's own compaction) in an assistant
   message: the request starts at that message, the block standing in for what came before.
@@ -76,6 +76,8 @@ __all__ = [
     "ApiContextProjection",
     "ApiContextState",
     "IncrementalFingerprint",
+    "collapse_span",
+    "collapse_span_tokens",
     "committed_spans",
     "encode_request",
     "leading_results",
@@ -460,9 +462,9 @@ def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) ->
     elif isinstance(edit, CollapseCommitted):
         staged = state.staged.pop(edit.staged_event_id, None)
         if staged is not None:
-            span = state.messages[
-                _index_of_seq(state, staged["first_seq"]) : _index_of_seq(state, staged["end_seq"])
-            ]
+            span = collapse_span(
+                state, _index_of_seq(state, staged["first_seq"]), _index_of_seq(state, staged["end_seq"])
+            )
             blocks = max(0, sum(len(m["content"]) for m in span) - 1)
             _record_edit(
                 state,
@@ -702,11 +704,56 @@ def committed_spans(state: ApiContextState) -> list[tuple[int, int, str]]:
     return sorted(spans)
 
 
+def _results_opening(state: ApiContextState, index: int) -> list[Block]:
+    """The tool_result blocks opening user message ``index``: answers to the calls just before it."""
+    message = state.messages[index]
+    if message["role"] != "user":
+        return []
+    return list(message["content"][: leading_results(message["content"])])
+
+
+def _without_opening_results(state: ApiContextState, index: int) -> Part:
+    """Message ``index`` without the results opening it (their calls were collapsed)."""
+    if not _results_opening(state, index):
+        return index
+    content = state.messages[index]["content"]
+    return {"role": "user", "content": content[leading_results(content) :]}
+
+
+def collapse_span(state: ApiContextState, start: int, end: int) -> list[Message]:
+    """The messages a collapse of ``start``..``end - 1`` takes out of the request, as the model saw them.
+
+    A span starts at a prompt, which may share its API message with the results of the calls
+    before it: those results stay (their calls precede the span). It ends before a prompt,
+    which may open with the results of the span's last calls: those go with the span. So the
+    span is whole: every call in it has its result, and it holds no result of a call outside it.
+    """
+    head = state.messages[start]
+    messages = [{"role": head["role"], "content": head["content"][len(_results_opening(state, start)) :]}]
+    messages.extend(state.messages[start + 1 : end])
+    answers = _results_opening(state, end) if end < len(state.messages) else []
+    if answers:
+        messages.append({"role": "user", "content": answers})
+    return messages
+
+
+def collapse_span_tokens(state: ApiContextState, start: int, end: int) -> int:
+    """Raw tokens of ``collapse_span(state, start, end)``, from the stored counts."""
+    kept = _results_opening(state, start)
+    taken = _results_opening(state, end) if end < len(state.messages) else []
+    return (
+        sum(state.message_tokens[start:end])
+        - sum(state.result_tokens.get(str(b["tool_use_id"]), 0) for b in kept)
+        + sum(state.result_tokens.get(str(b["tool_use_id"]), 0) for b in taken)
+    )
+
+
 def _with_collapses(state: ApiContextState, first: int) -> list[Part]:
     """The visible messages with each committed collapse's span replaced by its summary.
 
-    A summary is a user message; the prompt after the span (and the summary of an adjacent
-    span) merge into it, so roles still alternate.
+    A summary is a user message holding the results that open the span (answers to calls before
+    it), then the summary text; the prompt after the span, without the results that open it
+    (answers to calls inside the span), merges into it, so roles still alternate.
     """
     count = len(state.messages)
     spans = [span for span in committed_spans(state) if span[0] >= first]
@@ -714,16 +761,24 @@ def _with_collapses(state: ApiContextState, first: int) -> list[Part]:
         return list(range(first, count))
     out: list[Part] = []
     position = first
+    after_span = False  # the results opening messages[position] answer calls in a collapsed span
     for start, end, summary in spans:
         if start < position or end >= count:
             continue  # overlapping or reaching the tail: refused when staged; never applied
-        out.extend(range(position, start))
-        head = state.messages[start]
-        kept = head["content"][: leading_results(head["content"])] if head["role"] == "user" else []
+        kept = [] if after_span and start == position else _results_opening(state, start)
+        out.extend(_visible_stretch(state, position, start, after_span))
         out.append({"role": "user", "content": [*kept, {"type": "text", "text": COLLAPSE_PREFIX + summary}]})
-        position = end
-    out.extend(range(position, count))
+        position, after_span = end, True
+    out.extend(_visible_stretch(state, position, count, after_span))
     return _merge_same_role(state, out)
+
+
+def _visible_stretch(state: ApiContextState, start: int, stop: int, after_span: bool) -> list[Part]:
+    """Messages ``start``..``stop - 1``; the first without its opening results when a span precedes it."""
+    parts: list[Part] = list(range(start, stop))
+    if parts and after_span:
+        parts[0] = _without_opening_results(state, start)
+    return parts
 
 
 def _merge_same_role(state: ApiContextState, parts: list[Part]) -> list[Part]:

@@ -20,7 +20,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from ._api_context import committed_spans, leading_results
+from ._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
 from ._context_events import CollapseCommitted, CollapseStaged
 from ._errors import SessionStoreError, ValidationError
 from ._session import Session
@@ -98,9 +98,13 @@ def _covered(session: Session) -> list[tuple[int, int]]:
 
 
 def _is_prompt(message: dict[str, Any]) -> bool:
-    """A user message that opens with something other than tool results: a turn starts here."""
+    """A user message holding something besides tool results: a turn starts here.
+
+    A prompt typed right after a tool call finished (or after an interrupted turn) shares its
+    API message with that call's results: ``[tool_result, text]`` starts a turn too.
+    """
     content = message["content"]
-    return message["role"] == "user" and isinstance(content, list) and leading_results(content) == 0
+    return message["role"] == "user" and leading_results(content) < len(content)
 
 
 def _check_span(session: Session, start: int, end: int) -> None:
@@ -133,6 +137,40 @@ def _message_uuid(session: Session, first_seq: int, end_seq: int, *, last: bool)
     return None
 
 
+def _span_end(session: Session, to_uuid: str) -> int:
+    """Index of the view message after a span whose last message is ``to_uuid``.
+
+    Usually the message after the one holding ``to_uuid``. But when ``to_uuid`` is a tool
+    result and the next prompt joined its API message (``[tool_result, text]``), the span ends
+    at that message: its results go with the span, the prompt stays.
+    """
+    index = session.message_index(to_uuid)
+    state = session.api_state
+    if state.messages.role(index) != "user":
+        return index + 1
+    entries = session.transcript_state.entries
+    to_seq = next(e.seq for e in entries if e.payload.get("message_uuid") == to_uuid)
+    next_seq = state.message_first_seq[index + 1] if index + 1 < len(state.messages) else session.last_seq + 1
+    # The events after to_uuid that joined its message: does one of them bring a prompt?
+    joined = (e.payload for e in entries if e.type == "message_appended" and to_seq < e.seq < next_seq)
+    return index if any(_adds_prompt(payload) for payload in joined) else index + 1
+
+
+def _adds_prompt(payload: dict[str, Any]) -> bool:
+    """True for a message event the view shows as user content besides tool results."""
+    if payload.get("role") != "user" or payload.get("is_meta") or payload.get("is_sidechain"):
+        return False
+    content = payload.get("content")
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(
+        isinstance(block, dict)
+        and block.get("type") != "tool_result"
+        and not (block.get("type") == "text" and not str(block.get("text", "")).strip())
+        for block in content or []
+    )
+
+
 # --- operations ------------------------------------------------------------------------------
 
 
@@ -147,7 +185,7 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
     state = session.api_state
     summary = summarizer.summarize(
         SummaryRequest(
-            messages=state.messages[start:end],
+            messages=collapse_span(state, start, end),
             template="partial_up_to",
             system=state.system,
             tools=state.tools,
@@ -163,7 +201,7 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
         last_message_uuid=_message_uuid(session, first_seq, end_seq, last=True),
         summary=summary.text,
         summary_tokens=session.count_text(summary.text),
-        tokens_covered=sum(state.message_tokens[start:end]),
+        tokens_covered=collapse_span_tokens(state, start, end),
         summarizer=summary.summarizer,
     )
     session.append([event])
@@ -215,7 +253,7 @@ def collapse(session: Session, summarizer: Summarizer, from_uuid: str, to_uuid: 
     """
     before = session.used_tokens()
     start = session.message_index(from_uuid)
-    end = session.message_index(to_uuid) + 1
+    end = _span_end(session, to_uuid)
     staged = stage_collapse(session, summarizer, start, end)
     committed = commit_collapse(session, str(staged.event_id))
     return CollapseReport((str(staged.event_id), str(committed.event_id)), before, session.used_tokens())

@@ -24,7 +24,9 @@ from sessionstore._pipeline import snip
 from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
 from sessionstore.cli import main
 
+from ._claude_code_corpus import corpus_file
 from .messages_api import text_message
+from .strategies import turns
 
 
 def _session(
@@ -259,3 +261,172 @@ class TestSnipAfterCollapse:
         request = json.loads(context.getvalue())["request"]
         assert request["messages"][0]["content"][0]["text"] == "task 3: look at file_3.py"
         sessionstore.validate_request(request)
+
+
+def _prompts_after_results(store: sessionstore.SessionStore) -> tuple[Session, dict[str, str]]:
+    """Turns where the next prompt was typed right after a tool result (no answer in between), so
+    the two share one API message: [tool_result, prompt]. Returns the uuids by name."""
+    session = Session.create(store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0))
+    uuids: dict[str, str] = {}
+    for n in range(5):
+        prompt = MessageAppended(role="user", content=f"task {n}")
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"file_path": f"file_{n}.py"}}
+        result = MessageAppended(
+            role="user", content=[{"type": "tool_result", "tool_use_id": f"t{n}", "content": "x\n" * 300}]
+        )
+        uuids |= {f"prompt {n}": prompt.message_uuid, f"result {n}": result.message_uuid}
+        events = [prompt, MessageAppended(role="assistant", content=[call], api_message_id=f"m{n}"), result]
+        if n in (2, 4):  # turns 2 and 4 end with an answer: prompts 3 and 5 stand alone
+            events.append(MessageAppended(role="assistant", content=f"done {n}", api_message_id=f"m{n}b"))
+        session.append(events)
+    session.append([MessageAppended(role="user", content="task 5")])
+    return session, uuids
+
+
+def _tool_ids(request: dict[str, Any], kind: str) -> list[str]:
+    key = "id" if kind == "tool_use" else "tool_use_id"
+    return [b[key] for m in request["messages"] for b in m["content"] if b.get("type") == kind]
+
+
+class TestSpanStartingAfterToolResults:
+    def test_collapse_from_a_prompt_that_shares_a_message_with_results(self, store: Any) -> None:
+        """From prompt 1 (sharing a message with result 0) to result 1 (sharing one with prompt 2):
+        result 0 stays after its call, result 1 goes with its call, prompt 2 stays; revert restores."""
+        session, uuids = _prompts_after_results(store)
+        before, used = session.request_bytes(), session.used_tokens()
+        assert session.request()["messages"][2]["content"][1] == {"type": "text", "text": "task 1"}
+
+        report = collapse(session, OfflineSummarizer(), uuids["prompt 1"], uuids["result 1"])
+
+        request = session.request()
+        sessionstore.validate_request(request)
+        summary = request["messages"][2]["content"]
+        assert [b["type"] for b in summary] == ["tool_result", "text", "text"]
+        assert summary[0]["tool_use_id"] == "t0"
+        assert summary[1]["text"].startswith(COLLAPSE_PREFIX) and "task 1" in summary[1]["text"]
+        assert summary[2]["text"] == "task 2"
+        assert _tool_ids(request, "tool_use") == _tool_ids(request, "tool_result") == ["t0", "t2", "t3", "t4"]
+        assert report.tokens_after < report.tokens_before == used
+        sessionstore.revert(session, report.event_ids[1])
+        assert session.request_bytes() == before
+        assert session.used_tokens() == used
+
+    def test_the_summarizer_gets_the_span_as_a_valid_request(self, store: Any, messages_api: Any) -> None:
+        """The span sent to the model holds every call's result and no result of a call outside it."""
+        session, uuids = _prompts_after_results(store)
+        summarizer = AnthropicSummarizer(
+            anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0), "claude-opus-5-5"
+        )
+        messages_api.queue.append(text_message("<summary>turn 1 read file_1.py</summary>"))
+
+        collapse(session, summarizer, uuids["prompt 1"], uuids["result 1"])
+
+        sent = messages_api.requests[-1]["body"]
+        sessionstore.validate_request(sent)
+        assert _tool_ids(sent, "tool_use") == _tool_ids(sent, "tool_result") == ["t1"]
+        assert sent["messages"][0]["content"][0] == {"type": "text", "text": "task 1"}
+
+    def test_collapse_and_revert_from_the_cli(self, tmp_path: Any) -> None:
+        """`collapse --from <prompt> --to <the message before the next prompt>`, then `revert`."""
+        db = str(tmp_path / "merged.db")
+        main(["db", "upgrade", "--db", db], out=io.StringIO())
+        session, uuids = _prompts_after_results(sessionstore.open_store(f"sqlite:///{db}"))
+        args = ["--db", db, session.id]
+
+        def context() -> dict[str, Any]:
+            main(["context", *args, "--json"], out=(out := io.StringIO()))
+            return dict(json.loads(out.getvalue())["request"])
+
+        before = context()
+        main(
+            ["collapse", *args, "--from", uuids["prompt 3"], "--to", uuids["result 3"], "--json"],
+            out=(out := io.StringIO()),
+        )
+        outcome = json.loads(out.getvalue())
+        collapsed = context()
+        main(["revert", *args, outcome["event_id"]], out=io.StringIO())
+
+        sessionstore.validate_request(collapsed)
+        assert "t3" not in _tool_ids(collapsed, "tool_use") + _tool_ids(collapsed, "tool_result")
+        assert context() == before
+
+    def test_the_pipeline_collapses_turns_whose_prompts_follow_results(self) -> None:
+        """Auto-collapse finds spans when every prompt shares a message with the results before it."""
+        store = sessionstore.open_store(":memory:")
+        events = turns([f"task {n}" for n in range(12)], [1] * 12, [False] * 12)
+        session = Session(store, store.create_session(events=events).id, SessionConfig(snapshot_every=0))
+        state = session.api_state
+        prompts = [m for m in state.messages if m["role"] == "user" and m["content"][-1]["type"] == "text"]
+        assert len(prompts) == 12 and sum(m["content"][0]["type"] == "tool_result" for m in prompts) == 11
+        session.append([UsageRecorded(input_tokens=175_000, output_tokens=10)])  # over 90% of the window
+        config = PipelineConfig(collapse=CollapseConfig(enabled=True, span_rounds=2, keep_recent_rounds=2))
+
+        prepared = Pipeline(config).prepare(session)
+
+        assert any(r.stage == "collapse" and r.tokens_freed > 0 for r in prepared.reports)
+        sessionstore.validate_request(prepared.request)
+        summaries = [
+            b
+            for m in prepared.request["messages"]
+            for b in m["content"]
+            if b.get("text", "").startswith(COLLAPSE_PREFIX)
+        ]
+        assert summaries
+
+
+#: Real prompts typed right after a tool result: (file, the prompt, the next prompt).
+_CORPUS_SPANS = [
+    # The next prompt also follows a tool result: the span ends inside its API message.
+    (
+        "entireio__cli__c7-f7b48fb868-0-full.jsonl",
+        "and check that the back half",
+        "what was wrong with initGitRepo",
+    ),
+    # A slash command run right after a tool call; the next prompt follows an answer.
+    (
+        "rcgray__claude-code-bug-phantom-reads-17407__b6240830-5041-465e-aad0-910c13cd9b6c.jsonl",
+        "<command-message>wsd:onboard",
+        "<command-message>refine-plan",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "first", "following"), _CORPUS_SPANS)
+def test_collapse_real_prompts_typed_after_tool_results(name: str, first: str, following: str) -> None:
+    """In real Claude Code transcripts: collapse a turn whose prompt shares a message with tool results."""
+    store = sessionstore.open_store(":memory:")
+    imported = sessionstore.import_claude_code(store, [corpus_file(name)])
+    session = Session(store, imported.sessions[0].session_id, SessionConfig(snapshot_every=0))
+    lines = [e for e in session.transcript if e.type == "message_appended" and not e.payload["is_sidechain"]]
+    start = next(i for i, e in enumerate(lines) if _user_text(e.payload).startswith(first))
+    stop = next(i for i, e in enumerate(lines) if _user_text(e.payload).startswith(following))
+    head = session.api_state.messages[session.message_index(lines[start].payload["message_uuid"])]
+    assert head["content"][0]["type"] == "tool_result"  # the prompt shares its API message with results
+    before = session.request_bytes()
+
+    report = collapse(
+        session,
+        OfflineSummarizer(),
+        lines[start].payload["message_uuid"],
+        lines[stop - 1].payload["message_uuid"],
+    )
+
+    request = session.request()
+    sessionstore.validate_request(request)
+    texts = [b.get("text", "") for m in request["messages"] for b in m["content"]]
+    assert not any(t.startswith(first) for t in texts)
+    assert any(t.startswith(following) for t in texts)
+    assert report.tokens_after < report.tokens_before
+    sessionstore.revert(session, report.event_ids[1])
+    assert session.request_bytes() == before
+
+
+def _user_text(payload: dict[str, Any]) -> str:
+    content = payload["content"]
+    if payload["role"] != "user":
+        return ""
+    return (
+        content
+        if isinstance(content, str)
+        else "".join(b.get("text", "") for b in content if b["type"] == "text")
+    )
