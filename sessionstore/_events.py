@@ -12,13 +12,18 @@ upcast step by step on read, never rewritten.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import re
+import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from uuid import UUID, uuid4
 
 import pydantic
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from ._errors import UnknownEventTypeError, ValidationError
@@ -36,6 +41,7 @@ __all__ = [
     "decode_event",
     "encode_event",
     "event_class",
+    "json_problem",
     "parse_event",
     "register_event",
     "register_upcaster",
@@ -192,6 +198,117 @@ AnyEvent = Annotated[
     Field(discriminator="type"),
 ]
 
+#: Deepest nesting of arrays and objects an event field or session metadata may hold. The JSON
+#: serializer gives up near 250 levels (counted from the event); transcripts stay under 20.
+MAX_JSON_DEPTH = 200
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@functools.cache
+def _int_bound(max_digits: int) -> int:
+    return int(10**max_digits)
+
+
+def _int_problem(value: int) -> str | None:
+    """Integers Python's ``json`` would refuse to read back (``sys.int_info`` digit limit)."""
+    max_digits = sys.get_int_max_str_digits()
+    if max_digits and abs(value) >= _int_bound(max_digits):
+        return f"an integer longer than {max_digits} digits"
+    return None
+
+
+def _surrogate_problem(text: str) -> str | None:
+    if not text.isascii() and _SURROGATE.search(text):
+        return "a lone surrogate (text that is not valid Unicode)"
+    return None
+
+
+def _scalar_problem(value: object, *, strict: bool, strings: bool) -> str | None:
+    """What is wrong with a value that is not an array or object, or None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return _surrogate_problem(value) if strings else None
+    if isinstance(value, int):
+        return _int_problem(value)
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value} (JSON has no NaN or infinity)"
+    if strict:
+        return f"a {type(value).__name__}, which is not JSON"
+    return None  # a typed event field (a datetime, a UUID): its model serializes it
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    """``content.0.input`` (a deep path keeps its first and last parts)."""
+    if len(path) > 8:
+        path = (*path[:4], "...", *path[-3:])
+    return ".".join(path) or "value"
+
+
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_container(value: object) -> bool:
+    """An array, object or model to walk into (exact types first: the walk is on the append
+    path, and ``isinstance`` against a pydantic model class is slow)."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        return True
+    return kind not in _PLAIN_SCALARS and isinstance(value, dict | list | tuple | BaseModel)
+
+
+def _key_problem(key: object) -> str | None:
+    if not isinstance(key, str):
+        return f"a key {key!r} that is not a string"
+    if _surrogate_problem(key):
+        return f"a key with a lone surrogate {key!r}"
+    return None
+
+
+def json_problem(
+    value: object, *, strict: bool = True, strings: bool = True, max_depth: int = MAX_JSON_DEPTH
+) -> str | None:
+    """Why ``value`` cannot be stored as JSON that reads back equal, or None when it can.
+
+    Refused: lone surrogates (in keys, and in strings unless ``strings`` is False because the
+    caller's serializer refuses them anyway: scanning long text costs), NaN and infinities
+    (stored, they would turn into ``null``), integers too long to read back, non-string keys,
+    nesting deeper than ``max_depth``, and (``strict``) values that are not JSON at all.
+    Pydantic models are walked field by field. Iterative, so a value nested 100,000 deep is
+    refused, not a RecursionError.
+
+    Returns:
+        ``"<path>: <problem>"``, the path in dotted form (``content.0.input``).
+    """
+    if not _is_container(value):
+        problem = _scalar_problem(value, strict=strict, strings=strings)
+        return None if problem is None else f"value: {problem}"
+    containers: list[tuple[object, int, tuple[str, ...]]] = [(value, 0, ())]
+    while containers:
+        item, depth, path = containers.pop()
+        if depth >= max_depth:
+            return f"{_dotted(path)}: nested deeper than {max_depth} levels"
+        children: Iterable[tuple[object, object]]
+        if isinstance(item, list | tuple):
+            children = enumerate(item)
+        else:  # an object, or a model's fields (extra="forbid": its __dict__ holds only those)
+            fields: dict[Any, Any] = item if isinstance(item, dict) else vars(item)
+            for key in fields:
+                problem = _key_problem(key)
+                if problem is not None:
+                    return f"{_dotted(path)}: {problem}"
+            children = fields.items()
+        for key, child in children:
+            if _is_container(child):
+                containers.append((child, depth + 1, (*path, str(key))))
+                continue
+            problem = _scalar_problem(child, strict=strict, strings=strings)
+            if problem is not None:
+                return f"{_dotted((*path, str(key)))}: {problem}"
+    return None
+
+
 _EVENT_TYPES: dict[str, type[Event]] = {}
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
@@ -262,7 +379,7 @@ def parse_event(data: Event | dict[str, Any], *, index: int | None = None) -> Ev
     """
     if isinstance(data, Event):
         event_class(data.type)
-        return data
+        return _checked_json(data, index)
     if not isinstance(data, dict):
         msg = f"event{_at(index)} must be an Event or a dict, not {type(data).__name__}"
         raise ValidationError(msg, index=index)
@@ -275,20 +392,51 @@ def parse_event(data: Event | dict[str, Any], *, index: int | None = None) -> Ev
     except UnknownEventTypeError as e:
         raise ValidationError(f"event{_at(index)}: {e}", index=index, field="type") from None
     try:
-        return cls.model_validate(data)
+        event = cls.model_validate(data)
     except pydantic.ValidationError as e:
         field, problem = _first_error(e)
         msg = f"event{_at(index)} of type {type_name!r}: field {field!r}: {problem}"
         raise ValidationError(msg, index=index, event_type=type_name, field=field) from e
+    except RecursionError:  # a value nested thousands deep, in validation itself
+        msg = f"event{_at(index)} of type {type_name!r}: nested too deeply"
+        raise ValidationError(msg, index=index, event_type=type_name) from None
+    return _checked_json(event, index)
+
+
+def _checked_json(event: Event, index: int | None) -> Event:
+    """``event``, if every field is JSON that reads back equal (see ``json_problem``).
+
+    Raises:
+        ValidationError: names the field, e.g. a NaN, a lone surrogate or nesting too deep.
+    """
+    problem = json_problem(event, strict=False, strings=False)  # encode_event finds those
+    if problem is not None:
+        raise _unstorable(event, index, problem)
+    return event
+
+
+def _unstorable(event: Event, index: int | None, problem: str) -> ValidationError:
+    field = problem.split(":", 1)[0]
+    msg = f"event{_at(index)} of type {event.type!r}: field {problem}"
+    return ValidationError(msg, index=index, event_type=event.type, field=field)
 
 
 def _at(index: int | None) -> str:
     return "" if index is None else f" #{index}"
 
 
-def encode_event(event: Event) -> str:
-    """The payload text stored for ``event``: its JSON without ``event_id`` and ``type``."""
-    return event.model_dump_json(exclude={"event_id", "type"})
+def encode_event(event: Event, *, index: int | None = None) -> str:
+    """The payload text stored for ``event``: its JSON without ``event_id`` and ``type``.
+
+    Raises:
+        ValidationError: the event cannot be serialized, e.g. text with a lone surrogate; names
+            the field (and ``index``, the event's place in its batch).
+    """
+    try:
+        return event.model_dump_json(exclude={"event_id", "type"})
+    except pydantic_core.PydanticSerializationError as e:
+        problem = json_problem(event, strict=False) or f"value: {e}"
+        raise _unstorable(event, index, problem) from None
 
 
 def decode_event(type_name: str, schema_version: int, payload: str, event_id: str) -> Event:

@@ -32,6 +32,7 @@ __all__ = [
     "SessionStore",
     "SnapshotRecord",
     "VerifyReport",
+    "check_int",
     "check_session_id",
 ]
 
@@ -55,6 +56,29 @@ def check_session_id(session_id: str) -> str:
         )
         raise ValidationError(msg, field="session_id")
     return session_id
+
+
+#: The range of the database's integer columns (seq, position: signed 64-bit).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
+    """Return ``value`` if it is an int (not a bool) from ``minimum`` to 2**63 - 1.
+
+    Seqs, positions and limits are compared with 64-bit columns: a larger number would reach
+    the driver and fail there (SQLite) or mean something else per backend.
+
+    Raises:
+        ValidationError: otherwise, naming the argument.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{name} must be an int, not {type(value).__name__}"
+        raise ValidationError(msg, field=name)
+    if not minimum <= value <= INT64_MAX:
+        lowest = "-2**63" if minimum == INT64_MIN else str(minimum)
+        msg = f"{name} must be from {lowest} to 2**63 - 1, not {value}"
+        raise ValidationError(msg, field=name)
+    return value
 
 
 @dataclass(frozen=True)
@@ -235,7 +259,11 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     def list_sessions(self, *, limit: int = 100, after: str | None = None) -> list[SessionInfo]:
-        """Sessions ordered by id, ``limit`` at a time, starting after id ``after``."""
+        """Sessions ordered by id, ``limit`` at a time, starting after id ``after``.
+
+        Raises:
+            ValidationError: ``limit`` is negative or not a 64-bit int.
+        """
 
     @abc.abstractmethod
     def append(
@@ -282,11 +310,16 @@ class SessionStore(abc.ABC):
         Raises:
             SessionNotFoundError: no such session.
             IntegrityCheckError: ``verify`` found a stored event altered.
+            ValidationError: a seq that is not a 64-bit int.
         """
 
     @abc.abstractmethod
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        """Up to ``limit`` events of all sessions with position > ``after_position``, in order."""
+        """Up to ``limit`` events of all sessions with position > ``after_position``, in order.
+
+        Raises:
+            ValidationError: ``limit`` is negative, or an argument is not a 64-bit int.
+        """
 
     @abc.abstractmethod
     def max_position(self) -> int:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import sessionstore
-from sessionstore import MessageAppended
+from sessionstore import ANY, MessageAppended, SessionStore, ValidationError
 from sessionstore.cli import main
 
 from .test_audit import _scripted
@@ -181,3 +183,163 @@ def test_ctrl_c_during_an_import_prints_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert "Traceback" not in rest
     assert rest.splitlines()[-1] == "sessionstore: interrupted"
+
+
+# --- values that are not JSON that reads back equal ---------------------------------------------
+
+
+def _nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _text_block(**extra: object) -> list[dict[str, object]]:
+    return [{"type": "text", "text": "x", **extra}]
+
+
+NOT_STORABLE = {
+    "lone surrogate in text": "\ud800",
+    "lone surrogate in a block": _text_block(text="ok \udfff"),
+    "lone surrogate in a key": _text_block(**{"\ud800": 1}),
+    "NaN": _text_block(value=math.nan),
+    "infinity": _text_block(value=-math.inf),
+    "integer over 4,300 digits": _text_block(value=10**4400),
+    "nested 300 deep (past the serializer's limit)": _text_block(value=_nested(300)),
+    "nested 100,000 deep": _text_block(value=_nested(100_000)),
+}
+
+
+@pytest.mark.parametrize("content", NOT_STORABLE.values(), ids=NOT_STORABLE.keys())
+def test_content_that_would_not_read_back_is_refused(store: SessionStore, content: object) -> None:
+    """A typed error naming the event and field; the session is unchanged (NaN used to be stored
+    as null, breaking byte-identical export; the others raised from the serializer)."""
+    store.create_session("s")
+    good = MessageAppended(role="user", content="fine")
+
+    as_model = [good, MessageAppended(role="user", content=content)]
+    as_dict = [{"type": "message_appended", "role": "user", "content": content}]
+    for batch in (as_model, as_dict):
+        with pytest.raises(ValidationError) as refused:
+            store.append("s", batch, ANY)
+        assert refused.value.event_type == "message_appended"
+        assert str(refused.value.field).startswith("content")
+
+    assert store.last_seq("s") == 0
+
+
+BAD_METADATA = {
+    "lone surrogate": {"who": "\ud800"},
+    "lone surrogate key": {"\udc00": 1},
+    "NaN": {"score": math.nan},
+    "nested 100,000 deep": {"deep": _nested(100_000)},
+    "not JSON": {"when": object()},
+    "a list": [1, 2],
+    "a string": "ada",
+}
+
+
+@pytest.mark.parametrize("metadata", BAD_METADATA.values(), ids=BAD_METADATA.keys())
+def test_session_metadata_must_be_a_json_object(store: SessionStore, metadata: object) -> None:
+    """Metadata is a JSON object that reads back equal; otherwise no session is created."""
+    with pytest.raises(ValidationError) as refused:
+        store.create_session("m", metadata=metadata)  # type: ignore[arg-type]
+
+    assert refused.value.field == "metadata"
+    assert store.list_sessions() == []
+
+
+def test_expected_seq_must_be_an_int_not_a_bool(store: SessionStore) -> None:
+    """`True == 1` in Python: a bool must not pass as a seq (it used to be compared as one)."""
+    store.create_session("s", events=[MessageAppended(role="user", content="one")])
+
+    with pytest.raises(ValidationError) as refused:
+        store.append("s", [MessageAppended(role="user", content="two")], True)
+
+    assert refused.value.field == "expected_seq"
+    assert store.last_seq("s") == 1
+
+
+OUT_OF_RANGE: dict[str, Callable[[SessionStore], object]] = {
+    "read from_seq 2**63": lambda s: s.read("s", 2**63),
+    "read from_seq -2**63-1": lambda s: s.read("s", -(2**63) - 1),
+    "read to_seq 2**63": lambda s: s.read("s", 1, 2**63),
+    "read_all after_position 2**63": lambda s: s.read_all(2**63),
+    "read_all limit 2**63": lambda s: s.read_all(0, 2**63),
+    "read_all limit -1": lambda s: s.read_all(0, -1),
+    "read_all limit True": lambda s: s.read_all(0, True),
+    "list_sessions limit 2**63": lambda s: s.list_sessions(limit=2**63),
+    "list_sessions limit -1": lambda s: s.list_sessions(limit=-1),
+    "latest_snapshot max_seq 2**63": lambda s: s.latest_snapshot("s", "api_context", 1, "x", 2**63),
+    "fork_seq 2**63": lambda s: s.create_session("f", parent_session_id="s", fork_seq=2**63),
+}
+
+
+@pytest.mark.parametrize("call", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
+def test_seqs_positions_and_limits_outside_64_bits_are_refused(
+    store: SessionStore, call: Callable[[SessionStore], object]
+) -> None:
+    """The same ValidationError on every backend (SQLite raised OverflowError; a negative limit
+    meant "no limit" on SQLite and a database error on PostgreSQL)."""
+    store.create_session("s", events=[MessageAppended(role="user", content="one")])
+
+    with pytest.raises(ValidationError):
+        call(store)
+
+    assert [info.id for info in store.list_sessions()] == ["s"]
+
+
+def test_a_limit_of_zero_reads_nothing(store: SessionStore) -> None:
+    """The smallest valid limit: an empty page, the same on every backend."""
+    store.create_session("s", events=[MessageAppended(role="user", content="one")])
+
+    assert store.read_all(0, 0) == []
+    assert store.list_sessions(limit=0) == []
+
+
+CLI_BAD_INPUT = {
+    "stdin with a lone surrogate": (
+        ["append", "s-1"],
+        '{"type": "message_appended", "role": "user", "content": "\\ud800"}\n',
+        "field content: a lone surrogate",
+    ),
+    "stdin with NaN": (
+        ["append", "s-1"],
+        '{"type": "message_appended", "role": "user", "content": [{"type": "text", "v": NaN}]}\n',
+        "field content.0.v: nan",
+    ),
+    "stdin nested 100,000 deep": (
+        ["append", "s-1"],
+        '{"type": "message_appended", "role": "user", "content": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+        "stdin line 1: JSON nested too deeply",
+    ),
+    "metadata that is not an object": (["new", "--id", "s-2", "--metadata", "[1]"], None, "a JSON object"),
+    "metadata with a lone surrogate": (
+        ["new", "--id", "s-2", "--metadata", '{"a": "\\udfff"}'],
+        None,
+        "lone surrogate",
+    ),
+    "sessions --limit 2**63": (["sessions", "--limit", str(2**63)], None, "limit must be from 0"),
+    "sessions --limit -1": (["sessions", "--limit", "-1"], None, "limit must be from 0"),
+    "diff past 2**63": (["diff", "s-1", "1", str(2**63)], None, "must be from -2**63 to 2**63 - 1"),
+}
+
+
+@pytest.mark.parametrize(("argv", "stdin", "says"), CLI_BAD_INPUT.values(), ids=CLI_BAD_INPUT.keys())
+def test_bad_input_on_the_command_line_is_one_line_and_writes_nothing(
+    db: str,
+    argv: list[str],
+    stdin: str | None,
+    says: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Exit 1, one `sessionstore: ...` line saying what is wrong, the database unchanged."""
+    code, _ = _cli(argv[0], "--db", db, *argv[1:], stdin=stdin or "", monkeypatch=monkeypatch)
+
+    assert code == 1
+    assert says in _one_error_line(capsys.readouterr().err)
+    with sessionstore.open_store(db) as store:
+        assert [info.id for info in store.list_sessions()] == ["s-1"]
+        assert store.last_seq("s-1") == 2

@@ -40,7 +40,7 @@ from .._errors import (
     SessionStoreError,
     ValidationError,
 )
-from .._events import Event, encode_event, parse_event
+from .._events import Event, encode_event, json_problem, parse_event
 from .._hashing import GENESIS_HASH, as_utc
 from .._retry import DEFAULT_RETRY, RetryPolicy
 from .._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
@@ -54,6 +54,7 @@ from .._store import (
     SessionStore,
     SnapshotRecord,
     chain_problem,
+    check_int,
     check_session_id,
 )
 from .._tokens import TokenCounter
@@ -179,11 +180,16 @@ def _utcnow() -> datetime:
 
 
 def _metadata_json(value: dict[str, Any] | None) -> str:
-    try:
-        return json.dumps(value or {}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as e:
-        msg = f"session metadata must be JSON-serializable: {e}"
-        raise ValidationError(msg, field="metadata") from None
+    """The stored text of a session's metadata: a JSON object that reads back equal."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        msg = f"session metadata must be a JSON object (a dict), not {type(value).__name__}"
+        raise ValidationError(msg, field="metadata")
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValidationError(f"session metadata: {problem}", field="metadata")
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 # --- the store -----------------------------------------------------------------------------
@@ -266,7 +272,7 @@ class SqlSessionStore(SessionStore):
                     event_id,
                     event.type,
                     type(event).SCHEMA_VERSION,
-                    encode_event(event),
+                    encode_event(event, index=index),
                     counter.count(event) if counter is not None else None,
                 )
             )
@@ -287,7 +293,7 @@ class SqlSessionStore(SessionStore):
         sid = check_session_id(session_id if session_id is not None else str(uuid4()))
         if parent_session_id is not None:
             check_session_id(parent_session_id)
-        if fork_seq is not None and (parent_session_id is None or fork_seq < 0):
+        if fork_seq is not None and (parent_session_id is None or check_int("fork_seq", fork_seq) < 0):
             msg = "fork_seq needs a parent_session_id and must be >= 0"
             raise ValidationError(msg, field="fork_seq")
         meta_json = _metadata_json(metadata)
@@ -381,7 +387,7 @@ class SqlSessionStore(SessionStore):
 
     def list_sessions(self, *, limit: int = 100, after: str | None = None) -> list[SessionInfo]:
         """See ``SessionStore.list_sessions``."""
-        query = select(sessions).order_by(sessions.c.id).limit(limit)
+        query = select(sessions).order_by(sessions.c.id).limit(check_int("limit", limit, minimum=0))
         if after is not None:
             query = query.where(sessions.c.id > after)
 
@@ -400,7 +406,9 @@ class SqlSessionStore(SessionStore):
         expected_seq: ExpectedSeq,
     ) -> AppendResult:
         """See ``SessionStore.append``."""
-        if expected_seq != ANY and not (isinstance(expected_seq, int) and expected_seq >= 0):
+        if expected_seq != ANY and not (
+            isinstance(expected_seq, int) and not isinstance(expected_seq, bool) and expected_seq >= 0
+        ):
             msg = f"expected_seq must be an int >= 0 or ANY, got {expected_seq!r}"
             raise ValidationError(msg, field="expected_seq")
         prepared = self._prepare(events)
@@ -534,6 +542,9 @@ class SqlSessionStore(SessionStore):
         verify: bool = False,
     ) -> list[RecordedEvent]:
         """See ``SessionStore.read``."""
+        check_int("from_seq", from_seq)
+        if to_seq is not None:
+            check_int("to_seq", to_seq)
         query = (
             select(*_EVENT_COLUMNS)
             .where(events.c.session_id == session_id, events.c.seq >= from_seq)
@@ -560,6 +571,8 @@ class SqlSessionStore(SessionStore):
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """See ``SessionStore.read_all``."""
+        check_int("after_position", after_position)
+        check_int("limit", limit, minimum=0)
         query = (
             select(*_EVENT_COLUMNS)
             .where(events.c.position > after_position)
@@ -688,7 +701,7 @@ class SqlSessionStore(SessionStore):
             .limit(1)
         )
         if max_seq is not None:
-            newest = newest.where(snapshots.c.seq <= max_seq)
+            newest = newest.where(snapshots.c.seq <= check_int("max_seq", max_seq))
 
         def attempt() -> tuple[int, bytes] | None:
             with self._read() as conn:
