@@ -494,8 +494,9 @@ class FileHistory:
 
     Args:
         session: the live session.
-        root: the project root every path is relative to. None: the root recorded by the
-            latest checkpoint (file operations raise ``ValidationError`` when there is none).
+        root: the project root every path is relative to. None: only the view is available
+            (file operations raise ``ValidationError``); the root a checkpoint recorded is
+            never used in its place, since any appender controls it.
         use_snapshots: start from a stored projection snapshot when there is one.
 
     .. versionadded:: 0.1.0
@@ -536,21 +537,24 @@ class FileHistory:
 
     @property
     def recorded_root(self) -> str | None:
-        """The project root recorded by the latest checkpoint, if any."""
+        """The project root recorded by the latest checkpoint, if any: informational only.
+
+        Anyone who can append to the session can write any string there, so it is never used
+        as the root: files are read and restored only under the root the caller gives.
+        """
         checkpoints = self.state.checkpoints
         return checkpoints[-1].root if checkpoints else None
 
     @property
     def root(self) -> str:
-        """The project root in use.
+        """The project root in use: the one given to the constructor.
 
         Raises:
-            ValidationError: none was given and no checkpoint recorded one, or it is not a
-                directory.
+            ValidationError: none was given, or it is not a directory.
         """
-        root = self._root or self.recorded_root
+        root = self._root
         if root is None:
-            msg = "no project root: pass root= (no checkpoint recorded one)"
+            msg = "no project root: pass root= (the root a checkpoint recorded is never used by itself)"
             raise ValidationError(msg, field="root")
         if not os.path.isdir(root):
             msg = f"project root {root} is not a directory"

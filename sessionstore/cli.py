@@ -204,7 +204,10 @@ def _parser() -> argparse.ArgumentParser:
     rewind.add_argument("--files", action="store_true", help="restore files (default: both)")
     rewind.add_argument("--conversation", action="store_true", help="fork the conversation at the message")
     rewind.add_argument("--dry-run", action="store_true", help="show the diff; change nothing")
-    rewind.add_argument("--root", help="project root (default: the one recorded, else the current directory)")
+    rewind.add_argument(
+        "--root",
+        help="project root (default: the current directory; refused when the checkpoint recorded another)",
+    )
     rewind.add_argument("--fork-id", help="id for the conversation fork (default: a new uuid)")
     rewind.add_argument("--json", action="store_true")
 
@@ -498,17 +501,44 @@ def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO
                 file=out,
             )
         return 0
-    if args.root is None and history.recorded_root is None:
-        history = FileHistory(session, ".")
+    restore_files = bool(args.files or not args.conversation)
+    if args.root is None:
+        history = FileHistory(session, os.getcwd())
+    if restore_files:
+        _check_rewind_root(history, args.message_uuid, explicit=args.root is not None)
     result = history.rewind(
         args.message_uuid,
-        files=args.files or not args.conversation,
+        files=restore_files,
         conversation=args.conversation or not args.files,
         dry_run=args.dry_run,
         fork_session_id=args.fork_id,
     )
     _print_rewind(result, out, as_json=args.json)
     return 0
+
+
+def _check_rewind_root(history: FileHistory, message_uuid: str, *, explicit: bool) -> None:
+    """Refuse to restore into the current directory when the checkpoint names another root.
+
+    The recorded root is a free string any appender controls, so it is never used by itself;
+    a different root is only used when the user names it with ``--root`` (then a note says so).
+    """
+    checkpoint = history.state.checkpoint(message_uuid)
+    recorded = checkpoint.root if checkpoint is not None else None
+    if recorded is None or os.path.realpath(recorded) == os.path.realpath(history.root):
+        return
+    if explicit:
+        print(
+            f"sessionstore: note: the checkpoint was recorded under {recorded}; "
+            f"restoring under {history.root}",
+            file=sys.stderr,
+        )
+        return
+    msg = (
+        f"the checkpoint of {message_uuid} was recorded under {recorded}, not the current directory "
+        f"{history.root}: pass --root DIR to name the project to restore (nothing was changed)"
+    )
+    raise ValidationError(msg, field="root")
 
 
 def _print_rewind(result: RewindResult, out: TextIO, *, as_json: bool) -> None:

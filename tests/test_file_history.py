@@ -557,6 +557,27 @@ class TestPathSafety:
         assert read.value.refused == expected
         assert _types(history) == before
 
+    def test_rewind_never_restores_into_the_root_written_in_the_log(
+        self, store: SessionStore, root: Path, tmp_path: Path
+    ) -> None:
+        """A checkpoint's root is a free string any appender controls: without root= nothing is restored."""
+        victim = tmp_path / "victim"
+        victim.mkdir()
+        (victim / "a.txt").write_bytes(b"precious\n")
+        session = Session.create(store, model="claude-sonnet-5-5", config=SessionConfig(snapshot_every=0))
+        prompt = MessageAppended(role="user", content="one")
+        crafted = FileHistorySnapshot(
+            message_uuid=prompt.message_uuid, files={"a.txt": None}, root=str(victim)
+        )
+        session.append([prompt, crafted])
+        history = FileHistory(session)
+
+        with pytest.raises(ValidationError, match="no project root"):
+            history.rewind_files(prompt.message_uuid)
+
+        assert history.recorded_root == str(victim)
+        assert (victim / "a.txt").read_bytes() == b"precious\n"
+
 
 class TestReadState:
     def test_reads_are_kept_newest_first_with_what_and_when(self, store: SessionStore, root: Path) -> None:
@@ -657,11 +678,12 @@ def _cli(*argv: str) -> tuple[int, str]:
 
 
 def test_checkpoints_and_rewind_through_the_cli(
-    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`checkpoints` lists turns; `rewind --dry-run` shows the diff; `rewind` restores and forks."""
     import sessionstore
 
+    monkeypatch.chdir(root)  # the project root is the current directory by default
     db = str(tmp_path / "cli.db")
     (root / "a.txt").write_bytes(b"first\n")
     with sessionstore.open_store(db, migrate=True) as store:
@@ -717,3 +739,42 @@ def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
     assert len(blocks) == 1
     exec(compile(blocks[0], "docs/checkpoints.md", "exec"), {})
+
+
+def test_cli_rewind_refuses_a_recorded_root_other_than_the_current_directory(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --root the root is the current directory; a checkpoint naming another is refused."""
+    import sessionstore
+
+    db = str(tmp_path / "cli.db")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "a.txt").write_bytes(b"precious\n")
+    with sessionstore.open_store(db, migrate=True) as store:
+        session = Session.create(store, model="claude-sonnet-5-5", config=SessionConfig(snapshot_every=0))
+        prompt = MessageAppended(role="user", content="one")
+        # What any appender (CLI stdin, a shared database) can write: a snapshot naming another root.
+        crafted = FileHistorySnapshot(
+            message_uuid=prompt.message_uuid, files={"a.txt": None}, root=str(victim)
+        )
+        session.append([prompt, crafted])
+        sid = session.id
+    monkeypatch.chdir(root)
+
+    for extra in ([], ["--dry-run"]):
+        code, _ = _cli("rewind", "--db", db, sid, "--to", prompt.message_uuid, "--files", *extra)
+        err = capsys.readouterr().err
+        assert code == 1
+        assert f"recorded under {victim}, not the current directory {root}" in err
+        assert "--root" in err
+    assert (victim / "a.txt").read_bytes() == b"precious\n"
+
+    (root / "a.txt").write_bytes(b"made later\n")
+    code, _ = _cli("rewind", "--db", db, sid, "--to", prompt.message_uuid, "--files", "--root", str(root))
+    assert code == 0
+    assert (
+        f"note: the checkpoint was recorded under {victim}; restoring under {root}" in capsys.readouterr().err
+    )
+    assert not (root / "a.txt").exists()
+    assert (victim / "a.txt").read_bytes() == b"precious\n"
