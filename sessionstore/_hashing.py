@@ -2,17 +2,39 @@
 
 Each event's hash covers the previous event's hash and the exact stored column values,
 payload text included, so flipping one byte anywhere breaks the chain at that seq.
+
+The chain starts from the session's *genesis*: a hash of what the session is (its id,
+parent, fork point, creation time and metadata, and for a fork the hash of the parent's event
+at the fork point). The ``sessions`` row is not otherwise hashed, so this is what makes an edit
+to it (a fork re-pointed at another history, say) break the chain at seq 1. Chains written
+before identities were bound start from ``LEGACY_GENESIS_HASH`` instead; they still verify,
+without that protection (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-__all__ = ["GENESIS_HASH", "as_utc", "event_hash"]
+__all__ = [
+    "LEGACY_GENESIS_HASH",
+    "SessionIdentity",
+    "as_utc",
+    "event_hash",
+    "fork_point_hash",
+    "session_genesis",
+]
 
-#: ``prev_hash`` of a session's first event.
-GENESIS_HASH = "0" * 64
+#: ``prev_hash`` of seq 1 in chains written before the session's identity was bound into it.
+LEGACY_GENESIS_HASH = "0" * 64
+#: Leads the genesis input, so a genesis can never equal an event hash of the same fields.
+_GENESIS_TAG = "sessionstore-session-v2"
+#: Forks of forks deeper than this are treated as a cycle (only a tampered row can make one).
+_MAX_FORK_DEPTH = 10_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -45,3 +67,69 @@ def event_hash(
     digest = hashlib.sha256(header.encode())
     digest.update(payload.encode())
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class SessionIdentity:
+    """The columns of a ``sessions`` row that say what the session is."""
+
+    session_id: str
+    parent_session_id: str | None
+    fork_seq: int | None
+    created_at: datetime
+    metadata: dict[str, Any]
+
+
+def session_genesis(identity: SessionIdentity, fork_point: str) -> str:
+    """SHA-256 (hex) of the session's identity: ``prev_hash`` of its first event.
+
+    Args:
+        fork_point: ``fork_point_hash`` of the session ("" when it shares no parent prefix).
+    """
+    micros = (as_utc(identity.created_at) - _EPOCH) // _MICROSECOND
+    fork_seq = "" if identity.fork_seq is None else str(identity.fork_seq)
+    fields = (
+        _GENESIS_TAG,
+        identity.session_id,
+        identity.parent_session_id or "",
+        fork_seq,
+        str(micros),
+        fork_point,
+    )
+    # Metadata in a fixed canonical form (not the stored text): the row's JSON, whatever its spacing.
+    meta = json.dumps(identity.metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    digest = hashlib.sha256(("\x1f".join(fields) + "\x1e").encode())
+    digest.update(meta.encode())
+    return digest.hexdigest()
+
+
+def fork_point_hash(
+    parent_session_id: str | None,
+    fork_seq: int | None,
+    lineage: Callable[[str], tuple[str | None, int | None] | None],
+    hash_at: Callable[[str, int], str | None],
+) -> str | None:
+    """The hash of the parent's event at ``fork_seq`` (in its continuous numbering), or None.
+
+    "" when there is no shared prefix (no parent, no fork point, or ``fork_seq`` 0); None when
+    the event is not there (a missing row or event, or a cycle of parents).
+
+    Args:
+        lineage: a session's (parent_session_id, fork_seq), or None when it has no row.
+        hash_at: the hash of a session's own event at a seq, or None.
+    """
+    if parent_session_id is None or not fork_seq:
+        return ""
+    session = parent_session_id
+    for _ in range(_MAX_FORK_DEPTH):
+        row = lineage(session)
+        if row is None:
+            return None
+        parent, base = row
+        base = base if parent is not None and base is not None else 0
+        if fork_seq > base:  # the parent's own event; below its base it is the grandparent's
+            return hash_at(session, fork_seq - base)
+        if parent is None:
+            return None
+        session = parent
+    return None

@@ -18,14 +18,15 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from ._errors import ValidationError
+from ._errors import IntegrityCheckError, SessionNotFoundError, ValidationError
 from ._events import Event, decode_event
-from ._hashing import GENESIS_HASH, event_hash
+from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 
 __all__ = [
     "ANY",
     "AppendResult",
     "BlobRef",
+    "ChainHead",
     "ExpectedSeq",
     "RecordedEvent",
     "SessionInfo",
@@ -177,43 +178,113 @@ class SnapshotRecord:
 
 
 @dataclass(frozen=True)
+class ChainHead:
+    """Where a session's chain ends: its last seq (own numbering) and that event's hash.
+
+    An empty session's head is seq 0 and its genesis (the hash of its identity). Keep heads
+    outside the database and pass one to ``SessionStore.verify(head=...)``: it proves the chain
+    still holds that event, which no rewrite inside the database can fake.
+    """
+
+    session_id: str
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """The outcome of walking a session's hash chain.
 
-    ``first_bad_seq`` is None when the chain verifies.
+    Attributes:
+        first_bad_seq: the first seq that does not verify (None when the chain verifies, or
+            when the failure has no seq: an anchored head missing, a deleted sessions row).
+        reason: what failed (None when everything verified).
+        head: the chain's head hash (None when the chain did not verify).
+        identity_bound: False for a chain written before sessions bound their identity
+            (id, parent, fork point, creation, metadata) into it: edits to its sessions row
+            cannot be detected.
     """
 
     session_id: str
     events_checked: int
     first_bad_seq: int | None = None
     reason: str | None = None
+    head: str | None = None
+    identity_bound: bool = True
 
     @property
     def ok(self) -> bool:
-        """True when every event's hash and link verified."""
-        return self.first_bad_seq is None
+        """True when every event's hash and link verified (and the anchored head, if one was given)."""
+        return self.reason is None
+
+
+_IDENTITY_CHANGED = (
+    "the chain does not start from the session's identity: its sessions row (parent_session_id, "
+    "fork_seq, created_at or metadata) or the parent's event at the fork point was changed"
+)
 
 
 def chain_problem(events: Sequence[RecordedEvent], prev_hash: str | None) -> tuple[int, str] | None:
     """The first (seq, reason) where ``events`` break the chain, or None.
 
+    Within a session, global positions must increase with seq (the database assigns them in
+    commit order): a swapped ``position`` would reorder ``read_all`` and subscribers.
+
     Args:
         events: consecutive events of one session in seq order.
-        prev_hash: hash of the event before ``events[0]`` (GENESIS for seq 1), or None
-            to trust ``events[0].prev_hash``.
+        prev_hash: hash of the event before ``events[0]`` (the session's genesis for seq 1),
+            or None to trust ``events[0].prev_hash``.
     """
     expected_prev = prev_hash
     expected_seq = events[0].seq if events else 1
+    previous: RecordedEvent | None = None
     for recorded in events:
         if recorded.seq != expected_seq:
             return recorded.seq, f"seq gap: expected {expected_seq}"
         if expected_prev is not None and recorded.prev_hash != expected_prev:
+            if recorded.seq == 1:
+                return 1, _IDENTITY_CHANGED
             return recorded.seq, "prev_hash does not match the previous event's hash"
         if recorded.computed_hash() != recorded.hash:
             return recorded.seq, "stored content does not match its hash"
+        if previous is not None and recorded.position <= previous.position:
+            reason = (
+                f"position {recorded.position} is not after seq {previous.seq}'s position "
+                f"{previous.position}: the global order was changed"
+            )
+            return recorded.seq, reason
         expected_prev = recorded.hash
         expected_seq += 1
+        previous = recorded
     return None
+
+
+def anchor_problem(hashes: dict[int, str], head: str | ChainHead) -> str | None:
+    """Why the chain (``hashes``: seq -> hash, 0 the genesis) does not hold ``head``, or None."""
+    if isinstance(head, ChainHead):
+        last = max(hashes)
+        if head.seq > last:
+            return (
+                f"the log ends at seq {last}, before the anchored head at seq {head.seq}: "
+                "events were removed from the end"
+            )
+        if hashes.get(head.seq) != head.hash:
+            return (
+                f"seq {head.seq} does not hold the anchored head {head.hash[:16]}: the chain up to it "
+                "was rewritten (hashes recomputed) or the session's identity changed"
+            )
+        return None
+    if head not in hashes.values():
+        return (
+            f"the anchored head {head[:16]} is not in the chain: events were removed from the end, "
+            "or the chain was rewritten (hashes recomputed)"
+        )
+    return None
+
+
+def session_identity(info: SessionInfo) -> SessionIdentity:
+    """The identity a session's chain starts from, as its row holds it."""
+    return SessionIdentity(info.id, info.parent_session_id, info.fork_seq, info.created_at, info.metadata)
 
 
 class SessionStore(abc.ABC):
@@ -384,14 +455,96 @@ class SessionStore(abc.ABC):
                 else:
                     stop.wait(poll_interval)
 
-    def verify(self, session_id: str) -> VerifyReport:
-        """Walk the session's whole hash chain and report the first bad seq, if any."""
+    @abc.abstractmethod
+    def orphaned_sessions(self) -> list[str]:
+        """Session ids that stored events name but no ``sessions`` row holds, in id order.
+
+        Only tampering makes one (the row was deleted with foreign keys off).
+        """
+
+    def genesis(self, session_id: str) -> str | None:
+        """The ``prev_hash`` the session's first event must carry, from its row; None when the
+        parent's event at its fork point is missing.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        info = self.get_session(session_id)
+
+        def lineage(sid: str) -> tuple[str | None, int | None] | None:
+            try:
+                row = self.get_session(sid)
+            except SessionNotFoundError:
+                return None
+            return row.parent_session_id, row.fork_seq
+
+        def hash_at(sid: str, seq: int) -> str | None:
+            found = self.read(sid, seq, seq)
+            return found[0].hash if found else None
+
+        point = fork_point_hash(info.parent_session_id, info.fork_seq, lineage, hash_at)
+        return None if point is None else session_genesis(session_identity(info), point)
+
+    def chain_start(self, session_id: str, first: RecordedEvent | None) -> str | None:
+        """The ``prev_hash`` seq 1 must carry: the legacy zeros when it has them, else the genesis."""
+        if first is not None and first.prev_hash == LEGACY_GENESIS_HASH:
+            return LEGACY_GENESIS_HASH
+        return self.genesis(session_id)
+
+    def head(self, session_id: str) -> ChainHead:
+        """Where the session's chain ends now: keep it outside the database to check later.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            IntegrityCheckError: an empty fork whose parent's event at the fork point is missing.
+        """
+        last = self.last_seq(session_id)
+        if last:
+            return ChainHead(session_id, last, self.read(session_id, last, last)[0].hash)
+        genesis = self.genesis(session_id)
+        if genesis is None:
+            msg = f"session {session_id!r}: the parent's event at its fork point is missing"
+            raise IntegrityCheckError(msg, session_id=session_id)
+        return ChainHead(session_id, 0, genesis)
+
+    def verify(self, session_id: str, *, head: str | ChainHead | None = None) -> VerifyReport:
+        """Walk the session's whole hash chain and report the first bad seq, if any.
+
+        Also checks that seq 1 starts from the session's identity (its ``sessions`` row), that
+        global positions increase with seq, and, given ``head`` (a hash or ``ChainHead`` kept
+        outside the database), that the chain still holds that event.
+
+        Raises:
+            SessionNotFoundError: no such session (neither a row nor events).
+        """
+        try:
+            self.get_session(session_id)
+        except SessionNotFoundError:
+            events = self.read(session_id)  # raises when there are no events either
+            reason = f"{len(events)} events but no sessions row: the session's row was deleted"
+            return VerifyReport(session_id, len(events), None, reason)
         events = self.read(session_id)
-        problem = chain_problem(events, GENESIS_HASH)
-        if problem is None:
-            return VerifyReport(session_id, len(events))
-        seq, reason = problem
-        return VerifyReport(session_id, len(events), seq, reason)
+        start = self.chain_start(session_id, events[0] if events else None)
+        legacy = start == LEGACY_GENESIS_HASH
+        if start is None:
+            info = self.get_session(session_id)
+            reason = (
+                f"fork point seq {info.fork_seq} is not in the log of parent {info.parent_session_id!r}: "
+                "the sessions row or the parent's log was changed"
+            )
+            return VerifyReport(
+                session_id, len(events), 1 if events else None, reason, identity_bound=not legacy
+            )
+        problem = chain_problem(events, start)
+        if problem is not None:
+            seq, reason = problem
+            return VerifyReport(session_id, len(events), seq, reason, identity_bound=not legacy)
+        hashes = {0: start, **{e.seq: e.hash for e in events}}
+        anchor = None if head is None else anchor_problem(hashes, head)
+        if anchor is not None:
+            return VerifyReport(session_id, len(events), None, anchor, identity_bound=not legacy)
+        last = events[-1].hash if events else start
+        return VerifyReport(session_id, len(events), head=last, identity_bound=not legacy)
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -35,11 +35,11 @@ from typing import Any, Literal, TextIO
 
 # Imported for their projections' registration: verify checks every registered projection.
 from . import _api_context, _file_history, _transcript  # noqa: F401
-from ._errors import EXIT_INTEGRITY, EXIT_OK
+from ._errors import EXIT_INTEGRITY, EXIT_OK, SessionNotFoundError
 from ._lineage import SessionLog
 from ._projection import _PROJECTIONS, Projection, rebuild
 from ._session import NO_TOKENIZER, Session, SessionConfig
-from ._store import SessionStore, VerifyReport
+from ._store import ChainHead, SessionStore, VerifyReport
 
 __all__ = ["ProjectionCheck", "SessionVerification", "run_command", "verify_all", "verify_session"]
 
@@ -118,7 +118,8 @@ class SessionVerification:
         """One line: ``ok``, ``BROKEN at seq N``, and any snapshot that failed or was ignored."""
         chain = self.chain
         if not chain.ok:
-            head = f"{chain.session_id}: BROKEN at seq {chain.first_bad_seq}: {chain.reason}"
+            where = "" if chain.first_bad_seq is None else f" at seq {chain.first_bad_seq}"
+            head = f"{chain.session_id}: BROKEN{where}: {chain.reason}"
         elif all(c.ok for c in self.projections):
             head = f"{chain.session_id}: ok ({chain.events_checked} events)"
         else:
@@ -252,18 +253,26 @@ def _other_projections() -> list[Projection[Any]]:
     return [cls() for (name, _), cls in sorted(_PROJECTIONS.items()) if name != api]
 
 
-def verify_session(store: SessionStore, session_id: str) -> SessionVerification:
+def verify_session(
+    store: SessionStore, session_id: str, *, head: str | ChainHead | None = None
+) -> SessionVerification:
     """Walk the session's hash chain, then check every projection snapshot against a rebuild.
+
+    ``head``: an anchor kept outside the database the chain must still hold (``SessionStore.verify``).
 
     Raises:
         SessionNotFoundError: no such session.
     """
-    chain = store.verify(session_id)
+    chain = store.verify(session_id, head=head)
+    try:
+        log = SessionLog(store, session_id)
+    except SessionNotFoundError:  # its events outlived its sessions row: nothing to fold
+        return SessionVerification(chain, 0)
     counter = getattr(store, "token_counter", None)
     tokenizer = counter.name if counter is not None else NO_TOKENIZER
     checks: list[ProjectionCheck] = []
     api_name = _api_context.ApiContextProjection.name
-    to_seq = SessionLog(store, session_id).last_seq()  # views count seqs through a fork's prefix
+    to_seq = log.last_seq()  # views count seqs through a fork's prefix
     try:
         api = _api_context.ApiContextProjection()
         ahead = _beyond_head(store, session_id, api, tokenizer, to_seq)
@@ -289,15 +298,18 @@ def verify_session(store: SessionStore, session_id: str) -> SessionVerification:
 
 
 def verify_all(store: SessionStore, *, page_size: int = 100) -> Iterator[SessionVerification]:
-    """``verify_session`` for every session in the store, in id order, a page at a time."""
+    """``verify_session`` for every session in the store, in id order, a page at a time; then
+    every id whose events have no sessions row (each a failure)."""
     after: str | None = None
     while True:
         page = store.list_sessions(limit=page_size, after=after)
         for info in page:
             yield verify_session(store, info.id)
         if len(page) < page_size:
-            return
+            break
         after = page[-1].id
+    for orphan in store.orphaned_sessions():
+        yield verify_session(store, orphan)
 
 
 def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:

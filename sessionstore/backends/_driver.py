@@ -10,13 +10,14 @@ defined in ``sessionstore._schema``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .._errors import DuplicateEventError
-from .._hashing import GENESIS_HASH, event_hash
+from .._errors import DatabaseError, DuplicateEventError
+from .._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
 from .._store import AppendResult
 
 __all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
@@ -76,6 +77,16 @@ class DriverSQL:
     def session_exists(self) -> str:
         """One row when the session exists."""
         return f"SELECT 1 FROM sessions WHERE id = {self.mark}"
+
+    def session_row(self) -> str:
+        """The columns of a session's identity (``SessionIdentity``)."""
+        return (
+            f"SELECT parent_session_id, fork_seq, created_at, metadata FROM sessions WHERE id = {self.mark}"
+        )
+
+    def hash_at(self) -> str:
+        """The hash of one event of a session."""
+        return f"SELECT hash FROM events WHERE session_id = {self.mark} AND seq = {self.mark}"
 
     def stored(self, count: int) -> str:
         """Stored rows for ``count`` event ids."""
@@ -150,8 +161,54 @@ class DriverTransaction:
         row = self.cursor.fetchone()
         if row is not None:
             return int(row[0]), str(row[1])
+        identity = self.identity(session_id)
+        return None if identity is None else (0, self.genesis(identity))
+
+    def last_seq(self, session_id: str) -> int | None:
+        """The session's last seq (0 when it has no events), or None if there is no session."""
+        self.cursor.execute(self.sql.head(), (session_id,))
+        row = self.cursor.fetchone()
+        if row is not None:
+            return int(row[0])
         self.cursor.execute(self.sql.session_exists(), (session_id,))
-        return (0, GENESIS_HASH) if self.cursor.fetchone() is not None else None
+        return 0 if self.cursor.fetchone() is not None else None
+
+    def identity(self, session_id: str) -> SessionIdentity | None:
+        """The session's identity as its row holds it, or None if there is no session."""
+        self.cursor.execute(self.sql.session_row(), (session_id,))
+        row = self.cursor.fetchone()
+        if row is None:
+            return None
+        parent, fork_seq, created_at, metadata = row
+        if isinstance(created_at, str):  # sqlite3 hands back the stored text
+            created_at = datetime.fromisoformat(created_at)
+        fork = None if fork_seq is None else int(fork_seq)
+        return SessionIdentity(session_id, parent, fork, as_utc(created_at), json.loads(metadata))
+
+    def genesis(self, identity: SessionIdentity) -> str:
+        """The ``prev_hash`` of the session's first event: its identity, bound to its fork point.
+
+        Raises:
+            DatabaseError: the parent's event at the fork point is missing.
+        """
+
+        def lineage(session_id: str) -> tuple[str | None, int | None] | None:
+            row = self.identity(session_id)
+            return None if row is None else (row.parent_session_id, row.fork_seq)
+
+        point = fork_point_hash(identity.parent_session_id, identity.fork_seq, lineage, self._hash_at)
+        if point is None:
+            msg = (
+                f"session {identity.session_id!r}: the parent's event at fork point "
+                f"{identity.fork_seq} is missing"
+            )
+            raise DatabaseError(msg)
+        return session_genesis(identity, point)
+
+    def _hash_at(self, session_id: str, seq: int) -> str | None:
+        self.cursor.execute(self.sql.hash_at(), (session_id, seq))
+        row = self.cursor.fetchone()
+        return None if row is None else str(row[0])
 
     def fork_seq(self, session_id: str) -> int:
         """The session's fork point (0 when it is not a fork)."""

@@ -41,7 +41,7 @@ from .._errors import (
     ValidationError,
 )
 from .._events import Event, encode_event, json_problem, parse_event
-from .._hashing import GENESIS_HASH, as_utc
+from .._hashing import SessionIdentity, as_utc
 from .._retry import DEFAULT_RETRY, RetryPolicy
 from .._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
 from .._store import (
@@ -328,14 +328,14 @@ class SqlSessionStore(SessionStore):
         """One try of ``create_session``: one write transaction."""
         now = _utcnow()
         with self._lock, self._driver_transaction() as txn:
-            if txn.head(sid) is not None:
+            if txn.last_seq(sid) is not None:
                 raise SessionExistsError(sid)
             if parent_session_id is not None:
-                parent = txn.head(parent_session_id)
+                parent = txn.last_seq(parent_session_id)
                 if parent is None:
                     raise SessionNotFoundError(parent_session_id)
                 # A fork of a fork counts seqs through its parent's shared prefix too.
-                parent_last = parent[0] + txn.fork_seq(parent_session_id)
+                parent_last = parent + txn.fork_seq(parent_session_id)
                 if fork_seq is not None and fork_seq > parent_last:
                     msg = f"fork_seq {fork_seq} is beyond the parent's last seq {parent_last}"
                     raise ValidationError(msg, field="fork_seq")
@@ -343,7 +343,8 @@ class SqlSessionStore(SessionStore):
             if prepared:
                 if txn.stored_result(sid, prepared) is not None:  # pragma: no cover - the session is new
                     raise DuplicateEventError(prepared[0].event_id, "already stored")
-                _, rows = chain_rows(sid, 0, GENESIS_HASH, prepared, now, txn.timestamp)
+                identity = SessionIdentity(sid, parent_session_id, fork_seq, now, json.loads(meta_json))
+                _, rows = chain_rows(sid, 0, txn.genesis(identity), prepared, now, txn.timestamp)
                 txn.insert(rows)
         return SessionInfo(sid, now, parent_session_id, fork_seq, json.loads(meta_json))
 
@@ -365,13 +366,13 @@ class SqlSessionStore(SessionStore):
         if not same:
             return None
         with self._lock, self._driver_transaction() as txn:
-            head = txn.head(sid)
+            last = txn.last_seq(sid)
             stored = txn.stored_result(sid, prepared) if prepared else None
-        if head is None:  # pragma: no cover - get_session found it, and sessions are never removed
+        if last is None:  # pragma: no cover - get_session found it, and sessions are never removed
             return None
         # Its events are exactly the batch, from seq 1 (nothing appended since, or it is not ours).
         wrote = stored.seqs if stored is not None else ()
-        return info if wrote == tuple(range(1, head[0] + 1)) else None
+        return info if wrote == tuple(range(1, last + 1)) else None
 
     def get_session(self, session_id: str) -> SessionInfo:
         """See ``SessionStore.get_session``."""
@@ -422,7 +423,7 @@ class SqlSessionStore(SessionStore):
         if not prepared:
             # Nothing to write: a read answers it, without queueing behind (or blocking) writers.
             with self._read() as conn:
-                head_seq = self._head(conn, session_id)[0]
+                head_seq = self._last_seq(conn, session_id)
             if expected_seq != ANY and expected_seq != head_seq:
                 raise ConcurrencyError(session_id, expected_seq, head_seq)
             return AppendResult(session_id, (), (), head_seq)
@@ -506,17 +507,17 @@ class SqlSessionStore(SessionStore):
             finally:
                 raw.close()
 
-    def _head(self, conn: Connection, session_id: str) -> tuple[int, str]:
+    def _last_seq(self, conn: Connection, session_id: str) -> int:
         row = conn.execute(
-            select(events.c.seq, events.c.hash)
+            select(events.c.seq)
             .where(events.c.session_id == session_id)
             .order_by(events.c.seq.desc())
             .limit(1)
         ).first()
         if row is not None:
-            return int(row.seq), str(row.hash)
+            return int(row.seq)
         self._require_session(conn, session_id)
-        return 0, GENESIS_HASH
+        return 0
 
     def _require_session(self, conn: Connection, session_id: str) -> None:
         if conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
@@ -529,7 +530,7 @@ class SqlSessionStore(SessionStore):
 
         def attempt() -> int:
             with self._read() as conn:
-                return self._head(conn, session_id)[0]
+                return self._last_seq(conn, session_id)
 
         return self._retrying("last_seq", attempt)
 
@@ -562,7 +563,11 @@ class SqlSessionStore(SessionStore):
 
         result = self._retrying("read", attempt)
         if verify:
-            problem = chain_problem(result, GENESIS_HASH if from_seq <= 1 else None)
+            start = self.chain_start(session_id, result[0]) if from_seq <= 1 and result else None
+            if from_seq <= 1 and result and start is None:
+                msg = f"session {session_id!r}: the parent's event at its fork point is missing"
+                raise IntegrityCheckError(msg, session_id=session_id, seq=1)
+            problem = chain_problem(result, start)
             if problem is not None:
                 seq, reason = problem
                 msg = f"session {session_id!r}: integrity check failed at seq {seq}: {reason}"
@@ -585,6 +590,17 @@ class SqlSessionStore(SessionStore):
                 return [_recorded(row) for row in conn.execute(query)]
 
         return self._retrying("read_all", attempt)
+
+    def orphaned_sessions(self) -> list[str]:
+        """See ``SessionStore.orphaned_sessions``."""
+        has_row = select(sessions.c.id).where(sessions.c.id == events.c.session_id).exists()
+        query = select(events.c.session_id).where(~has_row).distinct().order_by(events.c.session_id)
+
+        def attempt() -> list[str]:
+            with self._read() as conn:
+                return [str(sid) for (sid,) in conn.execute(query)]
+
+        return self._retrying("orphaned_sessions", attempt)
 
     def max_position(self) -> int:
         """See ``SessionStore.max_position``."""

@@ -1,0 +1,284 @@
+"""Tampering outside the hash chain, as an attacker with direct SQL access would do it.
+
+Every case switches enforcement off first (the append-only triggers, and foreign keys where a
+row is deleted), changes rows the chain of events does not itself hash (the ``sessions`` row,
+``events.position``) or rewrites the chain consistently, and then checks what ``verify`` names.
+Runs on every backend (SQLite file and memory, PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+import sessionstore
+from sessionstore import ChainHead, MessageAppended, SessionStarted, SessionStore
+from sessionstore._hashing import LEGACY_GENESIS_HASH, event_hash
+from sessionstore._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
+from sessionstore._verify import verify_all, verify_session
+
+
+def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
+    return [MessageAppended(role="user", content=f"{prefix} {i}") for i in range(n)]
+
+
+def _tamper(store: SessionStore, *statements: str, **params: Any) -> None:
+    """Run ``statements`` in one transaction as the database owner, enforcement off."""
+    engine = store.engine  # type: ignore[attr-defined]
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL session_replication_role = replica"))  # no triggers, no FKs
+            for statement in statements:
+                conn.execute(text(statement), params)
+        return
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("PRAGMA foreign_keys=OFF")  # only outside a transaction
+        cursor.execute("BEGIN")
+        ddl = [sqlite_append_only_ddl(table) for table in APPEND_ONLY_TABLES]
+        for _, drops in ddl:
+            for drop in drops:
+                cursor.execute(drop)
+        for statement in statements:
+            cursor.execute(statement, params)
+        for creates, _ in ddl:
+            for create in creates:
+                cursor.execute(create)
+        cursor.execute("COMMIT")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        raw.close()
+
+
+def _recompute_chain(store: SessionStore, session_id: str, from_seq: int, start: str | None = None) -> None:
+    """Re-hash every event from ``from_seq`` on after an edit, as a careful attacker would.
+
+    ``start``: the prev_hash to give ``from_seq`` (default: the stored one).
+    """
+    stored = store.read(session_id, from_seq)
+    prev = start if start is not None else stored[0].prev_hash
+    statements, params = [], {}
+    for n, e in enumerate(stored):
+        digest = event_hash(
+            prev,
+            e.session_id,
+            e.seq,
+            e.event_id,
+            e.type,
+            e.schema_version,
+            e.token_count,
+            e.created_at,
+            e.payload,
+        )
+        statements.append(
+            f"UPDATE events SET prev_hash = :prev{n}, hash = :hash{n} "
+            f"WHERE session_id = :sid AND seq = {e.seq}"
+        )
+        params |= {f"prev{n}": prev, f"hash{n}": digest}
+        prev = digest
+    _tamper(store, *statements, sid=session_id, **params)
+
+
+def _forked(store: SessionStore, at: int = 3, own: int = 2) -> tuple[str, str]:
+    """A parent with 6 events and a fork of it at ``at`` with ``own`` events of its own."""
+    parent = store.create_session("parent", events=[SessionStarted(model="m"), *_messages(5, "parent")]).id
+    fork = store.create_session("fork", parent_session_id=parent, fork_seq=at).id
+    if own:
+        store.append(fork, _messages(own, "fork"), expected_seq=0)
+    return parent, fork
+
+
+class TestSessionsRow:
+    def test_an_edited_fork_point_breaks_the_fork_at_seq_1(self, store: SessionStore) -> None:
+        """fork_seq moved: the fork would silently share another prefix; verify names seq 1 and the row."""
+        _, fork = _forked(store, at=3)
+        assert store.verify(fork).ok
+
+        _tamper(store, "UPDATE sessions SET fork_seq = 5 WHERE id = :sid", sid=fork)
+
+        report = store.verify(fork)
+        assert not report.ok
+        assert report.first_bad_seq == 1
+        assert "sessions row" in (report.reason or "") and "fork_seq" in (report.reason or "")
+        assert verify_session(store, fork).summary().startswith("fork: BROKEN at seq 1: ")
+        with pytest.raises(sessionstore.IntegrityCheckError):
+            store.read(fork, verify=True)
+
+    def test_a_replaced_parent_breaks_the_fork(self, store: SessionStore) -> None:
+        """parent_session_id pointed at a look-alike: same length, other history."""
+        _, fork = _forked(store, at=3)
+        store.create_session("other", events=[SessionStarted(model="m"), *_messages(5, "other")])
+
+        _tamper(store, "UPDATE sessions SET parent_session_id = 'other' WHERE id = :sid", sid=fork)
+
+        report = store.verify(fork)
+        assert (report.ok, report.first_bad_seq) == (False, 1)
+
+    def test_a_plain_session_made_into_a_fork_is_found(self, store: SessionStore) -> None:
+        """A session given a parent and fork point after the fact would show a history it never had."""
+        parent, _ = _forked(store)
+        store.create_session("plain", events=_messages(2, "plain"))
+
+        _tamper(
+            store,
+            "UPDATE sessions SET parent_session_id = :parent, fork_seq = 2 WHERE id = 'plain'",
+            parent=parent,
+        )
+
+        assert store.verify("plain").first_bad_seq == 1
+
+    def test_edited_creation_time_or_metadata_is_found(self, store: SessionStore) -> None:
+        """The rest of the row is what the session is too."""
+        store.create_session("a", metadata={"owner": "ann"}, events=_messages(1))
+        store.create_session("b", events=_messages(1))
+
+        _tamper(
+            store,
+            """UPDATE sessions SET metadata = '{"owner":"eve"}' WHERE id = 'a'""",
+            "UPDATE sessions SET created_at = :moment WHERE id = 'b'",
+            moment=store.get_session("a").created_at.replace(year=2001),
+        )
+
+        assert store.verify("a").first_bad_seq == 1
+        assert store.verify("b").first_bad_seq == 1
+
+    def test_a_deleted_sessions_row_is_found_by_its_events(self, store: SessionStore) -> None:
+        """The row gone, its events stay: verify of everything still reports the session, as failed."""
+        store.create_session("kept", events=_messages(2))
+        store.create_session("gone", events=_messages(3))
+
+        _tamper(store, "DELETE FROM sessions WHERE id = 'gone'")
+
+        assert store.orphaned_sessions() == ["gone"]
+        report = store.verify("gone")
+        assert not report.ok
+        assert report.reason == "3 events but no sessions row: the session's row was deleted"
+        results = {r.session_id: r for r in verify_all(store)}
+        assert set(results) == {"kept", "gone"}
+        assert results["kept"].ok and not results["gone"].ok
+        assert results["gone"].summary() == (
+            "gone: BROKEN: 3 events but no sessions row: the session's row was deleted"
+        )
+        with pytest.raises(sessionstore.SessionNotFoundError):
+            store.verify("never-existed")
+
+    def test_an_empty_fork_is_protected_only_by_its_anchored_head(self, store: SessionStore) -> None:
+        """No events, no chain to break: the head (its genesis) kept outside still shows the edit."""
+        _, fork = _forked(store, at=3, own=0)
+        anchor = store.head(fork)
+        assert anchor.seq == 0
+
+        _tamper(store, "UPDATE sessions SET fork_seq = 1 WHERE id = :sid", sid=fork)
+
+        assert store.verify(fork).ok  # nothing inside the database contradicts the row
+        report = store.verify(fork, head=anchor)
+        assert not report.ok
+        assert "seq 0 does not hold the anchored head" in (report.reason or "")
+
+
+class TestPositions:
+    def test_swapped_positions_within_a_session_are_found(self, store: SessionStore) -> None:
+        """Swapping two events' positions reorders read_all and every subscriber."""
+        sid = store.create_session("s", events=_messages(4)).id
+        a, b = (e.position for e in store.read(sid, 2, 3))
+
+        _tamper(
+            store,
+            "UPDATE events SET position = :tmp WHERE position = :a",
+            "UPDATE events SET position = :a WHERE position = :b",
+            "UPDATE events SET position = :b WHERE position = :tmp",
+            a=a,
+            b=b,
+            tmp=10_000,
+        )
+
+        assert [e.seq for e in store.read_all()] == [1, 3, 2, 4]  # what a subscriber now sees
+        report = store.verify(sid)
+        assert report.first_bad_seq == 3
+        assert report.reason == (
+            f"position {a} is not after seq 2's position {b}: the global order was changed"
+        )
+
+
+class TestRewrittenChain:
+    def test_a_recomputed_chain_passes_alone_but_not_its_anchor_or_forks(self, store: SessionStore) -> None:
+        """The attacker edits a payload and re-hashes it and everything after it consistently.
+
+        Nothing inside the database contradicts that log any more, except what is bound to the
+        old hashes: a fork's genesis (bound to the parent's event at the fork point) and a head
+        kept outside the database.
+        """
+        parent, fork = _forked(store, at=4)
+        anchor = store.head(parent)
+        target = store.read(parent, 3, 3)[0]
+        _tamper(
+            store,
+            "UPDATE events SET payload = replace(payload, 'parent 1', 'parent X') "
+            "WHERE session_id = :sid AND seq = 3",
+            sid=parent,
+        )
+        _recompute_chain(store, parent, from_seq=target.seq)
+
+        assert store.verify(parent).ok  # undetectable from inside: the documented limit
+        assert store.head(parent) != anchor
+        by_hash = store.verify(parent, head=anchor.hash)
+        assert not by_hash.ok and "is not in the chain" in (by_hash.reason or "")
+        by_head = store.verify(parent, head=anchor)
+        assert not by_head.ok and f"seq {anchor.seq} does not hold the anchored head" in (
+            by_head.reason or ""
+        )
+        fork_report = store.verify(fork)  # forked after the edit: its genesis holds the old hash
+        assert (fork_report.ok, fork_report.first_bad_seq) == (False, 1)
+
+    def test_a_truncated_tail_is_found_only_with_an_anchored_head(self, store: SessionStore) -> None:
+        """Deleting the last events leaves a valid shorter chain; the anchor says how much is gone."""
+        sid = store.create_session("t", events=_messages(5)).id
+        anchor = store.head(sid)
+
+        _tamper(store, "DELETE FROM events WHERE session_id = :sid AND seq > 3", sid=sid)
+
+        assert store.verify(sid).ok
+        report = store.verify(sid, head=anchor)
+        assert report.reason == (
+            "the log ends at seq 3, before the anchored head at seq 5: events were removed from the end"
+        )
+
+    def test_an_earlier_anchor_still_verifies_as_the_session_grows(self, store: SessionStore) -> None:
+        """An anchor is a point in the chain, not its end: appending later does not break it."""
+        sid = store.create_session("g", events=_messages(2)).id
+        anchor = store.head(sid)
+        store.append(sid, _messages(3, "later"), expected_seq=2)
+
+        assert anchor == ChainHead(sid, 2, store.read(sid, 2, 2)[0].hash)
+        assert store.verify(sid, head=anchor).ok
+        assert store.verify(sid, head=anchor.hash).ok
+        assert store.verify(sid).head == store.head(sid).hash
+
+
+class TestLegacyChains:
+    def test_a_chain_from_before_identity_binding_still_verifies(self, store: SessionStore) -> None:
+        """Chains written by earlier versions start from 64 zeros: they verify (marked unbound),
+        and appending to them continues the same chain."""
+        sid = store.create_session("old", events=_messages(3)).id
+        _recompute_chain(store, sid, from_seq=1, start=LEGACY_GENESIS_HASH)  # what older versions wrote
+
+        report = store.verify(sid)
+        assert report.ok and not report.identity_bound
+        store.append(sid, _messages(2, "new"), expected_seq=3)
+        assert store.verify(sid).ok
+        assert len(store.read(sid, verify=True)) == 5
+        assert store.verify(store.create_session("new", events=_messages(1)).id).identity_bound
+
+    def test_heads_of_empty_sessions_are_their_genesis(self, store: SessionStore) -> None:
+        """The first append chains from the head an empty session reports."""
+        sid = store.create_session("empty").id
+        genesis = store.head(sid)
+        assert genesis.seq == 0 and genesis.hash != LEGACY_GENESIS_HASH
+
+        store.append(sid, _messages(1), expected_seq=0)
+
+        assert store.read(sid)[0].prev_hash == genesis.hash
+        assert store.verify(sid, head=genesis).ok
