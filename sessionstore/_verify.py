@@ -28,24 +28,38 @@ registered projection, keyed by this store's tokenizer. Everything here only rea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from collections.abc import Iterator
+import re
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TextIO
 
 # Imported for their projections' registration: verify checks every registered projection.
 from . import _api_context, _file_history, _transcript  # noqa: F401
-from ._errors import EXIT_INTEGRITY, EXIT_OK, SessionNotFoundError
+from ._errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, SessionNotFoundError, ValidationError
 from ._lineage import SessionLog
 from ._projection import _PROJECTIONS, Projection, rebuild
 from ._session import NO_TOKENIZER, Session, SessionConfig
 from ._store import ChainHead, SessionStore, VerifyReport
 
-__all__ = ["ProjectionCheck", "SessionVerification", "run_command", "verify_all", "verify_session"]
+__all__ = [
+    "ProjectionCheck",
+    "SessionVerification",
+    "all_heads",
+    "format_head",
+    "read_heads",
+    "run_command",
+    "run_heads",
+    "verify_all",
+    "verify_session",
+]
 
 Status = Literal["match", "mismatch", "unreadable", "none", "error", "beyond_head"]
 #: Never write a snapshot while verifying: verify reads only.
 _READ_ONLY = SessionConfig(snapshot_every=0)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 #: How often to re-align two live views when another writer keeps appending meanwhile.
 _ALIGN_TRIES = 5
 
@@ -109,6 +123,8 @@ class SessionVerification:
             "first_bad_seq": chain.first_bad_seq,
             "reason": chain.reason,
             "chain_ok": chain.ok,
+            "head": chain.head,
+            "identity_bound": chain.identity_bound,
             "checked_seq": self.checked_seq,
             "projections": [check.to_dict() for check in self.projections],
             "ok": self.ok,
@@ -297,34 +313,128 @@ def verify_session(
     return SessionVerification(chain, to_seq, tuple(checks))
 
 
-def verify_all(store: SessionStore, *, page_size: int = 100) -> Iterator[SessionVerification]:
+def verify_all(
+    store: SessionStore, *, page_size: int = 100, heads: Mapping[str, ChainHead] | None = None
+) -> Iterator[SessionVerification]:
     """``verify_session`` for every session in the store, in id order, a page at a time; then
-    every id whose events have no sessions row (each a failure)."""
+    every id whose events have no sessions row, and every anchored session that is gone (each a
+    failure).
+
+    ``heads``: anchors kept outside the database (``heads`` command), by session id.
+    """
+    anchors = dict(heads or {})
     after: str | None = None
     while True:
         page = store.list_sessions(limit=page_size, after=after)
         for info in page:
-            yield verify_session(store, info.id)
+            yield verify_session(store, info.id, head=anchors.pop(info.id, None))
         if len(page) < page_size:
             break
         after = page[-1].id
     for orphan in store.orphaned_sessions():
-        yield verify_session(store, orphan)
+        yield verify_session(store, orphan, head=anchors.pop(orphan, None))
+    for anchor in sorted(anchors.values(), key=lambda a: a.session_id):
+        yield _gone(anchor)
+
+
+def _gone(anchor: ChainHead) -> SessionVerification:
+    """The failed verification of an anchored session that has neither a row nor events."""
+    reason = f"anchored at seq {anchor.seq}, but the session and all its events are gone"
+    return SessionVerification(VerifyReport(anchor.session_id, 0, None, reason), 0)
+
+
+def all_heads(store: SessionStore, *, page_size: int = 100) -> Iterator[ChainHead]:
+    """The head of every session, in id order (what to keep outside the database)."""
+    after: str | None = None
+    while True:
+        page = store.list_sessions(limit=page_size, after=after)
+        for info in page:
+            yield store.head(info.id)
+        if len(page) < page_size:
+            return
+        after = page[-1].id
+
+
+def format_head(head: ChainHead) -> str:
+    """One line of the ``heads`` command: ``SESSION SEQ HASH``."""
+    return f"{head.session_id} {head.seq} {head.hash}"
+
+
+def read_heads(path: str) -> dict[str, ChainHead]:
+    """Anchors from a file the ``heads`` command wrote (text or ``--json`` lines), by session.
+
+    Raises:
+        ValidationError: a line that is neither, naming the file and line.
+        OSError: the file cannot be read.
+    """
+    anchors: dict[str, ChainHead] = {}
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                anchor = _parse_head(line.strip(), f"{path}:{number}")
+                anchors[anchor.session_id] = anchor
+    return anchors
+
+
+def _parse_head(line: str, where: str) -> ChainHead:
+    try:
+        if line.startswith("{"):
+            data = json.loads(line)
+            sid, seq, digest = data["session_id"], data["seq"], data["hash"]
+        else:
+            sid, seq, digest = line.split()
+        anchor = ChainHead(str(sid), int(seq), str(digest))
+    except (ValueError, KeyError, TypeError):
+        msg = f"{where}: expected a line of `sessionstore heads` (SESSION SEQ HASH), got {line[:80]!r}"
+        raise ValidationError(msg, field="heads") from None
+    if anchor.seq < 0 or not _HEX64.fullmatch(anchor.hash):
+        msg = f"{where}: the seq must be >= 0 and the hash 64 hex digits"
+        raise ValidationError(msg, field="heads")
+    return anchor
+
+
+def run_heads(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    """The CLI's ``heads [SESSION] [--json]``: one ``SESSION SEQ HASH`` line per session."""
+    heads = [store.head(args.session_id)] if args.session_id is not None else all_heads(store)
+    for head in heads:
+        line = json.dumps(dataclasses.asdict(head)) if args.json else format_head(head)
+        print(line, file=out, flush=True)
+    return EXIT_OK
+
+
+def _single_anchor(args: argparse.Namespace) -> ChainHead | str | None:
+    """The anchor for ``verify SESSION``: ``--head HASH``, or the session's line of ``--heads``."""
+    if args.head is not None:
+        return str(args.head)
+    if args.heads is not None:
+        return read_heads(args.heads).get(args.session_id)
+    return None
 
 
 def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    """The CLI's ``verify [SESSION] [--json]``: 0 when everything verifies, else ``EXIT_INTEGRITY``.
+    """The CLI's ``verify [SESSION] [--json] [--head HASH | --heads FILE]``: 0 when everything
+    verifies, else ``EXIT_INTEGRITY``.
 
     With a session: its line (or JSON object). Without: one line per session and a total (with
     ``--json``, one object: ``{"sessions": [...], "total", "failed", "ok"}``).
     """
+    if args.head is not None and args.session_id is None:
+        print("sessionstore: verify --head needs a SESSION (use --heads FILE for all)", file=sys.stderr)
+        return EXIT_USAGE
     if args.session_id is not None:
-        result = verify_session(store, args.session_id)
+        anchor = _single_anchor(args)
+        try:
+            result = verify_session(store, args.session_id, head=anchor)
+        except SessionNotFoundError:
+            if not isinstance(anchor, ChainHead):
+                raise
+            result = _gone(anchor)
         print(json.dumps(result.to_dict()) if args.json else result.summary(), file=out)
         return EXIT_OK if result.ok else EXIT_INTEGRITY
     total = failed = 0
     rows: list[dict[str, Any]] = []
-    for result in verify_all(store):
+    heads = read_heads(args.heads) if args.heads is not None else None
+    for result in verify_all(store, heads=heads):
         total += 1
         failed += not result.ok
         if args.json:

@@ -42,6 +42,7 @@ from ._session import Session
 from ._store import ANY, ExpectedSeq, SessionInfo, SessionStore
 from ._summarizers import default_summarizer
 from ._verify import run_command as _run_verify
+from ._verify import run_heads as _run_heads
 from .demo import run_demo
 
 __all__ = ["main"]
@@ -114,6 +115,22 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(verify)
     verify.add_argument("session_id", nargs="?", help="the session (default: every session)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    anchors = verify.add_mutually_exclusive_group()
+    anchors.add_argument(
+        "--head", metavar="HASH", help="a head hash kept elsewhere the SESSION's chain must hold"
+    )
+    anchors.add_argument(
+        "--heads",
+        metavar="FILE",
+        help="heads kept elsewhere (the output of `heads`): each must still be there",
+    )
+
+    heads = commands.add_parser(
+        "heads", help="print each session's chain head (last seq and hash) to keep outside the database"
+    )
+    _add_db(heads)
+    heads.add_argument("session_id", nargs="?", help="the session (default: every session)")
+    heads.add_argument("--json", action="store_true", help="one JSON object per line")
 
     context = commands.add_parser("context", help="the request the model would get next, and its token state")
     _add_db(context)
@@ -378,6 +395,8 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
                 )
     elif args.command == "verify":
         return _run_verify(args, store, out)  # chain + snapshots (sessionstore/_verify.py)
+    elif args.command == "heads":
+        return _run_heads(args, store, out)
     return 0
 
 

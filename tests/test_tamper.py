@@ -8,6 +8,9 @@ Runs on every backend (SQLite file and memory, PostgreSQL).
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,9 @@ from sessionstore import ChainHead, MessageAppended, SessionStarted, SessionStor
 from sessionstore._hashing import LEGACY_GENESIS_HASH, event_hash
 from sessionstore._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
 from sessionstore._verify import verify_all, verify_session
+from sessionstore.cli import main
+
+from .conftest import Backend
 
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
@@ -282,3 +288,57 @@ class TestLegacyChains:
 
         assert store.read(sid)[0].prev_hash == genesis.hash
         assert store.verify(sid, head=genesis).ok
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def test_the_cli_checks_heads_kept_elsewhere(shared_backend: Backend, tmp_path: Path) -> None:
+    """`heads` prints an anchor per session; `verify --heads FILE` and `--head HASH` check them:
+    a truncated tail, a recomputed chain and a session deleted outright all exit 3."""
+    store = shared_backend.open()
+    try:
+        for sid in ("a", "b", "c"):
+            store.create_session(sid, events=_messages(4, sid))
+        code, printed = _cli("heads", "--db", shared_backend.url)
+        assert code == 0
+        assert printed.splitlines() == [f"{h.session_id} {h.seq} {h.hash}" for h in map(store.head, "abc")]
+        kept = tmp_path / "heads.txt"
+        kept.write_text(printed)
+        code, one = _cli("heads", "--db", shared_backend.url, "b", "--json")
+        assert (code, json.loads(one)) == (0, {"session_id": "b", "seq": 4, "hash": store.head("b").hash})
+        store.append("a", _messages(1, "later"), expected_seq=4)  # growing after the anchor is fine
+
+        assert _cli("verify", "--db", shared_backend.url, "--heads", str(kept))[0] == 0
+
+        _tamper(store, "DELETE FROM events WHERE session_id = 'b' AND seq = 4")
+        _tamper(
+            store,
+            "UPDATE events SET payload = replace(payload, 'a 1', 'a X') WHERE session_id = 'a' AND seq = 2",
+        )
+        _recompute_chain(store, "a", from_seq=2)
+        _tamper(store, "DELETE FROM events WHERE session_id = 'c'", "DELETE FROM sessions WHERE id = 'c'")
+        assert _cli("verify", "--db", shared_backend.url)[0] == 0  # nothing inside contradicts it now
+    finally:
+        store.close()
+
+    code, report = _cli("verify", "--db", shared_backend.url, "--heads", str(kept))
+    assert code == 3
+    lines = report.splitlines()
+    assert lines[0].startswith("a: BROKEN: seq 4 does not hold the anchored head ")
+    assert lines[1] == (
+        "b: BROKEN: the log ends at seq 3, before the anchored head at seq 4: "
+        "events were removed from the end"
+    )
+    assert lines[2] == "c: BROKEN: anchored at seq 4, but the session and all its events are gone"
+    assert lines[3] == "3 sessions verified: 0 ok, 3 failed"
+
+    anchor_a = printed.splitlines()[0].split()[2]
+    code, single = _cli("verify", "--db", shared_backend.url, "a", "--head", anchor_a, "--json")
+    assert code == 3 and "is not in the chain" in json.loads(single)["reason"]
+    assert _cli("verify", "--db", shared_backend.url, "c", "--heads", str(kept))[0] == 3
+    assert _cli("verify", "--db", shared_backend.url, "--head", anchor_a)[0] == 2  # --head needs a SESSION
+    kept.write_text("a 4\n")
+    assert _cli("verify", "--db", shared_backend.url, "--heads", str(kept))[0] == 1  # a bad heads file
