@@ -167,6 +167,7 @@ def audit(session: Session) -> AuditReport:
             described = dataclasses.replace(described, reverted_by=reverted[entry.event_id])
         timeline.append(described)
     timeline = _with_compaction_after(session, timeline)
+    timeline = _with_source_metadata(session, timeline)
     failures = session.api_state.compact_failures
     served = sum(1 for e in session.transcript if e.type == "context_served")
     return AuditReport(
@@ -182,6 +183,42 @@ def _with_compaction_after(session: Session, timeline: list[AuditEntry]) -> list
             state = _api_state_at(session, entry.seq)
             after = session.estimate(state.view_tokens, state.visible_blocks)
             entry = AuditEntry(**{**entry.__dict__, "tokens_after": after})
+        result.append(entry)
+    return result
+
+
+def _source_metadata(session: Session) -> dict[str, dict[str, Any]]:
+    """Imported compactions: the boundary's event id -> the ``compactMetadata`` Claude Code wrote."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in session.transcript:
+        if entry.type == "imported_entry" and entry.payload.get("entry_type") == "system/compact_boundary":
+            metadata = entry.payload["entry"].get("compactMetadata")
+            for event_id in entry.payload.get("events", []):
+                if isinstance(metadata, dict):
+                    found[str(event_id)] = metadata
+    return found
+
+
+def _with_source_metadata(session: Session, timeline: list[AuditEntry]) -> list[AuditEntry]:
+    """An imported compaction also shows what its source recorded: kept messages, token counts."""
+    metadata = _source_metadata(session)
+    result = []
+    for entry in timeline:
+        source = metadata.get(entry.event_id) if entry.kind == "compact_boundary" else None
+        if source is not None:
+            kept = source.get("preservedMessages")
+            uuids = kept.get("uuids") if isinstance(kept, dict) else None
+            notes = []
+            if isinstance(uuids, list) and uuids:
+                notes.append(f"{len(uuids)} messages kept verbatim from seq {entry.details['keep_from_seq']}")
+            if "postTokens" in source:
+                notes.append(f"{source['postTokens']} tokens after")
+            if source.get("cumulativeDroppedTokens"):
+                notes.append(f"{source['cumulativeDroppedTokens']} dropped so far")
+            what = entry.what + (f" [Claude Code: {'; '.join(notes)}]" if notes else "")
+            entry = dataclasses.replace(
+                entry, what=what, details={**entry.details, "source_metadata": source}
+            )
         result.append(entry)
     return result
 

@@ -265,3 +265,20 @@ def test_a_fork_of_an_imported_transcript_round_trips(mem_store: SessionStore, t
     assert {json.loads(line).get("sessionId", fork_id) for line in lines if line} == {fork_id}
     assert Session(again, fork_id).request() == fork.request()
     again.close()
+
+
+def test_numbers_come_back_as_claude_code_wrote_them(mem_store: SessionStore, tmp_path: Path) -> None:
+    """Floats are written as JavaScript writes them (0.00006, not Python's 6e-05): byte for byte."""
+    session = "7d1e4c2a-9b3f-4e8d-a6c5-1f2e3d4c5b6a"
+    text = (
+        '{"type":"user","message":{"role":"user","content":"hi"},"uuid":"u-1","parentUuid":null,'
+        f'"sessionId":"{session}"}}\n'
+        f'{{"type":"cost-state","sessionId":"{session}","totalCostUSD":0.00006,"small":1e-7,"tiny":1.5e-8,'
+        '"edge":0.000001,"ratio":0.30000000000000004,"big":1e+21,"bigger":2.5e+22,"whole":100000000000000000000,'
+        '"plain":123.456,"negative":-0.5,"nested":[{"x":0.0001}]}\n'
+    )
+    path = tmp_path / f"{session}.jsonl"
+    path.write_text(text, encoding="utf-8")
+    import_claude_code(mem_store, [path])
+
+    assert "\n".join(export_claude_code(mem_store, session)) + "\n" == text

@@ -15,7 +15,9 @@ was imported) and spilled tool outputs under ``<sessionId>/tool-results/``.
 
 from __future__ import annotations
 
+import decimal
 import json
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -40,7 +42,43 @@ _ENVELOPE_KEYS = ("userType", "cwd", "version", "gitBranch")
 
 def _dump(entry: object) -> str:
     # What Claude Code writes (JSON.stringify): compact, non-ASCII kept, key order kept.
-    return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    if not _has_float(entry):
+        return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    # Python's encoder writes floats its own way (6e-05 where JavaScript writes 0.00006): the
+    # pure-Python encoder takes the float formatter, so floats come out as JSON.stringify's.
+    encode = json.encoder._make_iterencode(  # type: ignore[attr-defined]
+        {}, None, json.encoder.py_encode_basestring, None, _js_number, ":", ",", False, False, True
+    )
+    return "".join(encode(entry, 0))
+
+
+def _has_float(value: object) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
+
+
+def _js_number(value: float) -> str:
+    """``value`` as JavaScript's ``Number.prototype.toString`` (so JSON.stringify) writes it.
+
+    The digits are the shortest that round-trip, as Python's ``repr``; only the notation
+    differs: positional from 1e-6 up to 1e21, else ``1.5e-7`` / ``1e+21``.
+    """
+    if value != value or value in (math.inf, -math.inf):
+        return "null"
+    if value == 0:
+        return "0"
+    text = repr(value)
+    if 1e-6 <= abs(value) < 1e21:
+        positional = format(decimal.Decimal(text), "f")
+        return positional.rstrip("0").rstrip(".") if "." in positional else positional
+    mantissa, _, exponent = text.partition("e")
+    power = int(exponent)
+    return f"{mantissa.removesuffix('.0')}e{'+' if power > 0 else '-'}{abs(power)}"
 
 
 @dataclass

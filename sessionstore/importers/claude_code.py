@@ -469,6 +469,9 @@ class _Plan:
     entries: int = 0
     messages: int = 0
     opaque: int = 0
+    #: A compaction that kept messages verbatim: boundary event id -> event id of the first kept
+    #: message. Its seq (``keep_from_seq``) is only known when the session is written.
+    kept_from: dict[str, str] = field(default_factory=dict)
     # Indexes of the file, built before conversion.
     tool_uses: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     agent_results: dict[str, tuple[str, int]] = field(default_factory=dict)
@@ -517,24 +520,17 @@ class _Converter:
         self._prepare()
 
     def _prepare(self) -> None:
-        boundaries = {
-            ln.entry["uuid"]
-            for ln in self.order
-            if ln.entry.get("subtype") == "compact_boundary" and isinstance(ln.entry.get("uuid"), str)
-        }
+        self.by_uuid = {ln.entry["uuid"]: ln for ln in self.order if isinstance(ln.entry.get("uuid"), str)}
+        for line in self.order:
+            if line.entry.get("subtype") == "compact_boundary" and isinstance(line.entry.get("uuid"), str):
+                summary = self._summary_line(line.entry)
+                if summary is not None:
+                    self.summaries[line.entry["uuid"]] = summary
+                    if isinstance(summary.entry.get("uuid"), str):
+                        self.summary_uuids.add(summary.entry["uuid"])
         best: dict[str, int] = {}
         for line in self.order:
             entry = line.entry
-            parent = entry.get("parentUuid")
-            if (
-                entry.get("isCompactSummary") is True
-                and isinstance(parent, str)
-                and parent in boundaries
-                and parent not in self.summaries
-            ):
-                self.summaries[parent] = line
-                if isinstance(entry.get("uuid"), str):
-                    self.summary_uuids.add(entry["uuid"])
             message = entry.get("message")
             if entry.get("type") != "assistant" or not isinstance(message, dict):
                 continue
@@ -552,6 +548,43 @@ class _Converter:
                 first, _, _ = self.usage[api_id]
                 self.usage[api_id] = (first, model if isinstance(model, str) else None, usage)
                 best[api_id] = output
+
+    def _summary_line(self, boundary: dict[str, Any]) -> _Line | None:
+        """The ``isCompactSummary`` line of a compact boundary.
+
+        Up to 2.1.2xx it is the boundary's child. Since Claude Code keeps messages across a
+        compaction (2.1.3xx), attachment lines come between them and the boundary names its
+        summary: ``compactMetadata.preservedSegment.anchorUuid``.
+        """
+        anchor = _preserved(boundary).get("anchorUuid")
+        line = self.by_uuid.get(anchor) if isinstance(anchor, str) else None
+        if line is not None and line.entry.get("isCompactSummary") is True:
+            return line
+        return next(
+            (
+                ln
+                for ln in self.order
+                if ln.entry.get("isCompactSummary") is True and ln.entry.get("parentUuid") == boundary["uuid"]
+            ),
+            None,
+        )
+
+    def _kept_lines(self, boundary: dict[str, Any]) -> list[_Line]:
+        """The message lines a compaction kept verbatim after its summary, in log order."""
+        metadata = boundary.get("compactMetadata")
+        kept = metadata.get("preservedMessages") if isinstance(metadata, dict) else None
+        uuids = kept.get("uuids") if isinstance(kept, dict) else None
+        if not isinstance(uuids, list):
+            head = _preserved(boundary).get("headUuid")
+            uuids = [head] if isinstance(head, str) else []
+        wanted = {u for u in uuids if isinstance(u, str)}
+        return [
+            ln
+            for ln in self.order
+            if ln.entry.get("uuid") in wanted
+            and ln.entry.get("type") in _MESSAGE_TYPES
+            and isinstance(ln.entry.get("message"), dict)
+        ]
 
     def eid(self, line: _Line, part: str) -> uuid.UUID:
         # A second object on a line gets ids of its own (its line number is the first's).
@@ -754,16 +787,22 @@ class _Converter:
             summary = _text_of((summary_line.entry.get("message") or {}).get("content"))
         trigger = metadata.get("trigger")
         logical = entry.get("logicalParentUuid")
+        event_id = self.eid(line, "compact")
+        kept = self._kept_lines(entry)
+        if kept:
+            # keep_from_seq is filled in when the session is written (_resolve_kept_from).
+            self.plan.kept_from[str(event_id)] = str(self.eid(kept[0], "message"))
+        kept_texts = [_text_of(ln.entry["message"].get("content")) for ln in kept]
         return CompactBoundary(
-            event_id=self.eid(line, "compact"),
+            event_id=event_id,
             trigger=trigger if trigger in ("auto", "manual") else "auto",
             strategy="llm",
             summarizer=SUMMARIZER,
             summary=summary,
             last_pre_compact_uuid=logical if isinstance(logical, str) else None,
             pre_compact_tokens=_nonneg(metadata.get("preTokens")),
-            post_compact_raw_tokens=self.count_text(summary) if summary else 0,
-            post_compact_blocks=1 if summary.strip() else 0,
+            post_compact_raw_tokens=sum(self.count_text(text) for text in [summary, *kept_texts] if text),
+            post_compact_blocks=(1 if summary.strip() else 0) + len(kept),
         )
 
     def _microcompact(self, line: _Line) -> MicrocompactApplied:
@@ -820,6 +859,13 @@ class _Converter:
             tracked_files={path: entry.get("backup")} if isinstance(path, str) else {},
             timestamp=_timestamp(entry.get("timestamp")),
         )
+
+
+def _preserved(boundary: dict[str, Any]) -> dict[str, Any]:
+    """``compactMetadata.preservedSegment`` of a boundary line ({} when it has none)."""
+    metadata = boundary.get("compactMetadata")
+    segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
+    return segment if isinstance(segment, dict) else {}
 
 
 def _entry_type(entry: dict[str, Any]) -> str:
@@ -1061,18 +1107,38 @@ def _write(store: SessionStore, plan: _Plan) -> tuple[int, bool]:
         if plan.stored:  # pragma: no cover - checked when planning
             raise
         metadata = {"source": SOURCE, "file": str(plan.file.path)}
+        events = _resolve_kept_from(plan, plan.events, {})
         store.create_session(
-            plan.session_id, metadata=metadata, parent_session_id=plan.parent_session_id, events=plan.events
+            plan.session_id, metadata=metadata, parent_session_id=plan.parent_session_id, events=events
         )
         return len(plan.events), True
     stored = store.read(plan.session_id)
     _check_imported(store, plan, stored[0].event if stored else None)
-    known = {recorded.event_id for recorded in stored}
+    known = {recorded.event_id: recorded.seq for recorded in stored}
     # A transcript that grew since (Claude Code appends on resume) adds its new lines only.
     new = [event for event in plan.events if str(event.event_id) not in known]
     if new:
-        store.append(plan.session_id, new, stored[-1].seq if stored else 0)
+        store.append(plan.session_id, _resolve_kept_from(plan, new, known), stored[-1].seq if stored else 0)
     return len(new), False
+
+
+def _resolve_kept_from(plan: _Plan, events: list[Event], stored: dict[str, int]) -> list[Event]:
+    """``events`` (to be written after ``stored``) with each compaction's ``keep_from_seq`` set.
+
+    A compaction that kept messages verbatim keeps them from its first kept message on: that
+    message's seq, already stored or about to be written in this batch.
+    """
+    if not plan.kept_from:
+        return events
+    first_new = max(stored.values(), default=0) + 1
+    seqs = {**stored, **{str(event.event_id): first_new + i for i, event in enumerate(events)}}
+    resolved: list[Event] = []
+    for event in events:
+        head = plan.kept_from.get(str(event.event_id))
+        if isinstance(event, CompactBoundary) and head in seqs:
+            event = event.model_copy(update={"keep_from_seq": seqs[head]})
+        resolved.append(event)
+    return resolved
 
 
 def import_claude_code(
