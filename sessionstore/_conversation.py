@@ -30,6 +30,7 @@ from ._compaction import compact
 from ._errors import ConcurrencyError, SessionStoreError, ValidationError
 from ._events import (
     ContentBlock,
+    ContextConfigured,
     Event,
     MessageAppended,
     SessionStarted,
@@ -649,30 +650,45 @@ def spawn_subagent(
     *,
     agent_type: str | None = None,
     model: str | None = None,
+    system: str | list[ContentBlock] | None = None,
+    tools: Sequence[dict[str, Any]] | None = None,
     collapse: CollapseConfig | None = None,
     session_id: str | None = None,
 ) -> Session:
     """A child session for one tool call of ``parent``, linked both ways.
 
+    The child gets the parent's system prompt and tool definitions unless it is given its
+    own: a child that calls a tool must send tool definitions (the API refuses tool_use and
+    tool_result blocks in a request without ``tools``).
+
     Sub-agents never auto-compact, never run time-based or server-side micro-compaction, and
     never touch the parent's state (their query source is ``subagent``).
+
+    Args:
+        system: the child's system prompt (default: the parent's).
+        tools: the child's tool definitions (default: the parent's; ``()`` for none).
 
     Raises:
         SubagentSpawnRefused: collapse is enabled and the parent is at 95% of its window.
     """
     check_spawn(parent, collapse or CollapseConfig(enabled=True))
+    child_system = parent.api_state.system if system is None else system
+    child_tools = list(parent.api_state.tools if tools is None else tools)
+    events: list[Event] = [
+        SessionStarted(
+            model=model or parent.api_state.model,
+            query_source="subagent",
+            parent_session_id=parent.id,
+            parent_tool_use_id=tool_use_id,
+        )
+    ]
+    if child_system is not None or child_tools:
+        events.append(ContextConfigured(system=child_system, tools=child_tools))
     child = parent.store.create_session(
         session_id,
         parent_session_id=parent.id,
         metadata={"agent_type": agent_type} if agent_type else None,
-        events=[
-            SessionStarted(
-                model=model or parent.api_state.model,
-                query_source="subagent",
-                parent_session_id=parent.id,
-                parent_tool_use_id=tool_use_id,
-            )
-        ],
+        events=events,
     )
     parent.append(
         [SubagentStarted(child_session_id=child.id, parent_tool_use_id=tool_use_id, agent_type=agent_type)]

@@ -47,6 +47,14 @@ _READ_TOOL = {
     "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
 }
 
+_BASH_TOOL = {
+    "name": "Bash",
+    "description": "Run a shell command.",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+}
+#: The tools _script's answers call.
+_TOOLS = [_READ_TOOL, _BASH_TOOL]
+
 
 def _costing(reply: tuple[int, dict[str, Any]], output_tokens: int) -> tuple[int, dict[str, Any]]:
     """The reply with its usage set to ``output_tokens`` output tokens."""
@@ -70,7 +78,7 @@ class TestSyncLoop:
         """Each response and tool result becomes events; every request the SDK sent is valid."""
         _script(messages_api)
         store = sessionstore.open_store(":memory:")
-        session = Session.create(store, model="claude-opus-5-5", system="You are terse.")
+        session = Session.create(store, model="claude-opus-5-5", system="You are terse.", tools=_TOOLS)
         loop = Conversation(
             session, _client(messages_api), model="claude-opus-5-5", max_tokens=1000, stream=stream
         )
@@ -426,6 +434,38 @@ class TestSubagents:
         ] == [child.id]
         with pytest.raises(SubagentSpawnRefused):
             spawn_subagent(parent, "toolu_other")
+
+    def test_the_child_inherits_the_parents_system_prompt_and_tools(self, messages_api: Any) -> None:
+        """A child that calls a tool sends valid requests: its second one defines the tools."""
+        messages_api.queue += [
+            tool_use_message("toolu_c1", "Read", {"file_path": "a.py"}, "msg_c1"),
+            text_message("a.py is empty.", "msg_c2"),
+        ]
+        store = sessionstore.open_store(":memory:")
+        parent = Session.create(store, model="claude-opus-5-5", system="You fix tests.", tools=[_READ_TOOL])
+        child = spawn_subagent(parent, "toolu_task", collapse=CollapseConfig(enabled=False))
+        helper = Conversation(child, _client(messages_api), model="claude-opus-5-5")
+        helper.user("Read a.py.")
+
+        helper.run(_runner)
+
+        for request in messages_api.requests:
+            sessionstore.validate_request(request["body"])
+            assert request["body"]["tools"] == [_READ_TOOL]
+            assert request["body"]["system"] == "You fix tests."
+
+    def test_the_child_can_be_given_its_own_system_prompt_and_tools(self) -> None:
+        """system= and tools= replace what the child would inherit; tools=() gives it none."""
+        store = sessionstore.open_store(":memory:")
+        parent = Session.create(store, model="claude-opus-5-5", system="You lead.", tools=[_READ_TOOL])
+        bash = {"name": "Bash", "description": "Run.", "input_schema": {"type": "object"}}
+
+        researcher = spawn_subagent(parent, "toolu_1", system="You research.", tools=[bash])
+        talker = spawn_subagent(parent, "toolu_2", tools=())
+
+        assert (researcher.request()["system"], researcher.request()["tools"]) == ("You research.", [bash])
+        assert talker.request()["system"] == "You lead."
+        assert "tools" not in talker.request()
 
     def test_subagents_never_compact(self) -> None:
         """Even far above the threshold, a sub-agent's pipeline does not compact."""
