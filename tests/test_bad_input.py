@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import sessionstore
-from sessionstore import ANY, MessageAppended, SessionStore, ValidationError
+from sessionstore import ANY, MessageAppended, SessionStore, ValidationError, import_claude_code
 from sessionstore.cli import main
 
 from .test_audit import _scripted
@@ -343,3 +343,77 @@ def test_bad_input_on_the_command_line_is_one_line_and_writes_nothing(
     with sessionstore.open_store(db) as store:
         assert [info.id for info in store.list_sessions()] == ["s-1"]
         assert store.last_seq("s-1") == 2
+
+
+# --- imported transcripts -----------------------------------------------------------------------
+
+_IMPORTED = "7d1c2a4e-0000-4000-8000-00000000000a"
+
+
+def _user_line(n: int, parent: str | None) -> str:
+    entry = {
+        "type": "user",
+        "uuid": f"u-{n}",
+        "parentUuid": parent,
+        "sessionId": _IMPORTED,
+        "message": {"role": "user", "content": f"prompt {n}"},
+    }
+    return json.dumps(entry, separators=(",", ":"))
+
+
+def _with_content(raw_content: str) -> str:
+    """A user line whose message content is the raw JSON text ``raw_content``."""
+    head = '{"type":"user","uuid":"u-bad","parentUuid":"u-1","sessionId":"' + _IMPORTED + '",'
+    return head + '"message":{"role":"user","content":' + raw_content + "}}"
+
+
+BAD_LINES = {
+    "integer over 4,300 digits": _with_content('[{"type":"text","text":"x","n":' + "9" * 5000 + "}]"),
+    "nested 100,000 deep": _with_content("[" * 100_000 + "]" * 100_000),
+    "nested past the serializer's limit": _with_content(
+        '[{"type":"text","d":' + "[" * 260 + "]" * 260 + "}]"
+    ),
+    "lone surrogate": _with_content('"caf\\udce9"'),
+    "lone surrogate in a key": _with_content('[{"type":"text","text":"x","\\ud800":1}]'),
+    "NaN": _with_content('[{"type":"text","text":"x","v":NaN}]'),
+    "Infinity": _with_content('[{"type":"text","text":"x","v":-Infinity}]'),
+}
+
+
+def _transcript(tmp_path: Path, bad: str) -> Path:
+    path = tmp_path / f"{_IMPORTED}.jsonl"
+    path.write_text("\n".join([_user_line(1, None), bad, _user_line(3, "u-1")]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("bad", BAD_LINES.values(), ids=BAD_LINES.keys())
+def test_an_unreadable_imported_line_fails_the_import_or_is_skipped(
+    tmp_path: Path, store: SessionStore, bad: str
+) -> None:
+    """The line is named and nothing is imported; with skip_bad_lines it is skipped and reported,
+    and the rest is imported (it used to raise ValueError, RecursionError or a serializer error,
+    or store NaN as null)."""
+    path = _transcript(tmp_path, bad)
+
+    with pytest.raises(ValidationError, match=rf"{path}:2: malformed line"):
+        import_claude_code(store, [path])
+    assert store.list_sessions() == []
+
+    report = import_claude_code(store, [path], skip_bad_lines=True)
+
+    assert [(s.path, s.line) for s in report.skipped] == [(str(path), 2)]
+    assert [(s.session_id, s.lines) for s in report.sessions] == [(_IMPORTED, 2)]
+
+
+@pytest.mark.parametrize("bad", BAD_LINES.values(), ids=BAD_LINES.keys())
+def test_the_import_command_reports_a_skipped_line_or_fails_with_one_line(
+    db: str, tmp_path: Path, bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`import` exits 1 with one line naming the line; `--skip-bad-lines` reports it and exits 0."""
+    path = _transcript(tmp_path, bad)
+
+    assert _cli("import", "--db", db, str(path))[0] == 1
+    assert f"{path}:2: malformed line" in _one_error_line(capsys.readouterr().err)
+
+    assert _cli("import", "--db", db, "--skip-bad-lines", str(path))[0] == 0
+    assert capsys.readouterr().err.startswith(f"skipped {path}:2")

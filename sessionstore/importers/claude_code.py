@@ -31,6 +31,7 @@ import heapq
 import json
 import os
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,16 @@ import pydantic
 
 from .._context_events import CompactBoundary, MicrocompactApplied, ToolResultPersisted
 from .._errors import SessionNotFoundError, ValidationError
-from .._events import Event, MessageAppended, QuerySource, SessionStarted, SubagentStarted, UsageRecorded
+from .._events import (
+    MAX_JSON_DEPTH,
+    Event,
+    MessageAppended,
+    QuerySource,
+    SessionStarted,
+    SubagentStarted,
+    UsageRecorded,
+    json_problem,
+)
 from .._paths import PathRefusedError, inside, name_problem, read_regular_file
 from .._source_events import FileHistoryRecorded, ImportedEntry, OpaqueEntry
 from .._store import SessionStore, check_session_id
@@ -187,10 +197,15 @@ def _check_entry(entry: object) -> dict[str, Any]:
         value = entry.get(key)
         if value is not None and not isinstance(value, str):
             raise _BadLineError(f"'{key}' must be a string or null, not {type(value).__name__}")
+    problem = json_problem(entry, max_depth=_MAX_LINE_DEPTH)
+    if problem is not None:  # a NaN, a lone surrogate ...: it would not be exported as read
+        raise _BadLineError(problem)
     return entry
 
 
 _DECODER = json.JSONDecoder()
+#: The events that keep a line nest it a few levels deeper than the line itself.
+_MAX_LINE_DEPTH = MAX_JSON_DEPTH - 10
 
 
 def _line_objects(text: str) -> list[object]:
@@ -226,7 +241,7 @@ def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Lin
             continue
         try:
             entries = [_check_entry(value) for value in _line_objects(raw.decode("utf-8"))]
-        except (UnicodeDecodeError, json.JSONDecodeError, _BadLineError) as e:
+        except (ValueError, RecursionError, _BadLineError) as e:  # ValueError: JSON, UTF-8, int digits
             reason = _reason(e)
             if not skip:
                 msg = (
@@ -244,6 +259,10 @@ def _reason(error: Exception) -> str:
         return f"invalid JSON: {error.msg} at column {error.colno}"
     if isinstance(error, UnicodeDecodeError):
         return f"not UTF-8: {error.reason} at byte {error.start}"
+    if isinstance(error, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(error, ValueError):  # the decoder's int/str limit
+        return f"an integer longer than {sys.get_int_max_str_digits()} digits"
     return str(error)
 
 
@@ -276,7 +295,7 @@ def _read_manifest(path: Path, skipped: list[SkippedLine]) -> dict[str, Any] | N
     except PathRefusedError as e:
         skipped.append(SkippedLine(str(path), 0, f"manifest not read: {e.refused[str(path)]}"))
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: JSON, UTF-8, int digits
         msg = f"{path}: unreadable sub-agent manifest: {e}"
         raise ValidationError(msg, field="path") from e
     return loaded if isinstance(loaded, dict) else None
