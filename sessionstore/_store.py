@@ -8,6 +8,7 @@ backend it holds.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 import re
 import threading
@@ -485,6 +486,38 @@ class SessionStore(abc.ABC):
         point = fork_point_hash(info.parent_session_id, info.fork_seq, lineage, hash_at)
         return None if point is None else session_genesis(session_identity(info), point)
 
+    def _identity_change(self, session_id: str, started_from: str) -> str:
+        """What changed in a fork's row, when a plausible earlier row reproduces ``started_from``
+        (the genesis its first event holds): ": ..." or ""."""
+        info = self.get_session(session_id)
+        if info.parent_session_id is None:
+            return ""  # id, creation time or metadata: a hash cannot say which
+        identity = session_identity(info)
+        unforked = dataclasses.replace(identity, parent_session_id=None, fork_seq=None)
+        if session_genesis(unforked, "") == started_from:
+            return ": it was not a fork or child session when its chain started (parent_session_id set later)"
+        if info.fork_seq is None:
+            return ""
+        try:
+            parent_hashes = self._continuous_hashes(info.parent_session_id)
+        except (SessionNotFoundError, RecursionError):
+            return ""
+        for seq, digest in sorted({0: "", **parent_hashes}.items()):
+            if session_genesis(dataclasses.replace(identity, fork_seq=seq), digest) == started_from:
+                return f": fork_seq is {info.fork_seq}, but the chain was started at fork point {seq}"
+        return ""
+
+    def _continuous_hashes(self, session_id: str) -> dict[int, str]:
+        """seq -> hash of the session's whole history, a fork's parent prefix included."""
+        info = self.get_session(session_id)
+        base = info.fork_seq if info.parent_session_id is not None and info.fork_seq else 0
+        hashes = {}
+        if base:
+            assert info.parent_session_id is not None
+            hashes = {k: v for k, v in self._continuous_hashes(info.parent_session_id).items() if k <= base}
+        hashes.update((e.seq + base, e.hash) for e in self.read(session_id))
+        return hashes
+
     def chain_start(self, session_id: str, first: RecordedEvent | None) -> str | None:
         """The ``prev_hash`` seq 1 must carry: the legacy zeros when it has them, else the genesis."""
         if first is not None and first.prev_hash == LEGACY_GENESIS_HASH:
@@ -538,6 +571,8 @@ class SessionStore(abc.ABC):
         problem = chain_problem(events, start)
         if problem is not None:
             seq, reason = problem
+            if reason == _IDENTITY_CHANGED:
+                reason += self._identity_change(session_id, events[0].prev_hash)
             return VerifyReport(session_id, len(events), seq, reason, identity_bound=not legacy)
         hashes = {0: start, **{e.seq: e.hash for e in events}}
         anchor = None if head is None else anchor_problem(hashes, head)

@@ -108,7 +108,8 @@ class TestSessionsRow:
         report = store.verify(fork)
         assert not report.ok
         assert report.first_bad_seq == 1
-        assert "sessions row" in (report.reason or "") and "fork_seq" in (report.reason or "")
+        assert "sessions row" in (report.reason or "")
+        assert (report.reason or "").endswith(": fork_seq is 5, but the chain was started at fork point 3")
         assert verify_session(store, fork).summary().startswith("fork: BROKEN at seq 1: ")
         with pytest.raises(sessionstore.IntegrityCheckError):
             store.read(fork, verify=True)
@@ -134,7 +135,11 @@ class TestSessionsRow:
             parent=parent,
         )
 
-        assert store.verify("plain").first_bad_seq == 1
+        report = store.verify("plain")
+        assert report.first_bad_seq == 1
+        assert (report.reason or "").endswith(
+            ": it was not a fork or child session when its chain started (parent_session_id set later)"
+        )
 
     def test_edited_creation_time_or_metadata_is_found(self, store: SessionStore) -> None:
         """The rest of the row is what the session is too."""
