@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import sessionstore
 from sessionstore import MessageAppended, Session, SessionConfig
 from sessionstore._compaction import compact
-from sessionstore._restore import Candidate, select_attachments, truncate_head
+from sessionstore._restore import Candidate, normalize_path, select_attachments, truncate_head
 from sessionstore._summarizers import OfflineSummarizer
 
 
@@ -42,14 +44,16 @@ def test_file_budgets(sizes: tuple[int, ...], expected_names: list[str], expecte
 
 
 def test_total_file_budget_skips_what_does_not_fit() -> None:
-    """With a 50,000 budget, a file that would overflow it is skipped."""
-    files = [Candidate("file", f"f{i}", _words(5_000)) for i in range(4)]
-    big = _files(*([5_000] * 3))
+    """A file that would take the restored files past their total is skipped; a later, smaller
+    one still fits. (With the default 5 x 5,000 per-file caps the 50,000 total cannot bind, so
+    the per-file cap is raised here.)"""
+    sizes = (20_000, 20_000, 20_000, 8_000)
+    files = [Candidate("file", f"f{i}", _words(n)) for i, n in enumerate(sizes)]
 
-    chosen = select_attachments(files + big, [], None, visible_paths=set(), count=count)
+    chosen = select_attachments(files, [], None, visible_paths=set(), count=count, max_tokens_per_file=25_000)
 
-    assert sum(c["tokens"] for c in chosen) <= 50_000
-    assert len(chosen) == 5
+    assert [c["name"] for c in chosen] == ["f0", "f1", "f3"]
+    assert sum(c["tokens"] for c in chosen) == 48_000
 
 
 def test_visible_plan_and_memory_files_are_skipped() -> None:
@@ -136,3 +140,49 @@ def test_compaction_restores_skills_newest_first_and_the_plan() -> None:
     assert texts[2].startswith("[Skill release]")
     assert texts[3] == "[Current plan]\n- bump\n- tag\n- announce"
     sessionstore.validate_request(session.request())
+
+
+def _read_turns(session: Session, path: str) -> None:
+    """An old turn, then a turn whose Read call names ``path`` (the kept tail of a compact up to a0)."""
+    call = {"type": "tool_use", "id": "toolu_r", "name": "Read", "input": {"file_path": path}}
+    session.append(
+        [
+            MessageAppended(role="user", content="old question", message_uuid="p0"),
+            MessageAppended(role="assistant", content="old answer", message_uuid="a0"),
+            MessageAppended(role="user", content="read the handler", message_uuid="p1"),
+            MessageAppended(role="assistant", content=[call], api_message_id="m1"),
+            MessageAppended(
+                role="user", content=[{"type": "tool_result", "tool_use_id": "toolu_r", "content": "42"}]
+            ),
+            MessageAppended(role="assistant", content="it returns 42", api_message_id="m2"),
+        ]
+    )
+
+
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["root-recorded", "no-root-recorded"])
+def test_a_file_read_in_the_kept_messages_is_not_restored_again(tmp_path: Path, checkpoint: bool) -> None:
+    """The kept Read call names the absolute path, the FileRead the root-relative one: same file."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "handler.py").write_text("def handler():\n    return 42\n")
+    (tmp_path / "src" / "other.py").write_text("OTHER = 1\n")
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0))
+    history = sessionstore.FileHistory(session, tmp_path)
+    if checkpoint:
+        session.append([MessageAppended(role="user", content="start", message_uuid="u0")])
+        history.snapshot_turn("u0")
+    _read_turns(session, f"{tmp_path}/./src//handler.py")
+    history.record_read(tmp_path / "src" / "other.py")
+    history.record_read(tmp_path / "src" / "handler.py", tool_use_id="toolu_r")
+
+    report = compact(session, OfflineSummarizer(), up_to_uuid="a0")
+    boundary = next(e for e in session.transcript if e.type == "compact_boundary").payload
+
+    assert report.ok
+    assert [a["name"] for a in boundary["attachments"]] == ["src/other.py"]
+
+
+def test_normalize_path_maps_absolute_paths_inside_the_root_to_the_stored_form(tmp_path: Path) -> None:
+    assert normalize_path(f"{tmp_path}/src/../src/a.py", str(tmp_path)) == "src/a.py"
+    assert normalize_path("./src//a.py") == "src/a.py"
+    assert normalize_path("/elsewhere/src/a.py", str(tmp_path)) == "/elsewhere/src/a.py"
