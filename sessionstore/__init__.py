@@ -30,6 +30,7 @@ from ._compact_prompt import SUMMARY_SECTIONS, compact_prompt, format_summary
 from ._compaction import (
     CompactConfig,
     CompactHooks,
+    CompactionDisabledError,
     CompactReport,
     breaker_open,
     compact,
@@ -220,6 +221,7 @@ __all__ = [
     "CompactFailed",
     "CompactHooks",
     "CompactReport",
+    "CompactionDisabledError",
     "ConcurrencyError",
     "ContentBlock",
     "ContextConfigured",

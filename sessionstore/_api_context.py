@@ -748,8 +748,9 @@ def collapse_span_tokens(state: ApiContextState, start: int, end: int) -> int:
     )
 
 
-def _with_collapses(state: ApiContextState, first: int) -> list[Part]:
-    """The visible messages with each committed collapse's span replaced by its summary.
+def _with_collapses(state: ApiContextState, first: int) -> tuple[list[Part], list[int]]:
+    """The visible messages with each committed collapse's span replaced by its summary, and
+    for each part the index of the first message it holds (where compaction parts go).
 
     A summary is a user message holding the results that open the span (answers to calls before
     it), then the summary text; the prompt after the span, without the results that open it
@@ -758,8 +759,9 @@ def _with_collapses(state: ApiContextState, first: int) -> list[Part]:
     count = len(state.messages)
     spans = [span for span in committed_spans(state) if span[0] >= first]
     if not spans:
-        return list(range(first, count))
+        return list(range(first, count)), list(range(first, count))
     out: list[Part] = []
+    starts: list[int] = []
     position = first
     after_span = False  # the results opening messages[position] answer calls in a collapsed span
     for start, end, summary in spans:
@@ -767,10 +769,13 @@ def _with_collapses(state: ApiContextState, first: int) -> list[Part]:
             continue  # overlapping or reaching the tail: refused when staged; never applied
         kept = [] if after_span and start == position else _results_opening(state, start)
         out.extend(_visible_stretch(state, position, start, after_span))
+        starts.extend(range(position, start))
         out.append({"role": "user", "content": [*kept, {"type": "text", "text": COLLAPSE_PREFIX + summary}]})
+        starts.append(start)
         position, after_span = end, True
     out.extend(_visible_stretch(state, position, count, after_span))
-    return _merge_same_role(state, out)
+    starts.extend(range(position, count))
+    return _merged(state, out, starts)
 
 
 def _visible_stretch(state: ApiContextState, start: int, stop: int, after_span: bool) -> list[Part]:
@@ -781,19 +786,30 @@ def _visible_stretch(state: ApiContextState, start: int, stop: int, after_span: 
     return parts
 
 
-def _merge_same_role(state: ApiContextState, parts: list[Part]) -> list[Part]:
+def _merged(state: ApiContextState, parts: list[Part], starts: list[int]) -> tuple[list[Part], list[int]]:
+    """Adjacent parts of one role merged into one; each keeps the start of its first part."""
     merged: list[Part] = []
-    for part in parts:
+    merged_starts: list[int] = []
+    for part, start in zip(parts, starts, strict=True):
         if merged and _role(state, merged[-1]) == _role(state, part):
             previous, message = _message(state, merged[-1]), _message(state, part)
             merged[-1] = {"role": message["role"], "content": [*previous["content"], *message["content"]]}
         else:
             merged.append(part)
-    return merged
+            merged_starts.append(start)
+    return merged, merged_starts
 
 
-def _with_compaction(state: ApiContextState, parts: list[Part], first: int) -> list[Part]:
-    """Summary first, then the kept messages, then attachments and hook results, then what followed."""
+def _merge_same_role(state: ApiContextState, parts: list[Part]) -> list[Part]:
+    return _merged(state, parts, [0] * len(parts))[0]
+
+
+def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int]) -> list[Part]:
+    """Summary first, then the kept messages, then attachments and hook results, then what followed.
+
+    ``starts`` holds the first message index of each part: a committed collapse makes one part
+    of many messages, so message indexes are mapped to part positions through it.
+    """
     compact = state.compact
     assert compact is not None
     summary: Message = {
@@ -807,14 +823,14 @@ def _with_compaction(state: ApiContextState, parts: list[Part], first: int) -> l
             }
         ],
     }
-    kept = max(0, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1) - first)
+    kept = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1))
     extra = [
         {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
     ]
     middle: list[Part] = [{"role": "user", "content": extra}] if extra else []
     if compact.get("from_seq"):
         # Partial "from": the earlier messages stay first, the summary covers the rest.
-        pivot = max(0, bisect.bisect_left(state.message_first_seq, compact["from_seq"]) - first)
+        pivot = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["from_seq"]))
         return _merge_same_role(state, [*parts[:pivot], summary, *middle, *parts[kept:]])
     return _merge_same_role(state, [summary, *parts[:kept], *middle, *parts[kept:]])
 
@@ -822,13 +838,13 @@ def _with_compaction(state: ApiContextState, parts: list[Part], first: int) -> l
 def _request_parts(state: ApiContextState, cache_control: bool) -> tuple[dict[str, Any], list[Part]]:
     """The request's keys before ``messages`` (system, tools), and its messages as parts."""
     first = state.first_visible
-    parts = _with_collapses(state, first)
+    parts, starts = _with_collapses(state, first)
     if first and parts and _role(state, parts[0]) == "user":
         # A snip cut here: the results opening this message answer calls that were snipped.
         content = _message(state, parts[0])["content"]
         parts[0] = {"role": "user", "content": content[leading_results(content) :]}
     if state.compact is not None:
-        parts = _with_compaction(state, parts, first)
+        parts = _with_compaction(state, parts, starts)
     if state.open_tool_ids:
         results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
         if parts and _role(state, parts[-1]) == "user":

@@ -14,15 +14,17 @@ import bisect
 import dataclasses
 import json
 import math
+import re
 import subprocess
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._api_context import COMPACT_SUMMARY_PREFIX, leading_results
+from ._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
+from ._compact_prompt import SUMMARY_SECTIONS
 from ._context_events import CompactBoundary, CompactFailed, SessionMemoryUpdated
-from ._errors import ValidationError
+from ._errors import SessionStoreError, ValidationError
 from ._restore import Candidate, paths_in, select_attachments
 from ._session import Session
 from ._summarizers import PromptTooLong, Summarizer, SummaryFailed, SummaryRequest
@@ -33,15 +35,19 @@ __all__ = [
     "CompactConfig",
     "CompactHooks",
     "CompactReport",
+    "CompactionDisabledError",
     "autocompact_stage",
     "breaker_open",
     "compact",
+    "compact_session",
     "drop_for_retry",
+    "memory_is_empty",
     "maybe_extract_memory",
     "memory_keep_index",
     "round_groups",
     "shell_pre_compact_hook",
     "shell_text_hook",
+    "summarizer_input",
 ]
 
 MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
@@ -52,6 +58,23 @@ PTL_RETRY_MARKER = "[Earlier messages were dropped to fit the summarization requ
 
 Trigger = Literal["auto", "manual", "reactive"]
 Message = dict[str, Any]
+
+
+class CompactionDisabledError(SessionStoreError):
+    """Compaction is switched off for the session (``WindowConfig(disable_compaction=True)``).
+
+    Raised by every compaction, manual or not, before anything is summarized or recorded.
+
+    Attributes:
+        session_id: the session whose compaction was refused.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"compaction is disabled for session {session_id!r} "
+            "(WindowConfig.disable_compaction): nothing was summarized or recorded"
+        )
+        self.session_id = session_id
 
 
 @dataclass(frozen=True)
@@ -220,17 +243,20 @@ def drop_for_retry(
 # --- session memory (SPEC 5.5.1) --------------------------------------------------------------
 
 
-def _text_messages(messages: Sequence[Message]) -> int:
-    return sum(1 for m in messages if any(b.get("type") == "text" for b in m["content"]))
+def _opens_with_prompt(message: Message) -> bool:
+    """A clean place to start keeping: a user message that opens with a prompt, not results."""
+    return message["role"] == "user" and leading_results(message["content"]) == 0
 
 
 def memory_keep_index(session: Session, config: CompactConfig) -> int | None:
     """Index (in the state's messages) of the first message a session-memory compact keeps.
 
-    Starts after the memory's last summarized message and extends backwards until at least
+    Every message after the memory's last summarized one is kept (the memory does not cover
+    them), and the cut extends backwards, prompt by prompt, until at least
     ``memory_min_tokens`` and ``memory_min_text_messages`` are kept, never beyond
-    ``memory_max_tokens``; the cut never separates a tool result from its call nor the chunks
-    of one API message (it lands on a user prompt). None when no clean cut exists.
+    ``memory_max_tokens``. Tokens are calibrated, as the thresholds are. The cut always lands
+    on a user prompt, so it never separates a tool result from its call nor splits one API
+    message; the minimum is checked at that cut. None when no cut keeps at most the maximum.
     """
     state = session.api_state
     memory = state.memory
@@ -239,24 +265,41 @@ def memory_keep_index(session: Session, config: CompactConfig) -> int | None:
     first = state.first_visible
     messages = state.messages
     start = max(first, _index_after_seq(session, memory["last_seq"]))
-    index = start
-    tokens = sum(state.message_tokens[start:])
-    if tokens > config.memory_max_tokens:
-        return None  # a stale memory: keeping everything after it would not fit; summarize instead
-    while index > first and (
-        tokens < config.memory_min_tokens
-        or _text_messages(messages[index:]) < config.memory_min_text_messages
-    ):
-        if tokens + state.message_tokens[index - 1] > config.memory_max_tokens:
+    raw = blocks = texts = 0
+    chosen = None
+    for index in range(len(messages) - 1, first, -1):
+        message = messages[index]
+        raw += state.message_tokens[index]
+        blocks += len(message["content"])
+        texts += 1 if any(b.get("type") == "text" for b in message["content"]) else 0
+        if index > start or not _opens_with_prompt(message):
+            continue
+        if session.estimate(raw, blocks) > config.memory_max_tokens:
             break
-        index -= 1
-        tokens += state.message_tokens[index]
-    # Move forward to a clean cut: a user message that opens with a prompt, not results.
-    while index < len(messages) and not (
-        messages[index]["role"] == "user" and leading_results(messages[index]["content"]) == 0
-    ):
-        index += 1
-    return index if first < index < len(messages) else None
+        chosen = index
+        if (
+            session.estimate(raw, blocks) >= config.memory_min_tokens
+            and texts >= config.memory_min_text_messages
+        ):
+            break
+    return chosen
+
+
+#: Lines a memory holds before anything was written in it: its headings and their descriptions.
+_TEMPLATE_LINE = re.compile(
+    r"^\s*(#+\s.*|_[^_].*_|\*[^*].*\*|(\d+\.\s*)?("
+    + "|".join(re.escape(name) for name in SUMMARY_SECTIONS)
+    + r"):?)\s*$",
+    re.IGNORECASE,
+)
+
+
+def memory_is_empty(text: str) -> bool:
+    """True when a session memory holds nothing beyond its template (headings, descriptions).
+
+    Such a memory would become an empty summary, so the compaction uses the LLM instead.
+    """
+    return all(not line.strip() or _TEMPLATE_LINE.match(line) for line in text.splitlines())
 
 
 def _index_after_seq(session: Session, seq: int) -> int:
@@ -325,6 +368,43 @@ def _message_tokens(session: Session, message: Message) -> int:
     return sum(session.count_text(t) for t in texts)
 
 
+def summarizer_input(session: Session) -> list[Message]:
+    """The request's messages as a summarizer should see them: what the last compaction put back
+    (its summary, restored files, skills and plan, hook results) is stripped.
+
+    The attachments come back from the session's state after the new boundary anyway, and the
+    previous summary goes to the summarizer separately (``SummaryRequest.previous_summary``),
+    so neither is summarized again and summaries never nest.
+    """
+    messages = session.request()["messages"]
+    compact_state = session.api_state.compact
+    if compact_state is None:
+        return list(messages)
+    summary = str(compact_state["summary"])
+    reinjected = {
+        summary,
+        COMPACT_SUMMARY_PREFIX + summary,
+        *(str(t) for t in compact_state["attachments"]),
+        *(str(t) for t in compact_state["hook_results"]),
+    }
+    stripped: list[Message] = []
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "user" and isinstance(content, list):
+            content = [b for b in content if not (b.get("type") == "text" and b.get("text") in reinjected)]
+            if not content:
+                continue
+        stripped.append({"role": message["role"], "content": content})
+    if stripped and stripped[0]["role"] == "assistant":
+        stripped.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_MARKER}]})
+    return stripped
+
+
+def _previous_summary(session: Session) -> str | None:
+    compact_state = session.api_state.compact
+    return None if compact_state is None else str(compact_state["summary"]) or None
+
+
 def _summarize_with_retries(
     session: Session, summarizer: Summarizer, request: SummaryRequest
 ) -> tuple[str, str, int]:
@@ -345,6 +425,117 @@ def _summarize_with_retries(
     raise AssertionError  # pragma: no cover - the loop returns or raises
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a compaction will record, decided before any post-compact hook runs."""
+
+    strategy: Literal["llm", "session_memory"]
+    template: Literal["base", "partial_from", "partial_up_to"]
+    summary: str
+    summarizer: str
+    #: The first message kept after the summary (``len(messages)``: none).
+    keep_index: int
+    #: For a partial "from" compact: the first summarized message (0 otherwise).
+    from_index: int = 0
+    retries: int = 0
+
+
+def _kept(session: Session, plan: _Plan) -> list[Message]:
+    state = session.api_state
+    if plan.from_index:
+        return list(state.messages[state.first_visible : plan.from_index])
+    return list(state.messages[plan.keep_index :])
+
+
+def _kept_raw_tokens(session: Session, plan: _Plan) -> int:
+    state = session.api_state
+    if plan.from_index:
+        return sum(state.message_tokens[state.first_visible : plan.from_index])
+    return sum(state.message_tokens[plan.keep_index :])
+
+
+def _predicted_used(session: Session, raw_tokens: int, blocks: int) -> int:
+    """ "used" right after a boundary of ``raw_tokens`` and ``blocks`` (no usage follows it yet)."""
+    return max(0, session.estimate(session.api_state.context_tokens + raw_tokens, blocks))
+
+
+def _memory_plan(session: Session, config: CompactConfig) -> _Plan | None:
+    """A session-memory compact, or None when it cannot be used (seeds: then the LLM summary runs).
+
+    Not used when the memory is empty or only its template, when no clean cut keeps enough
+    within the maximum, or when the result would still be at or above the auto-compact
+    threshold (nothing is recorded for it then: the LLM compaction starts from the original
+    history, not from the session-memory view).
+    """
+    memory = session.api_state.memory
+    if memory is None or memory_is_empty(str(memory["text"])):
+        return None
+    index = memory_keep_index(session, config)
+    if index is None:
+        return None
+    plan = _Plan("session_memory", "base", str(memory["text"]), "session_memory", index)
+    kept = _kept(session, plan)
+    attachments = _restored(session, kept)
+    raw = (
+        session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
+        + sum(int(a["tokens"]) for a in attachments)
+        + _kept_raw_tokens(session, plan)
+    )
+    blocks = 1 + len(attachments) + sum(len(m["content"]) for m in kept)
+    if _predicted_used(session, raw, blocks) >= session.token_state().window.autocompact_threshold:
+        return None
+    return plan
+
+
+def _llm_plan(
+    session: Session,
+    summarizer: Summarizer,
+    instructions: str | None,
+    up_to_uuid: str | None,
+    from_uuid: str | None,
+) -> _Plan:
+    """Summarize with the model (retrying prompt-too-long).
+
+    Raises:
+        ValidationError: a pivot that would split a tool call from its result.
+        SummaryFailed: no usable summary.
+    """
+    state = session.api_state
+    keep_index = len(state.messages)  # nothing kept
+    template: Literal["base", "partial_from", "partial_up_to"] = "base"
+    from_index = 0
+    if up_to_uuid is not None:
+        template = "partial_up_to"
+        keep_index = session.message_index(up_to_uuid) + 1
+        if not _clean_cut(session, keep_index):
+            msg = f"compacting up to {up_to_uuid!r} would split a tool call from its result or keep nothing"
+            raise ValidationError(msg, field="message_uuid")
+        messages = list(state.messages[state.first_visible : keep_index])
+    elif from_uuid is not None:
+        template = "partial_from"
+        from_index = session.message_index(from_uuid)
+        if not _clean_cut(session, from_index):
+            msg = f"compacting from {from_uuid!r} would split a tool call from its result or keep nothing"
+            raise ValidationError(msg, field="message_uuid")
+        messages = list(state.messages[from_index:])
+    else:
+        messages = summarizer_input(session)
+    summary, name, retries = _summarize_with_retries(
+        session,
+        summarizer,
+        SummaryRequest(
+            messages,
+            template,
+            instructions,
+            state.system,
+            state.tools,
+            state.model,
+            previous_summary=None if template == "partial_from" else _previous_summary(session),
+        ),
+    )
+    return _Plan("llm", template, summary, name, keep_index, from_index, retries)
+
+
 def compact(
     session: Session,
     summarizer: Summarizer,
@@ -363,15 +554,18 @@ def compact(
             (the partial "up to" template); it must end an API round.
         from_uuid: summarize from this user prompt on and keep what precedes it verbatim,
             before the summary (the partial "from" template).
-        use_memory: try a session-memory compact (no model call) before the LLM summary.
+        config: hooks and session-memory settings (the pipeline's ``PipelineConfig.compact``).
+        use_memory: try a session-memory compact (no model call) before the LLM summary; it
+            is skipped, recording nothing, when it is not usable (see ``_memory_plan``).
 
     Raises:
+        CompactionDisabledError: the session's window config disables all compaction.
         ValidationError: an unknown pivot, or one that would split a tool call from its result.
     """
+    if session.config.window.disable_compaction:
+        raise CompactionDisabledError(session.id)
     config = config or CompactConfig()
-    state = session.api_state
     before = session.used_tokens()
-    window = session.token_state().window
     instructions = custom_instructions
     shown: list[str] = []
     try:
@@ -383,84 +577,60 @@ def compact(
                 shown.append(message)
     except SummaryFailed as e:
         return _failed(session, trigger, e.reason, before)
-    first = state.first_visible
-    keep_index = len(state.messages)  # nothing kept
-    strategy: Literal["llm", "session_memory"] = "llm"
-    template: Literal["base", "partial_from", "partial_up_to"] = "base"
-    from_index = 0
-    retries = 0
-    memory_index = memory_keep_index(session, config) if use_memory and config.session_memory else None
-    if memory_index is not None and state.memory is not None:
-        strategy, summary_text, summarizer_name = (
-            "session_memory",
-            str(state.memory["text"]),
-            "session_memory",
-        )
-        keep_index = memory_index
-    else:
-        messages = session.request()["messages"]
-        if up_to_uuid is not None:
-            template = "partial_up_to"
-            keep_index = session.message_index(up_to_uuid) + 1
-            if not _clean_cut(session, keep_index):
-                msg = (
-                    f"compacting up to {up_to_uuid!r} would split a tool call from its result or keep nothing"
-                )
-                raise ValidationError(msg, field="message_uuid")
-            messages = state.messages[first:keep_index]
-        elif from_uuid is not None:
-            template = "partial_from"
-            from_index = session.message_index(from_uuid)
-            if not _clean_cut(session, from_index):
-                msg = f"compacting from {from_uuid!r} would split a tool call from its result or keep nothing"
-                raise ValidationError(msg, field="message_uuid")
-            messages = state.messages[from_index:]
-        try:
-            summary_text, summarizer_name, retries = _summarize_with_retries(
-                session,
-                summarizer,
-                SummaryRequest(messages, template, instructions, state.system, state.tools, state.model),
-            )
-        except SummaryFailed as e:
-            return _failed(session, trigger, e.reason, before)
-    hook_results = [*shown]
+    pivot = up_to_uuid is not None or from_uuid is not None
+    plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
     try:
+        if plan is None:
+            plan = _llm_plan(session, summarizer, instructions, up_to_uuid, from_uuid)
+        hook_results = [*shown]
         hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
-        hook_results += [t for h in config.hooks.post_compact if (t := h(summary_text))]
+        hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
     except SummaryFailed as e:
         return _failed(session, trigger, e.reason, before)
-    kept = state.messages[first:from_index] if from_index else state.messages[keep_index:]
-    attachments = _restored(session, kept)
-    boundary = CompactBoundary(
-        trigger=trigger,
-        strategy=strategy,
-        template=template,
-        summarizer=summarizer_name,
-        summary=summary_text,
-        keep_from_seq=state.message_first_seq[keep_index] if kept and not from_index else 0,
-        summarized_from_seq=state.message_first_seq[from_index] if from_index else 0,
-        last_pre_compact_uuid=_last_message_uuid(session),
-        pre_compact_tokens=before,
-        post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + summary_text)
-        + sum(session.count_text(h) for h in hook_results)
-        + sum(int(a["tokens"]) for a in attachments)
-        + sum(state.message_tokens[first:from_index] if from_index else state.message_tokens[keep_index:]),
-        post_compact_blocks=1 + len(hook_results) + len(attachments) + sum(len(m["content"]) for m in kept),
-        attachments=attachments,
-        hook_results=hook_results,
-        custom_instructions=instructions,
-        ptl_retries=retries,
-        discovered_tools=[str(t.get("name")) for t in state.tools],
-    )
+    boundary = _boundary(session, plan, trigger, instructions, hook_results, before)
     session.append([boundary])
     after = session.used_tokens()
     return CompactReport(
         str(boundary.event_id),
         True,
-        strategy,
+        plan.strategy,
         before,
         after,
-        above_threshold=after >= window.autocompact_threshold,
+        above_threshold=after >= session.token_state().window.autocompact_threshold,
+    )
+
+
+def _boundary(
+    session: Session,
+    plan: _Plan,
+    trigger: Trigger,
+    instructions: str | None,
+    hook_results: list[str],
+    before: int,
+) -> CompactBoundary:
+    state = session.api_state
+    kept = _kept(session, plan)
+    attachments = _restored(session, kept)
+    return CompactBoundary(
+        trigger=trigger,
+        strategy=plan.strategy,
+        template=plan.template,
+        summarizer=plan.summarizer,
+        summary=plan.summary,
+        keep_from_seq=state.message_first_seq[plan.keep_index] if kept and not plan.from_index else 0,
+        summarized_from_seq=state.message_first_seq[plan.from_index] if plan.from_index else 0,
+        last_pre_compact_uuid=_last_message_uuid(session),
+        pre_compact_tokens=before,
+        post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
+        + sum(session.count_text(h) for h in hook_results)
+        + sum(int(a["tokens"]) for a in attachments)
+        + _kept_raw_tokens(session, plan),
+        post_compact_blocks=1 + len(hook_results) + len(attachments) + sum(len(m["content"]) for m in kept),
+        attachments=attachments,
+        hook_results=hook_results,
+        custom_instructions=instructions,
+        ptl_retries=plan.retries,
+        discovered_tools=[str(t.get("name")) for t in state.tools],
     )
 
 
@@ -488,7 +658,11 @@ def _restored(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]
     skills = [Candidate("skill", name, text) for name, text in reversed(state.skills.items())]
     plan = Candidate("plan", "plan", state.plan) if state.plan else None
     return select_attachments(
-        candidates, skills, plan, visible_paths=paths_in(kept), count=session.count_text
+        candidates,
+        skills,
+        plan,
+        visible_paths=paths_in(kept, history.recorded_root),
+        count=session.count_text,
     )
 
 
@@ -524,6 +698,20 @@ def _last_message_uuid(session: Session) -> str | None:
     return None
 
 
+def compact_session(
+    session: Session, summarizer: Summarizer, config: CompactConfig, *, trigger: Trigger
+) -> CompactReport:
+    """The one compaction path of automatic and reactive compaction (and the pipeline's).
+
+    Session memory first when enabled and usable, else the LLM summary, with the configured
+    hooks either way.
+
+    Raises:
+        CompactionDisabledError: the session's window config disables all compaction.
+    """
+    return compact(session, summarizer, trigger=trigger, config=config, use_memory=config.session_memory)
+
+
 def autocompact_stage(
     session: Session,
     summarizer: Summarizer,
@@ -543,8 +731,4 @@ def autocompact_stage(
         or state.used - snip_freed < window.autocompact_threshold
     ):
         return None
-    if config.session_memory and session.api_state.memory is not None:
-        report = compact(session, summarizer, trigger="auto", config=config, use_memory=True)
-        if report.ok and not report.above_threshold:
-            return report
-    return compact(session, summarizer, trigger="auto", config=config)
+    return compact_session(session, summarizer, config, trigger="auto")

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pydantic import NonNegativeInt
 
 from ._collapse import CollapseConfig, check_spawn, drain_collapses
-from ._compaction import compact
 from ._errors import ConcurrencyError, SessionStoreError, ValidationError
 from ._events import (
     ContentBlock,
@@ -334,9 +333,11 @@ class _Shared:
                 ]
             )
             return True
+        report = None
         if not self.compacted_this_turn and session.api_state.query_source == "main":
             self.compacted_this_turn = True
-            report = compact(session, self.summarizer, trigger="reactive")
+            report = self.pipeline.reactive_compact(session, self.summarizer)
+        if report is not None:
             self.append(
                 [
                     ReactiveRecovery(

@@ -10,6 +10,7 @@ The tree::
     ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
     ├── SummaryFailed                        no usable summary; nothing recorded (_summarizers)
     │   └── PromptTooLong                    the summarization request was over the limit
+    ├── CompactionDisabledError              the session disables all compaction (_compaction)
     ├── SessionNotFoundError (LookupError)
     ├── SessionExistsError
     ├── ConcurrencyError                     expected seq != actual seq; nothing written

@@ -26,7 +26,13 @@ from typing import Any
 
 from ._api_context import CLEARED_PLACEHOLDER, committed_spans, leading_results
 from ._collapse import CollapseConfig, collapse_stage
-from ._compaction import CompactConfig, autocompact_stage, maybe_extract_memory
+from ._compaction import (
+    CompactConfig,
+    CompactReport,
+    autocompact_stage,
+    compact_session,
+    maybe_extract_memory,
+)
 from ._context_events import (
     REVERTIBLE_TYPES,
     ContextEditReverted,
@@ -660,6 +666,23 @@ class Pipeline:
         self.config = config or PipelineConfig()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
+
+    def reactive_compact(
+        self, session: Session, summarizer: Summarizer | None = None
+    ) -> CompactReport | None:
+        """Compact after a prompt-too-long, exactly as auto-compact would (same config and hooks).
+
+        Returns None, recording nothing, when the session disables all compaction (the caller
+        then surfaces the error).
+
+        Args:
+            summarizer: the summarizer to use (default: the pipeline's).
+        """
+        if session.config.window.disable_compaction:
+            return None
+        return compact_session(
+            session, summarizer or self.summarizer, self.config.compact, trigger="reactive"
+        )
 
     def _run_stage(self, session: Session, name: str, events: list[Event]) -> StageReport:
         if not events:

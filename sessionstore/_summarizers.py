@@ -36,6 +36,7 @@ __all__ = [
     "default_summarizer",
     "parse_prompt_too_long",
     "strip_media",
+    "with_previous_summary",
 ]
 
 Message = dict[str, Any]
@@ -80,6 +81,9 @@ class SummaryRequest:
         custom_instructions: extra instructions (e.g. from a pre-compact hook or the user).
         system / tools: the main request's prefix, resent so the prompt cache is reused.
         model: the model to ask (summarizers that call one).
+        previous_summary: the summary of an earlier compaction that ``messages`` continue
+            (stripped from them): the new summary carries its content forward instead of
+            quoting it, so summaries never nest.
     """
 
     messages: Sequence[Message]
@@ -88,6 +92,7 @@ class SummaryRequest:
     system: str | list[dict[str, Any]] | None = None
     tools: Sequence[dict[str, Any]] = ()
     model: str | None = None
+    previous_summary: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,22 @@ def strip_media(messages: Sequence[Message]) -> list[Message]:
     return result
 
 
+#: Opens the text that hands a model the summary of an earlier compaction.
+PREVIOUS_SUMMARY_PREFIX = "[Summary of the conversation before the messages below]\n"
+
+
+def with_previous_summary(messages: list[Message], previous: str | None) -> list[Message]:
+    """``messages`` with the earlier compaction's summary as the first user text, when there is one."""
+    if not previous:
+        return messages
+    block = {"type": "text", "text": PREVIOUS_SUMMARY_PREFIX + previous}
+    if messages and messages[0]["role"] == "user":
+        first = messages[0]["content"]
+        content = first if isinstance(first, list) else [{"type": "text", "text": first}]
+        return [{"role": "user", "content": [block, *content]}, *messages[1:]]
+    return [{"role": "user", "content": [block]}, *messages]
+
+
 # --- Anthropic --------------------------------------------------------------------------------
 
 
@@ -159,7 +180,7 @@ class AnthropicSummarizer:
         """One turn, no tools; raise ``PromptTooLong`` / ``SummaryFailed`` on any bad outcome."""
         import anthropic
 
-        messages = strip_media(request.messages)
+        messages = with_previous_summary(strip_media(request.messages), request.previous_summary)
         ask = {"type": "text", "text": compact_prompt(request.template, request.custom_instructions)}
         if messages and messages[-1]["role"] == "user":
             last = messages[-1]
@@ -258,6 +279,31 @@ def _bounded(lines: list[str], what: str, *, newest: bool = False) -> str:
     return "\n".join(kept)
 
 
+_SECTION_HEAD = re.compile(r"^(\d)\. (.+):$")
+
+
+def _sections(summary: str) -> dict[str, str]:
+    """An offline summary's section bodies by name; empty for any other text."""
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in summary.splitlines():
+        head = _SECTION_HEAD.match(line)
+        if head and head.group(2) in SUMMARY_SECTIONS:
+            current = found.setdefault(head.group(2), [])
+        elif current is not None:
+            current.append(line)
+    if set(found) != set(SUMMARY_SECTIONS):
+        return {}
+    return {name: "\n".join(lines).strip() for name, lines in found.items()}
+
+
+def _carried(earlier: dict[str, str], section: int, lines: list[str]) -> list[str]:
+    """The list items of an earlier summary's section (not its omission notes), then ``lines``."""
+    body = earlier.get(SUMMARY_SECTIONS[section], "")
+    kept = [line for line in body.splitlines() if line.startswith("- ") and not line.startswith("- (")]
+    return [*kept, *(line for line in lines if line not in kept)] if section == 2 else [*kept, *lines]
+
+
 class OfflineSummarizer:
     """A deterministic, extractive summary of the nine sections; no model, no network."""
 
@@ -301,23 +347,37 @@ class OfflineSummarizer:
                             todos.append(str(todo.get("content", todo)))
                 elif kind == "tool_result" and b.get("is_error"):
                     errors.append(_clip(_result_text(b), 200))
+        earlier = _sections(request.previous_summary or "")
+        solving = [f"- {_clip(t, 200)}" for t in assistant_texts[-5:]]
+        if request.previous_summary and not earlier:
+            # Not an offline summary (a model's, or a session memory): carried as one note.
+            solving.insert(0, f"- Earlier (summarized): {_clip(request.previous_summary, 2_000)}")
         sections = {
-            SUMMARY_SECTIONS[0]: _clip(user_texts[0]) if user_texts else "No user request recorded.",
+            SUMMARY_SECTIONS[0]: earlier.get(SUMMARY_SECTIONS[0])
+            or (_clip(user_texts[0]) if user_texts else "No user request recorded."),
             SUMMARY_SECTIONS[1]: ", ".join(f"{n} ({c}x)" for n, c in sorted(tools_used.items()))
+            or earlier.get(SUMMARY_SECTIONS[1])
             or "No tools used.",
             SUMMARY_SECTIONS[2]: _bounded(
-                [*(f"- edited {p}" for p in files_edited), *(f"- read {p}" for p in files_read)], "files"
+                _carried(
+                    earlier,
+                    2,
+                    [*(f"- edited {p}" for p in files_edited), *(f"- read {p}" for p in files_read)],
+                ),
+                "files",
             )
             or "No files touched.",
-            SUMMARY_SECTIONS[3]: _bounded([f"- {e}" for e in errors], "errors", newest=True)
+            SUMMARY_SECTIONS[3]: _bounded(
+                _carried(earlier, 3, [f"- {e}" for e in errors]), "errors", newest=True
+            )
             or "No errors recorded.",
-            SUMMARY_SECTIONS[4]: "\n".join(f"- {_clip(t, 200)}" for t in assistant_texts[-5:])
-            or "Nothing recorded.",
+            SUMMARY_SECTIONS[4]: "\n".join(solving) or "Nothing recorded.",
             SUMMARY_SECTIONS[5]: _bounded(
-                [f"- {_clip(t, 1_000)}" for t in user_texts], "messages", newest=True
+                _carried(earlier, 5, [f"- {_clip(t, 1_000)}" for t in user_texts]), "messages", newest=True
             )
             or "None.",
             SUMMARY_SECTIONS[6]: _bounded([f"- {t}" for t in todos], "tasks", newest=True)
+            or earlier.get(SUMMARY_SECTIONS[6])
             or "None recorded.",
             SUMMARY_SECTIONS[7]: _clip(assistant_texts[-1]) if assistant_texts else "Nothing recorded.",
             SUMMARY_SECTIONS[8]: f'Continue from the latest request: "{_clip(user_texts[-1])}"'

@@ -38,11 +38,12 @@ from ._interchange import add_commands as _add_interchange_commands
 from ._interchange import run_command as _run_interchange
 from ._open import open_store
 from ._pipeline import microcompact, revert, snip
-from ._session import Session
+from ._session import Session, SessionConfig
 from ._store import ANY, ExpectedSeq, SessionInfo, SessionStore
 from ._summarizers import default_summarizer
 from ._verify import run_command as _run_verify
 from ._verify import run_heads as _run_heads
+from ._window import WindowConfig
 from .demo import run_demo
 
 __all__ = ["main"]
@@ -296,6 +297,17 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+#: Set (to anything but "" or "0") to disable all compaction, as ``WindowConfig(disable_compaction=True)``
+#: does for a program: ``sessionstore compact`` then refuses and records nothing.
+DISABLE_COMPACTION_ENV = "SESSIONSTORE_DISABLE_COMPACTION"
+
+
+def _session_config() -> SessionConfig:
+    """The CLI's session config: the defaults, with the compaction switch from the environment."""
+    disabled = os.environ.get(DISABLE_COMPACTION_ENV, "") not in ("", "0")
+    return SessionConfig(window=WindowConfig(disable_compaction=disabled))
+
+
 def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     if args.command == "sessions":
         for info in store.list_sessions(limit=args.limit):
@@ -321,7 +333,7 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
     elif args.command in ("audit", "served", "diff"):
         return _run_audit(args, Session(store, args.session_id), out)
     elif args.command == "compact":
-        session = Session(store, args.session_id)
+        session = Session(store, args.session_id, _session_config())
         summarizer = default_summarizer(model=session.api_state.model)
         compacted = compact(
             session,

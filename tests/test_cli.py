@@ -277,3 +277,23 @@ def test_compact_from_the_cli_records_a_boundary(tmp_path: Path) -> None:
     assert outcome["tokens_after"] < outcome["tokens_before"]
     assert len(request["messages"]) == 1
     assert "question 0" in request["messages"][0]["content"][0]["text"]
+
+
+def test_compact_from_the_cli_is_refused_when_compaction_is_disabled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With SESSIONSTORE_DISABLE_COMPACTION set, compact exits 1 with a clear error and records nothing."""
+    db = str(tmp_path / "off.db")
+    _run("db", "upgrade", "--db", db)
+    _run("new", "--db", db, "--id", "k-1")
+    _run("append", "--db", db, "k-1", "--text", "question")
+    _run("append", "--db", db, "k-1", "--text", "answer " * 400, "--role", "assistant")
+    before = json.loads(_run("context", "--db", db, "k-1", "--json")[1])["request"]
+    monkeypatch.setenv("SESSIONSTORE_DISABLE_COMPACTION", "1")
+
+    code, out = _run("compact", "--db", db, "k-1", "--json")
+
+    assert code == 1
+    assert out == ""
+    assert "compaction is disabled for session 'k-1'" in capsys.readouterr().err
+    assert json.loads(_run("context", "--db", db, "k-1", "--json")[1])["request"] == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from typing import Any
 
@@ -11,29 +12,45 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
-from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
+from sessionstore import (
+    Conversation,
+    MessageAppended,
+    Pipeline,
+    PipelineConfig,
+    PromptTooLongError,
+    Session,
+    SessionConfig,
+    UsageRecorded,
+    WindowConfig,
+)
 from sessionstore._api_context import COMPACT_SUMMARY_PREFIX
 from sessionstore._collapse import CollapseConfig
 from sessionstore._compaction import (
     PTL_RETRY_MARKER,
     CompactConfig,
     CompactHooks,
+    CompactionDisabledError,
     breaker_open,
     compact,
     drop_for_retry,
     memory_keep_index,
 )
 from sessionstore._context_events import SessionMemoryUpdated
-from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
+from sessionstore._summarizers import (
+    PREVIOUS_SUMMARY_PREFIX,
+    AnthropicSummarizer,
+    OfflineSummarizer,
+    SummaryFailed,
+)
 
 from .messages_api import prompt_too_long, text_message
 from .strategies import examples
 
 
-def _session(turns: int = 6, **started: Any) -> Session:
+def _session(turns: int = 6, config: SessionConfig | None = None, **started: Any) -> Session:
     store = sessionstore.open_store(":memory:")
     session = Session.create(
-        store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), **started
+        store, model="claude-opus-5-5", config=config or SessionConfig(snapshot_every=0), **started
     )
     for n in range(turns):
         call = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": f"make step{n}"}}
@@ -272,7 +289,9 @@ class TestSessionMemory:
     def test_keep_index_bounds_and_clean_cut(
         self, turns: int, back: int, min_tokens: int, max_tokens: int
     ) -> None:
-        """The keep index lands on a user prompt, and never keeps more than the maximum unless it must."""
+        """Every example: the cut is the latest prompt at or before the memory's end that meets
+        both minimums within the maximum (or the earliest within it), or None when no prompt
+        there keeps at most the maximum; a compact from it gives a valid request."""
         session = _session(turns=turns)
         last = max(1, session.last_seq - back)
         session.append([SessionMemoryUpdated(memory="m", last_summarized_seq=last, tokens_at_extraction=0)])
@@ -281,11 +300,26 @@ class TestSessionMemory:
         index = memory_keep_index(session, config)
 
         state = session.api_state
-        if index is not None:
-            assert state.messages[index]["role"] == "user"
-            assert state.messages[index]["content"][0]["type"] == "text"
-            session_copy = compact(session, FailingSummarizer(), use_memory=True, config=config)
-            assert session_copy.ok
+        messages = state.messages
+        start = max(state.first_visible, bisect.bisect_right(state.message_first_seq, last))
+        cuts = [i for i in range(1, min(start, len(messages) - 1) + 1) if _opens_with_prompt(messages[i])]
+        within = [i for i in cuts if _kept_calibrated(session, i) <= config.memory_max_tokens]
+
+        def enough(i: int) -> bool:
+            texts = sum(1 for m in messages[i:] if any(b["type"] == "text" for b in m["content"]))
+            return (
+                _kept_calibrated(session, i) >= config.memory_min_tokens
+                and texts >= config.memory_min_text_messages
+            )
+
+        if index is None:
+            assert within == []
+        else:
+            assert index in within
+            assert enough(index) or index == within[0]
+            assert not any(enough(i) for i in within if i > index)
+            report = compact(session, FailingSummarizer(), use_memory=True, config=config)
+            assert (report.ok, report.strategy) == (True, "session_memory")
             sessionstore.validate_request(session.request())
 
 
@@ -449,3 +483,328 @@ def test_collapse_resumes_after_a_last_resort_compaction() -> None:
 
     assert any(r.stage == "collapse" for r in prepared.reports)
     sessionstore.validate_request(prepared.request)
+
+
+class TestCompactionDisabled:
+    """``WindowConfig(disable_compaction=True)`` turns every compaction off, manual ones too."""
+
+    def test_manual_compact_raises_and_records_nothing(self) -> None:
+        session = _session(turns=2, config=SessionConfig(window=WindowConfig(disable_compaction=True)))
+        last = session.last_seq
+
+        with pytest.raises(CompactionDisabledError, match="compaction is disabled"):
+            compact(session, OfflineSummarizer())
+        with pytest.raises(CompactionDisabledError):
+            compact(session, OfflineSummarizer(), up_to_uuid="a0")
+
+        assert session.last_seq == last
+
+    def test_disable_auto_compact_still_allows_a_manual_compact(self) -> None:
+        session = _session(turns=2, config=SessionConfig(window=WindowConfig(disable_auto_compact=True)))
+
+        assert compact(session, OfflineSummarizer()).ok
+
+    def test_reactive_recovery_surfaces_the_error_without_compacting(self, messages_api: Any) -> None:
+        """A prompt-too-long is surfaced at once: no boundary, one request, the step recorded."""
+        messages_api.queue += [prompt_too_long(210_000), text_message("never sent", "msg_x")]
+        session = _session(turns=2, config=SessionConfig(window=WindowConfig(disable_compaction=True)))
+        client = anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+        loop = Conversation(session, client, model="claude-opus-5-5")
+        loop.user("and now?")
+
+        with pytest.raises(PromptTooLongError):
+            loop.step()
+
+        kinds = [e.type for e in session.transcript]
+        assert "compact_boundary" not in kinds
+        assert "compact_failed" not in kinds
+        steps = [e.payload["step"] for e in session.transcript if e.type == "reactive_recovery"]
+        assert steps == ["surfaced"]
+        assert len(messages_api.requests) == 1
+
+
+class TestReactiveUsesThePipelineConfig:
+    def test_hooks_and_their_instructions_run_for_a_reactive_compaction(self, messages_api: Any) -> None:
+        """The pipeline's pre-compact, session-start and post-compact hooks run; their
+        instructions reach the summarizer; the retried request carries their results."""
+        seen: list[str | None] = []
+
+        class Recording(OfflineSummarizer):
+            def summarize(self, request: Any) -> Any:
+                seen.append(request.custom_instructions)
+                return super().summarize(request)
+
+        hooks = CompactHooks(
+            pre_compact=[lambda trigger: (f"keep the build commands ({trigger})", None)],
+            session_start=[lambda source: f"session start ({source})"],
+            post_compact=[lambda summary: "post hook ran"],
+        )
+        pipeline = Pipeline(PipelineConfig(compact=CompactConfig(hooks=hooks, session_memory=False)))
+        messages_api.queue += [prompt_too_long(210_000), text_message("recovered", "msg_after")]
+        session = _session(turns=3)
+        client = anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+        loop = Conversation(
+            session, client, model="claude-opus-5-5", pipeline=pipeline, summarizer=Recording()
+        )
+        loop.user("and now?")
+
+        loop.step()
+
+        boundary = next(e for e in session.transcript if e.type == "compact_boundary").payload
+        assert seen == ["keep the build commands (reactive)"]
+        assert boundary["trigger"] == "reactive"
+        assert boundary["custom_instructions"] == "keep the build commands (reactive)"
+        assert boundary["hook_results"] == ["session start (compact)", "post hook ran"]
+        retried = [b.get("text") for b in messages_api.requests[-1]["body"]["messages"][0]["content"]]
+        assert "session start (compact)" in retried
+        assert "post hook ran" in retried
+
+    def test_a_reactive_compaction_uses_the_session_memory_like_auto_compact(self, messages_api: Any) -> None:
+        """With a usable memory the reactive path compacts from it too (no summarizer call)."""
+        messages_api.queue += [prompt_too_long(210_000), text_message("recovered", "msg_after")]
+        session = _session(turns=12)
+        session.append(
+            [
+                SessionMemoryUpdated(
+                    memory="notes so far", last_summarized_seq=session.last_seq - 8, tokens_at_extraction=1
+                )
+            ]
+        )
+        pipeline = Pipeline(PipelineConfig(compact=CompactConfig(memory_min_tokens=500)))
+        failing = FailingSummarizer()
+        failing.fail = True  # a model summary would fail: only the memory can compact
+        client = anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+        loop = Conversation(session, client, model="claude-opus-5-5", pipeline=pipeline, summarizer=failing)
+
+        loop.step()
+
+        boundary = next(e for e in session.transcript if e.type == "compact_boundary").payload
+        assert boundary["trigger"] == "reactive"
+        assert boundary["strategy"] == "session_memory"
+
+
+def _texts(message: dict[str, Any]) -> list[str]:
+    return [str(b.get("text", "")) for b in message["content"] if b.get("type") == "text"]
+
+
+def test_restored_parts_follow_the_kept_messages_when_a_collapse_sits_in_them() -> None:
+    """A collapse committed in a compaction's kept tail leaves the restored files and hook
+    results after the kept messages, before every later turn (not at the request's end)."""
+    hooks = CompactHooks(post_compact=[lambda summary: "post hook ran"])
+    session = _session(turns=8)
+    blob = session.store.put_blob(b"print('hi')\n")
+    session.append([sessionstore.FileRead(path="src/hi.py", blob_sha256=blob.sha256)])
+    compact(session, OfflineSummarizer(), up_to_uuid="a1", config=CompactConfig(hooks=hooks))
+    for n in (8, 9):
+        session.append(
+            [
+                MessageAppended(role="user", content=f"later {n}", message_uuid=f"p{n}"),
+                MessageAppended(role="assistant", content=f"later {n} done", api_message_id=f"m{n}"),
+            ]
+        )
+    sessionstore.collapse(session, OfflineSummarizer(), "p2", "a4")  # turns 2-4, inside the kept tail
+
+    texts = [t for m in session.request()["messages"] for t in _texts(m)]
+    restored = texts.index("post hook ran") - 1
+
+    assert texts[restored].startswith("[Restored after compaction: src/hi.py]")
+    assert texts[restored + 2 :] == ["later 8", "later 8 done", "later 9", "later 9 done"]
+    assert "step 7 done" in texts[:restored]
+    sessionstore.validate_request(session.request())
+
+
+def _big_session(turns: int, words: int, **started: Any) -> Session:
+    """Turns of a prompt, a tool call, a result of about ``words`` tokens and an answer."""
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(
+        store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), **started
+    )
+    for n in range(turns):
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": f"make step{n}"}}
+        session.append(
+            [
+                MessageAppended(role="user", content=f"step {n} please", message_uuid=f"p{n}"),
+                MessageAppended(role="assistant", content=[call], api_message_id=f"m{n}a"),
+                MessageAppended(
+                    role="user",
+                    content=[{"type": "tool_result", "tool_use_id": f"t{n}", "content": " word" * words}],
+                ),
+                MessageAppended(role="assistant", content=f"step {n} done", api_message_id=f"m{n}b"),
+            ]
+        )
+    return session
+
+
+def _kept_calibrated(session: Session, index: int) -> int:
+    """Calibrated tokens of the messages from ``index`` on (the unit of the thresholds)."""
+    state = session.api_state
+    blocks = sum(len(m["content"]) for m in state.messages[index:])
+    return session.estimate(sum(state.message_tokens[index:]), blocks)
+
+
+def _opens_with_prompt(message: dict[str, Any]) -> bool:
+    return message["role"] == "user" and message["content"][0]["type"] == "text"
+
+
+#: A memory file as created, before anything was written in it.
+MEMORY_TEMPLATE = """# Session Title
+_A short and distinctive 5-10 word descriptive title for the session_
+
+# Current State
+_What is actively being worked on right now? Pending tasks not yet completed._
+
+# Errors & Corrections
+_Errors encountered and how they were fixed._
+"""
+
+
+class TestSessionMemoryFallbacks:
+    @pytest.mark.parametrize("memory", ["", "  \n\n", MEMORY_TEMPLATE], ids=["empty", "blank", "template"])
+    def test_an_empty_or_template_only_memory_falls_back_to_the_llm_summary(self, memory: str) -> None:
+        session = _session(turns=12)
+        session.append(
+            [
+                SessionMemoryUpdated(
+                    memory=memory, last_summarized_seq=session.last_seq - 8, tokens_at_extraction=1
+                )
+            ]
+        )
+
+        report = compact(
+            session, OfflineSummarizer(), use_memory=True, config=CompactConfig(memory_min_tokens=500)
+        )
+
+        boundary = next(e for e in session.transcript if e.type == "compact_boundary").payload
+        assert report.strategy == "llm"
+        assert boundary["summary"].startswith("1. Primary request and intent:\nstep 0 please")
+
+    def test_a_memory_with_content_under_the_template_headings_is_used(self) -> None:
+        session = _session(turns=12)
+        memory = MEMORY_TEMPLATE.replace("# Current State\n", "# Current State\nFixing the build.\n")
+        session.append(
+            [
+                SessionMemoryUpdated(
+                    memory=memory, last_summarized_seq=session.last_seq - 8, tokens_at_extraction=1
+                )
+            ]
+        )
+
+        report = compact(
+            session, FailingSummarizer(), use_memory=True, config=CompactConfig(memory_min_tokens=500)
+        )
+
+        assert report.strategy == "session_memory"
+
+    def test_a_memory_compact_still_above_the_threshold_is_abandoned_for_the_llm_summary(self) -> None:
+        """Nothing is recorded for it: one boundary, and the model summarizes the original history."""
+        seen: list[str] = []
+
+        class Recording(OfflineSummarizer):
+            def summarize(self, request: Any) -> Any:
+                seen.append(request.messages[0]["content"][0]["text"])
+                return super().summarize(request)
+
+        # Window 40,000 with 10,000 reserved: the auto-compact threshold is 17,000 tokens.
+        session = _big_session(turns=8, words=4_000, context_window=40_000, max_output_tokens=10_000)
+        memory_seq = next(e.seq for e in session.transcript if e.payload.get("message_uuid") == "p4") - 1
+        session.append(
+            [SessionMemoryUpdated(memory="notes", last_summarized_seq=memory_seq, tokens_at_extraction=10**9)]
+        )
+        assert _kept_calibrated(session, 16) >= session.token_state().window.autocompact_threshold
+
+        prepared = Pipeline(summarizer=Recording()).prepare(session)
+
+        boundaries = [e.payload for e in session.transcript if e.type == "compact_boundary"]
+        assert [(b["strategy"], b["trigger"]) for b in boundaries] == [("llm", "auto")]
+        assert seen == ["step 0 please"]
+        assert not prepared.tokens.above_autocompact
+
+    def test_the_kept_tail_meets_the_minimum_after_the_cut_moves_to_a_prompt(self) -> None:
+        """Default settings: at least 10,000 calibrated tokens kept, the cut on a prompt."""
+        session = _big_session(turns=6, words=4_000)
+        session.append(
+            [
+                SessionMemoryUpdated(
+                    memory="notes", last_summarized_seq=session.last_seq, tokens_at_extraction=1
+                )
+            ]
+        )
+
+        index = memory_keep_index(session, CompactConfig())
+
+        assert index is not None
+        assert _opens_with_prompt(session.api_state.messages[index])
+        assert 10_000 <= _kept_calibrated(session, index) <= 40_000
+
+
+class TestSecondCompaction:
+    """What a compaction put back is not summarized again by the next one."""
+
+    def _compacted_twice(self, summarizer: Any) -> Session:
+        from sessionstore._context_events import PlanUpdated, SkillInvoked
+
+        session = _session(turns=3)
+        blob = session.store.put_blob(b"def handler():\n    return 42\n")
+        session.append(
+            [
+                sessionstore.FileRead(path="src/handler.py", blob_sha256=blob.sha256),
+                SkillInvoked(name="release", content="1. bump the version\n2. tag"),
+                PlanUpdated(plan="- bump\n- tag"),
+            ]
+        )
+        hooks = CompactHooks(post_compact=[lambda summary: "post hook ran"])
+        compact(session, OfflineSummarizer(), config=CompactConfig(hooks=hooks))
+        session.append(
+            [
+                MessageAppended(role="user", content="now write the changelog"),
+                MessageAppended(role="assistant", content="changelog written", api_message_id="m9"),
+            ]
+        )
+        compact(session, summarizer)
+        return session
+
+    def test_the_summarizer_sees_neither_attachments_nor_the_previous_summary_in_the_messages(self) -> None:
+        seen: list[Any] = []
+
+        class Recording(OfflineSummarizer):
+            def summarize(self, request: Any) -> Any:
+                seen.append(request)
+                return super().summarize(request)
+
+        session = self._compacted_twice(Recording())
+
+        first = next(e.payload for e in session.transcript if e.type == "compact_boundary")
+        texts = [b["text"] for m in seen[0].messages for b in m["content"]]
+        assert texts == ["now write the changelog", "changelog written"]
+        assert seen[0].previous_summary == first["summary"]
+
+    def test_offline_summaries_carry_the_earlier_one_forward_without_nesting(self) -> None:
+        session = self._compacted_twice(OfflineSummarizer())
+
+        second = [e.payload for e in session.transcript if e.type == "compact_boundary"][1]["summary"]
+        assert second.count("1. Primary request and intent:") == 1
+        assert "This session continues" not in second
+        assert "[Skill release]" not in second
+        assert second.startswith("1. Primary request and intent:\nstep 0 please")
+        user_messages = second.split("6. All user messages:\n")[1].split("\n\n")[0].splitlines()
+        assert user_messages == [
+            "- step 0 please",
+            "- step 1 please",
+            "- step 2 please",
+            "- now write the changelog",
+        ]
+
+    def test_a_model_gets_the_previous_summary_once_as_context(self, messages_api: Any) -> None:
+        messages_api.queue.append(text_message("<summary>second summary</summary>", "msg_s2"))
+
+        session = self._compacted_twice(_anthropic(messages_api))
+
+        first = next(e.payload for e in session.transcript if e.type == "compact_boundary")["summary"]
+        body = messages_api.requests[-1]["body"]
+        texts = [b["text"] for m in body["messages"] for b in m["content"] if b.get("type") == "text"]
+        assert texts[0] == PREVIOUS_SUMMARY_PREFIX + first
+        assert texts[1:3] == ["now write the changelog", "changelog written"]
+        assert not any(t.startswith(("[Skill", "[Current plan]", "[Restored after")) for t in texts)
+        assert [e.payload for e in session.transcript if e.type == "compact_boundary"][1]["summary"] == (
+            "second summary"
+        )
