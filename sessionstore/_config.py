@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
-from ._errors import DatabaseNotFoundError
+from ._errors import DatabaseNotFoundError, OperationalError, ValidationError
 from .backends.postgres import create_postgres_engine
 from .backends.sqlite import SQLiteDurability, create_sqlite_engine, sqlite_file, writable
 
@@ -48,9 +49,35 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
     return chosen
 
 
+def _parse(url: str) -> URL:
+    """``url`` parsed, or a ValidationError that does not echo a password."""
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError):
+        scheme = url.split("://", 1)[0]
+        msg = f"not a database URL: {scheme}://... (use a SQLite path or postgresql://user@host/db)"
+        raise ValidationError(msg, field="url") from None
+
+
 def is_sqlite_url(url: str) -> bool:
     """True for any SQLite URL."""
-    return make_url(url).get_backend_name() == "sqlite"
+    return _parse(url).get_backend_name() == "sqlite"
+
+
+def _create_file(path: Path) -> None:
+    """An empty SQLite database file at ``path``, and its folder.
+
+    Raises:
+        OperationalError: the folder or file cannot be created (a file where a folder should
+            be, no permission ...), naming the path.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()  # an empty file is an empty SQLite database
+    except OSError as e:
+        where = e.filename or path
+        msg = f"cannot create the database {path}: {where}: {e.strerror or e}"
+        raise OperationalError(msg) from e
 
 
 def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", create: bool = True) -> Engine:
@@ -61,9 +88,10 @@ def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", cr
 
     Raises:
         DatabaseNotFoundError: the SQLite file does not exist and ``create`` is False.
-        ValueError: a backend sessionstore does not support.
+        OperationalError: the SQLite file or its folder cannot be created.
+        ValidationError: not a URL, or a backend sessionstore does not support.
     """
-    parsed = make_url(url)
+    parsed = _parse(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         path = sqlite_file(url)
@@ -72,10 +100,9 @@ def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", cr
         if not path.exists():
             if not create:
                 raise DatabaseNotFoundError(str(path))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()  # an empty file is an empty SQLite database
+            _create_file(path)
         return create_sqlite_engine(url, durability=durability, read_only=not writable(path))
     if backend == "postgresql":
         return create_postgres_engine(url)
     msg = f"unsupported database {parsed.render_as_string(hide_password=True)}: use sqlite or postgresql"
-    raise ValueError(msg)
+    raise ValidationError(msg, field="url")

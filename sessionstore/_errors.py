@@ -160,16 +160,30 @@ class UnknownEventTypeError(SessionStoreError):
 
 
 class SchemaOutOfDateError(SessionStoreError):
-    """The database schema is missing or older/newer than this version expects."""
+    """The database schema is missing or older/newer than this version expects.
 
-    def __init__(self, url: str, current: str | None, expected: str) -> None:
-        where = current or "no schema"
-        super().__init__(
-            f"database {url} is at revision {where}, this sessionstore needs {expected}: "
-            f"run `sessionstore db upgrade --db {url}`"
-        )
+    Attributes:
+        current: the database's revision (None: no sessionstore schema).
+        expected: the revision this version of sessionstore needs.
+        newer: the database was migrated by a newer sessionstore (a revision this version does
+            not know): ``db upgrade`` cannot help, upgrading sessionstore does.
+    """
+
+    def __init__(self, url: str, current: str | None, expected: str, *, newer: bool = False) -> None:
+        if newer:
+            message = (
+                f"database {url} is at schema revision {current}, written by a newer sessionstore: "
+                f"this one knows revisions up to {expected}. Upgrade sessionstore to use it"
+            )
+        else:
+            message = (
+                f"database {url} is at revision {current or 'no schema'}, this sessionstore needs "
+                f"{expected}: run `sessionstore db upgrade --db {url}`"
+            )
+        super().__init__(message)
         self.current = current
         self.expected = expected
+        self.newer = newer
 
 
 class DatabaseNotFoundError(SessionStoreError, LookupError):

@@ -7,12 +7,14 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, inspect, text
 
 from ._errors import SchemaOutOfDateError, ValidationError
 from .backends._sql import translate_errors
 
-__all__ = ["SCHEMA_REVISION", "check_schema", "current_revision", "downgrade", "upgrade"]
+__all__ = ["SCHEMA_REVISION", "check_schema", "current_revision", "downgrade", "known_revisions", "upgrade"]
 
 #: The Alembic head this code expects. A test asserts it equals the scripts' head.
 SCHEMA_REVISION = "0002"
@@ -28,6 +30,38 @@ def alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(scripts))
     return config
+
+
+def known_revisions() -> list[str]:
+    """The revisions of the migration scripts shipped with this version, oldest first."""
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return [script.revision for script in reversed(list(scripts.walk_revisions()))]
+
+
+def _schema_error(engine_or_conn: Engine | Connection, current: str | None) -> SchemaOutOfDateError:
+    url = engine_or_conn.engine.url.render_as_string(hide_password=True)
+    newer = current is not None and current not in known_revisions()
+    return SchemaOutOfDateError(url, current, SCHEMA_REVISION, newer=newer)
+
+
+def _run_alembic(conn: Connection, direction: str, revision: str) -> None:
+    """``alembic upgrade|downgrade revision`` on ``conn``, its errors as sessionstore's.
+
+    Raises:
+        SchemaOutOfDateError: the database was written by a newer sessionstore.
+        ValidationError: ``revision`` is not one of this version's revisions (or a valid step).
+    """
+    current = current_revision(conn)
+    if current is not None and current not in known_revisions():
+        raise _schema_error(conn, current)
+    config = alembic_config()
+    config.attributes["connection"] = conn
+    try:
+        (command.upgrade if direction == "upgrade" else command.downgrade)(config, revision)
+    except CommandError as e:
+        known = ", ".join(["base", *known_revisions(), "head"])
+        msg = f"cannot {direction} to revision {revision!r}: {e} (revisions: {known})"
+        raise ValidationError(msg, field="revision") from None
 
 
 def current_revision(conn: Connection) -> str | None:
@@ -58,18 +92,16 @@ def _refuse_dropping_events(conn: Connection, before: tuple[int, int]) -> None:
 
 
 def _migrate(engine: Engine, direction: str, revision: str, *, drop_events: bool = True) -> None:
-    config = alembic_config()
     with translate_errors(), engine.connect() as conn, conn.begin():
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
         if direction == "upgrade" and revision == "head" and current_revision(conn) == SCHEMA_REVISION:
             return
-        config.attributes["connection"] = conn
         if direction == "upgrade":
-            command.upgrade(config, revision)
+            _run_alembic(conn, direction, revision)
             return
         before = _stored_counts(conn)
-        command.downgrade(config, revision)
+        _run_alembic(conn, direction, revision)
         # Checked after the fact, inside the same transaction (DDL is transactional on SQLite
         # and PostgreSQL): whatever the revision's spelling (base, -1, 0001 ...), a downgrade
         # that took the events with it is undone unless confirmed.
@@ -78,7 +110,12 @@ def _migrate(engine: Engine, direction: str, revision: str, *, drop_events: bool
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate the database up to ``revision`` in one transaction (safe to run concurrently)."""
+    """Migrate the database up to ``revision`` in one transaction (safe to run concurrently).
+
+    Raises:
+        SchemaOutOfDateError: the database was written by a newer sessionstore.
+        ValidationError: an unknown revision; nothing was changed.
+    """
     _migrate(engine, "upgrade", revision)
 
 
@@ -86,14 +123,19 @@ def downgrade(engine: Engine, revision: str = "base", *, drop_events: bool = Fal
     """Migrate the database down to ``revision`` (``base`` removes every sessionstore table).
 
     Raises:
-        ValidationError: the downgrade would drop stored events and ``drop_events`` is False;
-            nothing was changed.
+        ValidationError: the downgrade would drop stored events and ``drop_events`` is False,
+            or an unknown revision; nothing was changed.
+        SchemaOutOfDateError: the database was written by a newer sessionstore.
     """
     _migrate(engine, "downgrade", revision, drop_events=drop_events)
 
 
 def check_schema(engine: Engine) -> None:
-    """Raise ``SchemaOutOfDateError`` unless the database is at ``SCHEMA_REVISION``."""
+    """Raise ``SchemaOutOfDateError`` unless the database is at ``SCHEMA_REVISION``.
+
+    The error says whether ``db upgrade`` helps, or the database was written by a newer
+    sessionstore (a revision this version does not know).
+    """
     with (
         translate_errors(),
         engine.connect().execution_options(sessionstore_read=True) as conn,
@@ -101,4 +143,4 @@ def check_schema(engine: Engine) -> None:
     ):
         current = current_revision(conn)
     if current != SCHEMA_REVISION:
-        raise SchemaOutOfDateError(engine.url.render_as_string(hide_password=True), current, SCHEMA_REVISION)
+        raise _schema_error(engine, current)

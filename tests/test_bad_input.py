@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 import sessionstore
 from sessionstore import ANY, MessageAppended, SessionStore, ValidationError, import_claude_code
 from sessionstore.cli import main
 
+from .conftest import Backend
 from .test_audit import _scripted
 
 SCRIPT = str(Path(sys.executable).parent / "sessionstore")
@@ -417,3 +419,88 @@ def test_the_import_command_reports_a_skipped_line_or_fails_with_one_line(
 
     assert _cli("import", "--db", db, "--skip-bad-lines", str(path))[0] == 0
     assert capsys.readouterr().err.startswith(f"skipped {path}:2")
+
+
+# --- where the database is ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["mysql://app@db/agents", "garbage://", "postgresql://u:secret@h:port/db"])
+def test_an_unsupported_database_url_is_a_validation_error(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typed error (it was a bare ValueError, or SQLAlchemy's), never echoing a password."""
+    with pytest.raises(ValidationError) as refused:
+        sessionstore.open_store(url)
+    assert refused.value.field == "url"
+
+    assert _cli("sessions", "--db", url)[0] == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "secret" not in line and ("unsupported database" in line or "not a database URL" in line)
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    """A folder no file can be created in: read-only permissions, or for root (whom permissions
+    do not stop) /sys, which the kernel keeps read-only."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+def test_a_database_that_cannot_be_created_is_an_operational_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--db <file>/x.db` and an unwritable SESSIONSTORE_HOME: the path and the reason, one line
+    (they raised FileExistsError / PermissionError)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    home = _unwritable_folder(tmp_path) / "sessionstore-home"
+
+    with pytest.raises(sessionstore.OperationalError, match=f"cannot create the database {a_file}/x.db"):
+        sessionstore.open_store(a_file / "x.db")
+    assert _cli("new", "--db", str(a_file / "x.db"))[0] == 1
+    assert str(a_file) in _one_error_line(capsys.readouterr().err)
+
+    monkeypatch.setenv("SESSIONSTORE_HOME", str(home))
+    with pytest.raises(sessionstore.OperationalError, match=f"cannot create the database {home}"):
+        sessionstore.open_store()
+    assert _cli("new")[0] == 1
+    assert str(home) in _one_error_line(capsys.readouterr().err)
+    assert not home.exists()
+
+
+def test_an_unknown_revision_changes_nothing(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`db upgrade|downgrade NOSUCH`: one line listing the revisions (it was alembic's traceback)."""
+    for action in ("upgrade", "downgrade"):
+        assert _cli("db", action, "--db", db, "nosuch")[0] == 1
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"cannot {action} to revision 'nosuch'" in line
+        assert f"(revisions: base, 0001, {sessionstore.SCHEMA_REVISION}, head)" in line
+
+    assert _cli("db", "current", "--db", db)[1].strip() == sessionstore.SCHEMA_REVISION
+
+
+def test_a_database_written_by_a_newer_sessionstore_says_so(
+    shared_backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Opening, `db upgrade` and `db downgrade` name the revision and say a newer sessionstore
+    wrote it (they said "run db upgrade", which then failed with a traceback)."""
+    with shared_backend.open() as store:
+        store.create_session("kept")
+        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+
+    with pytest.raises(
+        sessionstore.SchemaOutOfDateError, match="at schema revision 0099, written by a newer"
+    ):
+        sessionstore.open_store(shared_backend.url)
+    with pytest.raises(sessionstore.SchemaOutOfDateError) as caught:
+        shared_backend.open()  # migrate=True: upgrading cannot help either
+    assert (caught.value.current, caught.value.newer) == ("0099", True)
+
+    for argv in (["db", "upgrade"], ["db", "downgrade", "base", "--yes"], ["sessions"]):
+        assert _cli(*argv, "--db", shared_backend.url)[0] == 1
+        assert "written by a newer sessionstore" in _one_error_line(capsys.readouterr().err)
+    assert _cli("db", "current", "--db", shared_backend.url)[1].strip() == "0099"
