@@ -812,17 +812,16 @@ def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int
     """
     compact = state.compact
     assert compact is not None
-    summary: Message = {
-        "role": "user",
-        "content": [
-            {
-                "type": "text",
-                "text": compact["summary"]
-                if compact.get("verbatim")
-                else COMPACT_SUMMARY_PREFIX + compact["summary"],
-            }
-        ],
-    }
+    summary_text = (
+        compact["summary"] if compact.get("verbatim") else COMPACT_SUMMARY_PREFIX + compact["summary"]
+    )
+    # A summary that was lost (a transcript cut between a boundary and its summary line) is no
+    # block at all: the API refuses an empty text block.
+    summary: list[Part] = (
+        [{"role": "user", "content": [{"type": "text", "text": summary_text}]}]
+        if summary_text.strip()
+        else []
+    )
     kept = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1))
     extra = [
         {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
@@ -831,8 +830,8 @@ def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int
     if compact.get("from_seq"):
         # Partial "from": the earlier messages stay first, the summary covers the rest.
         pivot = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["from_seq"]))
-        return _merge_same_role(state, [*parts[:pivot], summary, *middle, *parts[kept:]])
-    return _merge_same_role(state, [summary, *parts[:kept], *middle, *parts[kept:]])
+        return _merge_same_role(state, [*parts[:pivot], *summary, *middle, *parts[kept:]])
+    return _merge_same_role(state, [*summary, *parts[:kept], *middle, *parts[kept:]])
 
 
 def _request_parts(state: ApiContextState, cache_control: bool) -> tuple[dict[str, Any], list[Part]]:

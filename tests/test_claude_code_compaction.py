@@ -176,3 +176,20 @@ def test_the_real_cli_compacts_twice_and_the_import_sends_what_it_sent(tmp_path:
     theirs = [(m["role"], _stripped(m)) for m in sent[-1]["messages"] if m["role"] in ("user", "assistant")]
     ours = [(m["role"], _stripped(m)) for m in request["messages"]]
     assert ours == [*theirs, ("assistant", ["plums are purple"])]
+
+
+def test_a_transcript_cut_before_the_summary_line_still_gives_a_valid_request(tmp_path: Path) -> None:
+    """Claude Code stopped after writing the boundary: no empty text block, the kept prompt is sent."""
+    lines = FIXTURE.read_text(encoding="utf-8").split("\n")
+    boundary = next(i for i, line in enumerate(lines) if '"subtype":"compact_boundary"' in line)
+    cut = tmp_path / FIXTURE.name
+    cut.write_text("\n".join(lines[: boundary + 1]) + "\n", encoding="utf-8")
+    kept = json.loads(lines[boundary])["compactMetadata"]["preservedMessages"]["uuids"]
+    store = sessionstore.open_store(":memory:")
+    session_id = import_claude_code(store, [cut]).sessions[0].session_id
+    request = Session(store, session_id).request()
+    prompts = {line["uuid"]: line["message"]["content"] for line in _lines(cut) if line.get("type") == "user"}
+
+    validate_request(request)
+    assert [_texts(m) for m in request["messages"]] == [[prompts[u] for u in kept]]
+    store.close()
