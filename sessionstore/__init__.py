@@ -164,6 +164,7 @@ from ._store import (
     RecordedEvent,
     SessionInfo,
     SessionStore,
+    SessionWrite,
     SnapshotRecord,
     VerifyReport,
 )
@@ -302,6 +303,7 @@ __all__ = [
     "SessionStarted",
     "SessionStore",
     "SessionStoreError",
+    "SessionWrite",
     "SkillInvoked",
     "SkippedLine",
     "SnapshotRecord",

@@ -32,6 +32,7 @@ __all__ = [
     "RecordedEvent",
     "SessionInfo",
     "SessionStore",
+    "SessionWrite",
     "SnapshotRecord",
     "VerifyReport",
     "check_int",
@@ -155,6 +156,27 @@ class AppendResult:
     positions: tuple[int, ...]
     last_seq: int
     deduplicated: bool = False
+
+
+@dataclass(frozen=True)
+class SessionWrite:
+    """One session's part of ``SessionStore.write_sessions``: create it, or append to it.
+
+    Attributes:
+        session_id: the session.
+        events: its events (for a new session: its first events).
+        create: create the session (with ``metadata``, ``parent_session_id``, ``fork_seq``);
+            otherwise append after ``expected_seq``.
+        expected_seq: for an append, the session's expected last seq, or ``ANY``.
+    """
+
+    session_id: str
+    events: Sequence[Event | dict[str, Any]] = ()
+    create: bool = False
+    expected_seq: ExpectedSeq = "any"
+    metadata: dict[str, Any] | None = None
+    parent_session_id: str | None = None
+    fork_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -356,6 +378,21 @@ class SessionStore(abc.ABC):
                 session, or only part of the batch was stored before.
             ValidationError: a bad event; names its index, type and field.
             SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
+        """Create and append to several sessions in ONE transaction: all of it, or nothing.
+
+        Writes apply in order, so a session created earlier in ``writes`` can be the parent of
+        a later one. Each append is checked and deduplicated as ``append`` does; a created
+        session's result has seqs from 1. For an import of a transcript with its sub-agents, a
+        failure in a later session leaves no earlier one half-linked.
+
+        Raises:
+            SessionExistsError, SessionNotFoundError, ConcurrencyError, DuplicateEventError,
+            ValidationError: as ``create_session`` / ``append`` would for that write; nothing of
+                any write is kept.
         """
 
     @abc.abstractmethod

@@ -52,6 +52,7 @@ from .._store import (
     RecordedEvent,
     SessionInfo,
     SessionStore,
+    SessionWrite,
     SnapshotRecord,
     chain_problem,
     check_int,
@@ -328,25 +329,96 @@ class SqlSessionStore(SessionStore):
         """One try of ``create_session``: one write transaction."""
         now = _utcnow()
         with self._lock, self._driver_transaction() as txn:
-            if txn.last_seq(sid) is not None:
-                raise SessionExistsError(sid)
-            if parent_session_id is not None:
-                parent = txn.last_seq(parent_session_id)
-                if parent is None:
-                    raise SessionNotFoundError(parent_session_id)
-                # A fork of a fork counts seqs through its parent's shared prefix too.
-                parent_last = parent + txn.fork_seq(parent_session_id)
-                if fork_seq is not None and fork_seq > parent_last:
-                    msg = f"fork_seq {fork_seq} is beyond the parent's last seq {parent_last}"
-                    raise ValidationError(msg, field="fork_seq")
-            txn.insert_session(sid, parent_session_id, fork_seq, now, meta_json)
-            if prepared:
-                if txn.stored_result(sid, prepared) is not None:  # pragma: no cover - the session is new
-                    raise DuplicateEventError(prepared[0].event_id, "already stored")
-                identity = SessionIdentity(sid, parent_session_id, fork_seq, now, json.loads(meta_json))
-                _, rows = chain_rows(sid, 0, txn.genesis(identity), prepared, now, txn.timestamp)
-                txn.insert(rows)
+            self._create_in(txn, sid, parent_session_id, fork_seq, meta_json, prepared, now)
         return SessionInfo(sid, now, parent_session_id, fork_seq, json.loads(meta_json))
+
+    def _create_in(
+        self,
+        txn: DriverTransaction,
+        sid: str,
+        parent_session_id: str | None,
+        fork_seq: int | None,
+        meta_json: str,
+        prepared: Sequence[Prepared],
+        now: datetime,
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Create a session (and its first events) inside ``txn``; the (seqs, positions) written."""
+        if txn.last_seq(sid) is not None:
+            raise SessionExistsError(sid)
+        if parent_session_id is not None:
+            parent = txn.last_seq(parent_session_id)
+            if parent is None:
+                raise SessionNotFoundError(parent_session_id)
+            # A fork of a fork counts seqs through its parent's shared prefix too.
+            parent_last = parent + txn.fork_seq(parent_session_id)
+            if fork_seq is not None and fork_seq > parent_last:
+                msg = f"fork_seq {fork_seq} is beyond the parent's last seq {parent_last}"
+                raise ValidationError(msg, field="fork_seq")
+        txn.insert_session(sid, parent_session_id, fork_seq, now, meta_json)
+        if not prepared:
+            return (), ()
+        if txn.stored_result(sid, prepared) is not None:  # pragma: no cover - the session is new
+            raise DuplicateEventError(prepared[0].event_id, "already stored")
+        identity = SessionIdentity(sid, parent_session_id, fork_seq, now, json.loads(meta_json))
+        seqs, rows = chain_rows(sid, 0, txn.genesis(identity), prepared, now, txn.timestamp)
+        return seqs, txn.insert(rows)
+
+    def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
+        """See ``SessionStore.write_sessions``."""
+        checked = [self._check_write(write) for write in writes]
+        # Prepared once, outside the transaction: a retry writes the very same event ids.
+        return self._retrying("write_sessions", lambda: self._write_sessions_once(checked))
+
+    def _check_write(self, write: SessionWrite) -> tuple[SessionWrite, str, list[Prepared]]:
+        """Validate one write up front: (the write, its metadata JSON, its prepared events)."""
+        check_session_id(write.session_id)
+        if write.create:
+            if write.parent_session_id is not None:
+                check_session_id(write.parent_session_id)
+            fork_seq = write.fork_seq
+            if fork_seq is not None and (
+                write.parent_session_id is None or check_int("fork_seq", fork_seq) < 0
+            ):
+                msg = f"session {write.session_id}: fork_seq needs a parent_session_id and must be >= 0"
+                raise ValidationError(msg, field="fork_seq")
+        elif write.expected_seq != ANY and not (
+            isinstance(write.expected_seq, int)
+            and not isinstance(write.expected_seq, bool)
+            and write.expected_seq >= 0
+        ):
+            msg = f"expected_seq must be an int >= 0 or ANY, got {write.expected_seq!r}"
+            raise ValidationError(msg, field="expected_seq")
+        return write, _metadata_json(write.metadata), self._prepare(write.events)
+
+    def _write_sessions_once(
+        self, checked: Sequence[tuple[SessionWrite, str, list[Prepared]]]
+    ) -> list[AppendResult]:
+        """One try of ``write_sessions``: one write transaction for every session."""
+        now = _utcnow()
+        results: list[AppendResult] = []
+        with self._lock, self._driver_transaction() as txn:
+            for write, meta_json, prepared in checked:
+                sid = write.session_id
+                if write.create:
+                    seqs, positions = self._create_in(
+                        txn, sid, write.parent_session_id, write.fork_seq, meta_json, prepared, now
+                    )
+                    results.append(AppendResult(sid, seqs, positions, seqs[-1] if seqs else 0))
+                elif not prepared:
+                    last = txn.last_seq(sid)
+                    if last is None:
+                        raise SessionNotFoundError(sid)
+                    if write.expected_seq != ANY and write.expected_seq != last:
+                        raise ConcurrencyError(sid, write.expected_seq, last)
+                    results.append(AppendResult(sid, (), (), last))
+                else:
+                    outcome = self._append_in(txn, sid, prepared, write.expected_seq)
+                    if isinstance(outcome, AppendResult):
+                        results.append(outcome)
+                    else:
+                        seqs, positions = outcome
+                        results.append(AppendResult(sid, seqs, positions, seqs[-1]))
+        return results
 
     def _created_before(
         self,

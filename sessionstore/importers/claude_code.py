@@ -17,7 +17,9 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
   Code appends on resume) adds only its new lines.
 * Every file is read and converted before anything is written: a malformed line fails the whole
   import, naming the file and line, unless ``skip_bad_lines`` is set (each skip is reported).
-  Each session is then written in one transaction.
+  Then every session of the import is written in ONE transaction (``write_sessions``): a
+  sub-agent that cannot be written leaves no main session linking to it. A concurrent import of
+  the same files is no error: whichever commits second finds the sessions stored.
 * Only regular files are read, never through a FIFO or a device. In a folder, a special file or
   a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
   only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
@@ -42,7 +44,7 @@ from typing import Any, Literal
 import pydantic
 
 from .._context_events import CompactBoundary, MicrocompactApplied, ToolResultPersisted
-from .._errors import SessionNotFoundError, ValidationError
+from .._errors import ConcurrencyError, SessionExistsError, SessionNotFoundError, ValidationError
 from .._events import (
     MAX_JSON_DEPTH,
     Event,
@@ -55,7 +57,7 @@ from .._events import (
 )
 from .._paths import PathRefusedError, inside, name_problem, read_regular_file
 from .._source_events import FileHistoryRecorded, ImportedEntry, OpaqueEntry
-from .._store import SessionStore, check_session_id
+from .._store import SessionStore, SessionWrite, check_session_id
 
 __all__ = [
     "SOURCE",
@@ -1113,32 +1115,73 @@ def _check_imported(store: SessionStore, plan: _Plan, first: Event | None) -> No
         raise ValidationError(msg, field="session_id")
 
 
-def _write(store: SessionStore, plan: _Plan) -> tuple[int, bool]:
-    """Write one session's events in one transaction; returns (events written, created)."""
+#: How often the write phase is planned again when a concurrent import of the same files
+#: wrote first (each round re-reads what is stored, so the next one finds it there).
+_WRITE_ROUNDS = 5
+
+
+def _put_blobs(store: SessionStore, plan: _Plan) -> None:
+    # Content-addressed and written before the sessions: an import that fails later leaves at
+    # most unreferenced blobs, never an event pointing at a missing one.
     for sha256, data in plan.blobs.items():
         ref = store.put_blob(data)
         if ref.sha256 != sha256:  # pragma: no cover - both are SHA-256 of the same bytes
             msg = f"blob hash mismatch for {plan.file.path}: {ref.sha256} != {sha256}"
             raise ValidationError(msg, field="blob_sha256")
+
+
+def _session_write(store: SessionStore, plan: _Plan) -> tuple[SessionWrite | None, int, bool]:
+    """What writing ``plan`` takes now: (the write or None, events it writes, creates it)."""
     try:
         store.get_session(plan.session_id)
     except SessionNotFoundError:
         if plan.stored:  # pragma: no cover - checked when planning
             raise
         metadata = {"source": SOURCE, "file": str(plan.file.path)}
-        events = _resolve_kept_from(plan, plan.events, {})
-        store.create_session(
-            plan.session_id, metadata=metadata, parent_session_id=plan.parent_session_id, events=events
+        write = SessionWrite(
+            plan.session_id,
+            _resolve_kept_from(plan, plan.events, {}),
+            create=True,
+            metadata=metadata,
+            parent_session_id=plan.parent_session_id,
         )
-        return len(plan.events), True
+        return write, len(plan.events), True
     stored = store.read(plan.session_id)
     _check_imported(store, plan, stored[0].event if stored else None)
     known = {recorded.event_id: recorded.seq for recorded in stored}
     # A transcript that grew since (Claude Code appends on resume) adds its new lines only.
     new = [event for event in plan.events if str(event.event_id) not in known]
-    if new:
-        store.append(plan.session_id, _resolve_kept_from(plan, new, known), stored[-1].seq if stored else 0)
-    return len(new), False
+    if not new:
+        return None, 0, False
+    events = _resolve_kept_from(plan, new, known)
+    return (
+        SessionWrite(plan.session_id, events, expected_seq=stored[-1].seq if stored else 0),
+        len(new),
+        False,
+    )
+
+
+def _write(store: SessionStore, plans: list[_Plan]) -> list[tuple[int, bool]]:
+    """Write every session of the import in ONE transaction; per plan (events written, created).
+
+    All or nothing: a sub-agent that cannot be written (a parent that does not exist, an event
+    that cannot be stored) leaves no main session behind linking to it. Another import of the
+    same files that commits first is no error: the next round finds its sessions stored.
+    """
+    for plan in plans:
+        _put_blobs(store, plan)
+    for round_ in range(1, _WRITE_ROUNDS + 1):
+        planned = [_session_write(store, plan) for plan in plans]
+        writes = [write for write, _, _ in planned if write is not None]
+        try:
+            if writes:
+                store.write_sessions(writes)
+        except (SessionExistsError, ConcurrencyError):
+            if round_ == _WRITE_ROUNDS:
+                raise
+            continue
+        return [(written, created) for _, written, created in planned]
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def _resolve_kept_from(plan: _Plan, events: list[Event], stored: dict[str, int]) -> list[Event]:
@@ -1171,8 +1214,8 @@ def import_claude_code(
 
     A main transcript brings its sub-agents along (flat ``agent-*.jsonl`` siblings with the same
     ``sessionId``, and ``<sessionId>/subagents/**/agent-*.jsonl``). Every file is read and
-    converted before anything is written; then each session is written in one transaction,
-    parents first. Importing the same files again writes nothing.
+    converted before anything is written; then all sessions are written in one transaction,
+    parents first. Importing the same files again (or concurrently) writes nothing more.
 
     Args:
         store: where the sessions go.
@@ -1218,8 +1261,7 @@ def _import(
         progress(done, total)
     plans = _plans(files, store, _count_text(store), skip_bad_lines, skipped)
     imported: list[ImportedSession] = []
-    for plan in plans:
-        written, created = _write(store, plan)
+    for plan, (written, created) in zip(plans, _write(store, plans), strict=True):
         read = 0 if plan.stored else len(plan.file.lines)  # a stored parent was not read from a file
         done += read
         if progress is not None:
