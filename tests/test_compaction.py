@@ -8,7 +8,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
@@ -286,6 +286,12 @@ class TestSessionMemory:
         min_tokens=st.integers(0, 3000),
         max_tokens=st.integers(100, 6000),
     )
+    # The minimum is met at the prompt the cut lands on, not before moving to it (raw tokens
+    # reached it mid-turn; the snap forward then kept less).
+    @example(turns=6, back=0, min_tokens=1_500, max_tokens=6_000)
+    # The memory's end falls mid-turn: the cut never moves past it (that would drop messages
+    # the memory does not cover).
+    @example(turns=6, back=6, min_tokens=0, max_tokens=6_000)
     def test_keep_index_bounds_and_clean_cut(
         self, turns: int, back: int, min_tokens: int, max_tokens: int
     ) -> None:
