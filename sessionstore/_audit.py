@@ -44,7 +44,9 @@ AUDITED = (
     "session_memory_updated",
     "compact_boundary",
     "compact_failed",
+    "files_rewind_started",
     "files_rewound",
+    "files_rewind_failed",
     "conversation_rewound",
 )
 
@@ -144,10 +146,19 @@ def _describe(entry: TranscriptEntry) -> AuditEntry:
     elif kind == "compact_failed":
         what = f"compaction failed ({p['trigger']}): {_clip(p['reason'])}"
         details = {"reason": p["reason"]}
+    elif kind == "files_rewind_started":
+        counts = f"{len(p.get('restore', []))} to restore, {len(p.get('delete', []))} to delete"
+        what = f"files rewind to {p['message_uuid']} started: {counts}"
+        details = {k: p.get(k) for k in ("restore", "delete")}
+    elif kind == "files_rewind_failed":
+        done, planned = len(p["applied"]), len(p["applied"]) + len(p["not_applied"])
+        what = f"files rewind to {p['message_uuid']} FAILED after {done} of {planned} changes"
+        what += f": {_clip(p['error'], 80)}; files are mixed until a rewind finishes"
+        details = {k: p.get(k) for k in ("applied", "not_applied", "error", "started_event_id")}
     elif kind == "files_rewound":
         counts = f"{len(p.get('restored', []))} restored, {len(p.get('deleted', []))} deleted"
         what = f"files rewound to {p['message_uuid']}: {counts}"
-        details = {k: p.get(k) for k in ("restored", "deleted")}
+        details = {k: p.get(k) for k in ("restored", "deleted", "started_event_id")}
     else:
         what = f"conversation forked at {p['message_uuid']} as {p['fork_session_id']}"
         details = {"fork_session_id": p["fork_session_id"]}
@@ -166,6 +177,7 @@ def audit(session: Session) -> AuditReport:
         if entry.event_id in reverted:
             described = dataclasses.replace(described, reverted_by=reverted[entry.event_id])
         timeline.append(described)
+    timeline = _with_unfinished_rewinds(timeline)
     timeline = _with_compaction_after(session, timeline)
     timeline = _with_source_metadata(session, timeline)
     failures = session.api_state.compact_failures
@@ -173,6 +185,23 @@ def audit(session: Session) -> AuditReport:
     return AuditReport(
         session.id, timeline, served, failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
     )
+
+
+def _with_unfinished_rewinds(timeline: list[AuditEntry]) -> list[AuditEntry]:
+    """Mark each files rewind that started and recorded no outcome: it was killed half way."""
+    closed = {
+        entry.details.get("started_event_id")
+        for entry in timeline
+        if entry.kind in ("files_rewound", "files_rewind_failed")
+    }
+    return [
+        dataclasses.replace(
+            entry, what=entry.what + "; INTERRUPTED (no outcome recorded): files may be mixed"
+        )
+        if entry.kind == "files_rewind_started" and entry.event_id not in closed
+        else entry
+        for entry in timeline
+    ]
 
 
 def _with_compaction_after(session: Session, timeline: list[AuditEntry]) -> list[AuditEntry]:

@@ -4,10 +4,11 @@ The tree::
 
     SessionStoreError
     ├── ValidationError (ValueError)         bad input: names the event and the field
-    │   └── PathRefusedError                 a restore path outside the project root (_paths)
+    │   └── PathRefusedError                 a path outside the root or folder, or not a regular file (_paths)
     ├── InvalidRequestError (ValueError)     a Messages API payload breaks an invariant (_validate)
     ├── BlockingLimitError                   still at the blocking limit after every stage (_pipeline)
     ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
+    ├── FilesRewindError                     a files rewind stopped half way; logged (_file_history)
     ├── SummaryFailed                        no usable summary; nothing recorded (_summarizers)
     │   └── PromptTooLong                    the summarization request was over the limit
     ├── CompactionDisabledError              the session disables all compaction (_compaction)

@@ -16,7 +16,15 @@ from pydantic import Field, NonNegativeInt
 
 from ._events import Event, register_event
 
-__all__ = ["ConversationRewound", "FileBackedUp", "FileHistorySnapshot", "FileRead", "FilesRewound"]
+__all__ = [
+    "ConversationRewound",
+    "FileBackedUp",
+    "FileHistorySnapshot",
+    "FileRead",
+    "FilesRewindFailed",
+    "FilesRewindStarted",
+    "FilesRewound",
+]
 
 
 @register_event
@@ -57,8 +65,28 @@ class FileHistorySnapshot(Event):
     message_uuid: str
     #: Every tracked path -> blob hash, or None when the file did not exist.
     files: dict[str, str | None] = Field(default_factory=dict)
-    #: The project root the paths were relative to (informational; the CLI's default root).
+    #: The project root the paths were relative to (informational only: any appender controls
+    #: it, so a restore never uses it as its root).
     root: str | None = None
+
+
+@register_event
+class FilesRewindStarted(Event):
+    """A files rewind is about to change files: recorded before the first file changes.
+
+    ``FilesRewound`` (it finished) or ``FilesRewindFailed`` (it stopped half way) names it in
+    ``started_event_id``; with neither, the rewind was killed and the files listed here may be
+    a mix of old and restored.
+    """
+
+    type: Literal["files_rewind_started"] = "files_rewind_started"
+    message_uuid: str
+    #: Seq of the FileHistorySnapshot being restored.
+    snapshot_seq: int = Field(ge=1)
+    #: Paths to be (re)written with their checkpoint content.
+    restore: list[str] = Field(default_factory=list)
+    #: Paths to be removed (they did not exist at the checkpoint).
+    delete: list[str] = Field(default_factory=list)
 
 
 @register_event
@@ -72,6 +100,27 @@ class FilesRewound(Event):
     restored: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
     unchanged: list[str] = Field(default_factory=list)
+    #: The ``FilesRewindStarted`` this completes (None in logs written before it existed).
+    started_event_id: str | None = None
+
+
+@register_event
+class FilesRewindFailed(Event):
+    """A files rewind stopped half way: which paths got their checkpoint content, which did not.
+
+    The paths in ``applied`` hold the checkpoint's content; those in ``not_applied`` still hold
+    what they held before. Rewinding again to the same message finishes the job.
+    """
+
+    type: Literal["files_rewind_failed"] = "files_rewind_failed"
+    message_uuid: str
+    snapshot_seq: int = Field(ge=1)
+    #: The ``FilesRewindStarted`` this closes.
+    started_event_id: str
+    applied: list[str] = Field(default_factory=list)
+    not_applied: list[str] = Field(default_factory=list)
+    #: What stopped it, as the operating system said.
+    error: str
 
 
 @register_event

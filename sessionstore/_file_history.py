@@ -21,6 +21,7 @@ backup of every tracked path and the read-file state. ``FileHistory`` is the par
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -31,8 +32,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from ._errors import IntegrityCheckError, SessionExistsError, SessionNotFoundError, ValidationError
-from ._file_events import ConversationRewound, FileBackedUp, FileHistorySnapshot, FileRead, FilesRewound
+from ._errors import (
+    IntegrityCheckError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoreError,
+    ValidationError,
+)
+from ._file_events import (
+    ConversationRewound,
+    FileBackedUp,
+    FileHistorySnapshot,
+    FileRead,
+    FilesRewindFailed,
+    FilesRewindStarted,
+    FilesRewound,
+)
 from ._message_list import canonical_json
 from ._paths import PathRefusedError, file_kind, read_regular_file, resolve_in_root, to_relative
 from ._projection import Projection, fold, rebuild, register_projection, save_snapshot
@@ -51,6 +66,9 @@ __all__ = [
     "FileHistoryState",
     "FileRead",
     "FileVersion",
+    "FilesRewindError",
+    "FilesRewindFailed",
+    "FilesRewindStarted",
     "FilesRewound",
     "MAX_SNAPSHOTS",
     "POST_COMPACT_MAX_FILES_TO_RESTORE",
@@ -58,6 +76,7 @@ __all__ = [
     "ReadRecord",
     "RewindPlan",
     "RewindResult",
+    "UnfinishedRewind",
 ]
 
 #: Checkpoints visible per session (SPEC section 11); older ones stay in the log.
@@ -65,7 +84,16 @@ MAX_SNAPSHOTS = 100
 #: How many recently read files a post-compact restore re-attaches (SPEC section 11).
 POST_COMPACT_MAX_FILES_TO_RESTORE = 5
 
-_FILE_EVENT_TYPES = frozenset({"file_history_snapshot", "file_backed_up", "file_read"})
+_FILE_EVENT_TYPES = frozenset(
+    {
+        "file_history_snapshot",
+        "file_backed_up",
+        "file_read",
+        "files_rewind_started",
+        "files_rewound",
+        "files_rewind_failed",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +142,39 @@ class ReadRecord:
     read_at: str
 
 
+@dataclass(frozen=True)
+class UnfinishedRewind:
+    """A files rewind that started changing files and did not finish.
+
+    Attributes:
+        seq: the seq of its ``FilesRewindStarted``.
+        failed: True when it stopped on an error (``FilesRewindFailed``: ``applied`` and
+            ``error`` say how far it got); False when no outcome was recorded (the process
+            was killed): any of ``restore`` and ``delete`` may or may not have changed.
+    """
+
+    message_uuid: str
+    seq: int
+    started_event_id: str
+    restore: list[str]
+    delete: list[str]
+    failed: bool = False
+    applied: list[str] | None = None
+    error: str | None = None
+
+    def describe(self) -> str:
+        """One line for a person: which rewind, how far it got, what to do."""
+        planned = len(self.restore) + len(self.delete)
+        if self.failed:
+            how = f"failed after {len(self.applied or [])} of {planned} changes: {self.error}"
+        else:
+            how = f"was interrupted (no outcome recorded) with {planned} changes planned"
+        return (
+            f"files rewind to {self.message_uuid} (seq {self.seq}) {how}; "
+            "files may be mixed: rewind again to finish"
+        )
+
+
 @dataclass
 class FileHistoryState:
     """The ``file_history`` view (read-only by convention).
@@ -124,6 +185,9 @@ class FileHistoryState:
         first_backup: each tracked path -> its content before the agent first touched it.
         latest: each tracked path -> its newest captured version.
         reads: each path read -> its latest read, least recently read first.
+        unfinished_rewind: the latest files rewind, when it did not finish (killed, or failed
+            half way): its files may be a mix of old and restored content until a rewind
+            finishes.
     """
 
     checkpoints: list[FileCheckpoint] = field(default_factory=list)
@@ -131,6 +195,7 @@ class FileHistoryState:
     first_backup: dict[str, str | None] = field(default_factory=dict)
     latest: dict[str, FileVersion] = field(default_factory=dict)
     reads: dict[str, ReadRecord] = field(default_factory=dict)
+    unfinished_rewind: UnfinishedRewind | None = None
 
     def tracked(self) -> list[str]:
         """Every tracked path, sorted."""
@@ -176,12 +241,40 @@ def _capture(state: FileHistoryState, path: str, blob: str | None) -> FileVersio
     return version
 
 
+def _rewind_outcome(
+    current: UnfinishedRewind | None,
+    event: RecordedEvent,
+    decoded: FilesRewindStarted | FilesRewound | FilesRewindFailed,
+) -> UnfinishedRewind | None:
+    """The unfinished rewind after one rewind event: a start opens one, its outcome closes it."""
+    if isinstance(decoded, FilesRewindStarted):
+        return UnfinishedRewind(
+            decoded.message_uuid, event.seq, event.event_id, list(decoded.restore), list(decoded.delete)
+        )
+    if isinstance(decoded, FilesRewound):
+        # A finished rewind leaves every tracked file at its checkpoint: nothing is mixed any more.
+        return None
+    started = (
+        current if current is not None and current.started_event_id == decoded.started_event_id else None
+    )
+    return UnfinishedRewind(
+        decoded.message_uuid,
+        started.seq if started is not None else event.seq,
+        decoded.started_event_id,
+        started.restore if started is not None else [],
+        started.delete if started is not None else [],
+        failed=True,
+        applied=list(decoded.applied),
+        error=decoded.error,
+    )
+
+
 @register_projection
 class FileHistoryProjection(Projection[FileHistoryState]):
     """Folds file reads, backups and checkpoints into ``FileHistoryState``."""
 
     name: ClassVar[str] = "file_history"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
 
     def initial(self) -> FileHistoryState:
         """Nothing tracked, read or checkpointed."""
@@ -201,6 +294,8 @@ class FileHistoryProjection(Projection[FileHistoryState]):
                 # The checkpoint already holds the path's content as the turn began: keep it.
                 if checkpoint is not None and decoded.path not in checkpoint.files:
                     checkpoint.files[decoded.path] = version
+        elif isinstance(decoded, FilesRewindStarted | FilesRewound | FilesRewindFailed):
+            state.unfinished_rewind = _rewind_outcome(state.unfinished_rewind, event, decoded)
         elif isinstance(decoded, FileRead):
             state.reads.pop(decoded.path, None)  # re-insert: the dict stays in read order
             state.reads[decoded.path] = ReadRecord(
@@ -263,6 +358,9 @@ class FileHistoryProjection(Projection[FileHistoryState]):
                 [r.path, r.blob_sha256, r.size, r.mtime_ns, r.tool_use_id, r.seq, r.read_at]
                 for r in state.reads.values()
             ],
+            "unfinished_rewind": (
+                None if state.unfinished_rewind is None else dataclasses.asdict(state.unfinished_rewind)
+            ),
         }
         return canonical_json(data)
 
@@ -282,6 +380,9 @@ class FileHistoryProjection(Projection[FileHistoryState]):
             first_backup=dict(saved["first_backup"]),
             latest=versions(saved["latest"]),
             reads={row[0]: ReadRecord(*row) for row in saved["reads"]},
+            unfinished_rewind=(
+                None if saved["unfinished_rewind"] is None else UnfinishedRewind(**saved["unfinished_rewind"])
+            ),
         )
 
 
@@ -458,31 +559,83 @@ def _fsync_directories(paths: Iterable[str]) -> None:
             os.close(fd)
 
 
-def _apply(plan: RewindPlan) -> None:
-    """Bring every file of ``plan`` to its checkpoint content.
+def _write_temps(plan: RewindPlan) -> list[tuple[str, str]]:
+    """Phase 1: every new content in a temp file beside its target, fsynced; (temp, target) pairs.
 
-    Phase 1 writes every new content to a temp file beside its target (fsynced); a failure
-    there removes the temps and leaves every file as it was. Phase 2 renames the temps over
-    the targets (``os.replace`` is atomic) and unlinks deleted files, so even a kill in the
-    middle leaves each file whole: either its old or its checkpoint content.
+    A failure removes the temps written so far and leaves every file as it was.
     """
-    writes = [c for c in plan.changes if c.action in ("create", "write")]
     temps: list[tuple[str, str]] = []
     try:
-        for change in writes:
-            assert change.after is not None  # "create" and "write" always carry content
-            temps.append((_write_temp(change.target, change.after), change.target))
+        for change in plan.changes:
+            if change.action in ("create", "write"):
+                assert change.after is not None  # "create" and "write" always carry content
+                temps.append((_write_temp(change.target, change.after), change.target))
     except BaseException:
-        for temp, _ in temps:
-            os.unlink(temp)
+        _remove_temps(temps)
         raise
+    return temps
+
+
+def _remove_temps(temps: list[tuple[str, str]]) -> None:
+    for temp, _ in temps:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+def _swap_in(plan: RewindPlan, temps: list[tuple[str, str]], applied: list[str]) -> None:
+    """Phase 2: rename each temp over its target (atomic), unlink deleted files, fsync the folders.
+
+    Appends each path to ``applied`` as soon as its file holds the checkpoint's content, so a
+    failure half way can say exactly how far it got.
+    """
+    by_target = {c.target: c.path for c in plan.changes}
     for temp, target in temps:
         os.replace(temp, target)
-    deletes = [c.target for c in plan.changes if c.action == "delete"]
-    for target in deletes:
+        applied.append(by_target[target])
+    deletes = [c for c in plan.changes if c.action == "delete"]
+    for change in deletes:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
-    _fsync_directories([target for _, target in temps] + deletes)
+            os.unlink(change.target)
+        applied.append(change.path)
+    _fsync_directories([target for _, target in temps] + [c.target for c in deletes])
+
+
+def _contradictions(wanted: dict[str, str | None]) -> dict[str, str]:
+    """Paths a checkpoint holds as files below another path it also holds as a file.
+
+    No real tree has both ``a`` and ``a/b`` as files, so only a crafted or corrupt log asks for
+    it; restoring it would fail half way, so it is refused before anything is written.
+    """
+    files = {path for path, blob in wanted.items() if blob is not None}
+    refused: dict[str, str] = {}
+    for path in files:
+        parts = path.split("/")
+        for end in range(1, len(parts)):
+            ancestor = "/".join(parts[:end])
+            if ancestor in files:
+                refused[path] = f"the checkpoint also holds {ancestor!r} as a file"
+                break
+    return refused
+
+
+class FilesRewindError(SessionStoreError):
+    """A files rewind failed after it began changing files; ``FilesRewindFailed`` records it.
+
+    Attributes:
+        applied: paths that hold their checkpoint content now.
+        not_applied: paths that still hold what they held before.
+    """
+
+    def __init__(
+        self, message_uuid: str, applied: list[str], not_applied: list[str], error: BaseException
+    ) -> None:
+        super().__init__(
+            f"files rewind to {message_uuid} stopped after {len(applied)} of "
+            f"{len(applied) + len(not_applied)} changes: {error}; not applied: {', '.join(not_applied)} "
+            "(recorded in the log; rewind again to finish)"
+        )
+        self.applied = applied
+        self.not_applied = not_applied
 
 
 class FileHistory:
@@ -723,6 +876,9 @@ class FileHistory:
             )
             raise ValidationError(msg, field="message_uuid")
         wanted = state.contents_at(checkpoint)
+        contradictions = _contradictions(wanted)
+        if contradictions:
+            raise PathRefusedError(contradictions)
         targets = self._resolve(sorted(wanted))
         refused = {path: why for path, target in targets.items() if (why := _obstacle(target)) is not None}
         if refused:
@@ -794,6 +950,8 @@ class FileHistory:
                 written.
             SessionExistsError: ``fork_session_id`` is taken; nothing was written.
             OSError: the disk refused a temp file; no file changed.
+            FilesRewindError: a file could not be replaced or removed after others were: the
+                log records what was applied (``FilesRewindFailed``); rewind again to finish.
         """
         if not (files or conversation):
             msg = "rewind needs files=True, conversation=True, or both"
@@ -807,7 +965,7 @@ class FileHistory:
             return RewindResult(message_uuid, True, plan, fork_seq, None, dropped)
         events: list[FilesRewound | ConversationRewound] = []
         if plan is not None:
-            _apply(plan)
+            started = self._restore(plan)
             events.append(
                 FilesRewound(
                     message_uuid=message_uuid,
@@ -815,6 +973,7 @@ class FileHistory:
                     restored=plan.restored,
                     deleted=plan.deleted,
                     unchanged=plan.unchanged,
+                    started_event_id=started,
                 )
             )
         fork_id = None
@@ -833,6 +992,49 @@ class FileHistory:
         self.session.append(events, expected_seq=ANY)
         self.refresh()
         return RewindResult(message_uuid, False, plan, fork_seq, fork_id, dropped)
+
+    def _restore(self, plan: RewindPlan) -> str:
+        """Bring every file of ``plan`` to its checkpoint content; the ``FilesRewindStarted`` id.
+
+        Phase 1 writes every new content to a temp file beside its target (fsynced); a failure
+        there removes the temps and leaves every file and the log as they were. Then
+        ``FilesRewindStarted`` is appended (a concurrent append refuses it: nothing changed
+        yet), and phase 2 renames the temps over the targets (``os.replace`` is atomic) and
+        unlinks deleted files, so a kill in the middle leaves each file whole, old or new, and
+        the log says a rewind began. A failure in phase 2 is recorded as ``FilesRewindFailed``
+        with what was applied, and raised as ``FilesRewindError``.
+        """
+        temps = _write_temps(plan)
+        started = FilesRewindStarted(
+            message_uuid=plan.message_uuid,
+            snapshot_seq=plan.snapshot_seq,
+            restore=plan.restored,
+            delete=plan.deleted,
+        )
+        try:
+            self.session.append([started])
+        except BaseException:
+            _remove_temps(temps)
+            raise
+        applied: list[str] = []
+        try:
+            _swap_in(plan, temps, applied)
+        except Exception as e:
+            _remove_temps(temps)  # those not renamed yet: their targets keep the old content
+            not_applied = [p for p in plan.restored + plan.deleted if p not in applied]
+            failed = FilesRewindFailed(
+                message_uuid=plan.message_uuid,
+                snapshot_seq=plan.snapshot_seq,
+                started_event_id=str(started.event_id),
+                applied=applied,
+                not_applied=not_applied,
+                error=f"{type(e).__name__}: {e}",
+            )
+            # ANY: some files already changed, so the record must land even if someone appended.
+            self.session.append([failed], expected_seq=ANY)
+            self.refresh()
+            raise FilesRewindError(plan.message_uuid, applied, not_applied, e) from e
+        return str(started.event_id)
 
     def rewind_files(self, message_uuid: str, *, dry_run: bool = False) -> RewindPlan:
         """Restore the tracked files to ``message_uuid``'s checkpoint; see ``rewind``."""

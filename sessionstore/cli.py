@@ -531,6 +531,9 @@ def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO
                 f"{len(checkpoint.files)} tracked  changed: {what}",
                 file=out,
             )
+        unfinished = history.state.unfinished_rewind
+        if unfinished is not None:
+            print(f"sessionstore: warning: {unfinished.describe()}", file=sys.stderr)
         return 0
     restore_files = bool(args.files or not args.conversation)
     if args.root is None:

@@ -25,6 +25,9 @@ from sessionstore import (
     ConversationRewound,
     FileHistory,
     FileHistorySnapshot,
+    FilesRewindError,
+    FilesRewindFailed,
+    FilesRewindStarted,
     FilesRewound,
     MessageAppended,
     PathRefusedError,
@@ -33,6 +36,7 @@ from sessionstore import (
     SessionExistsError,
     SessionStore,
     ValidationError,
+    audit,
 )
 from sessionstore._file_history import FileHistoryProjection
 from sessionstore._paths import lexical_problem, to_relative
@@ -290,6 +294,71 @@ class TestRewind:
         )
         assert plan.restored == recorded.restored
         assert "conversation_rewound" not in _types(history)
+
+    def test_a_rewind_failing_half_way_records_what_was_applied(
+        self, store: SessionStore, root: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A delete failing after a file was restored: the log says which paths changed and which did not."""
+        (root / "a.txt").write_bytes(b"a")
+        history = _history(store, root)
+        uuid = _turn(history, "one")
+        _edit(history, root, "a.txt", b"changed")
+        _edit(history, root, "b.txt", b"created")
+        real_unlink = os.unlink
+
+        def refusing_unlink(path: str) -> None:
+            if str(path).endswith("b.txt"):
+                raise PermissionError(13, "Permission denied", str(path))
+            real_unlink(path)
+
+        monkeypatch.setattr(os, "unlink", refusing_unlink)
+        with pytest.raises(FilesRewindError, match="stopped after 1 of 2 changes") as caught:
+            history.rewind_files(uuid)
+        monkeypatch.undo()
+        unfinished = history.state.unfinished_rewind
+        started, failed = [e.event for e in history.store.read(history.session.id)[-2:]]
+
+        assert (caught.value.applied, caught.value.not_applied) == (["a.txt"], ["b.txt"])
+        assert _tree(root) == {"a.txt": b"a", "b.txt": b"created"}
+        assert isinstance(started, FilesRewindStarted) and isinstance(failed, FilesRewindFailed)
+        assert (started.restore, started.delete) == (["a.txt"], ["b.txt"])
+        assert (failed.applied, failed.not_applied) == (["a.txt"], ["b.txt"])
+        assert failed.started_event_id == str(started.event_id)
+        assert unfinished is not None and unfinished.failed
+        assert "failed after 1 of 2 changes: PermissionError" in unfinished.describe()
+        assert "FAILED after 1 of 2 changes" in audit(history.session).entries[-1].what
+
+        history.rewind_files(uuid)  # rewinding again finishes the job
+
+        assert _tree(root) == {"a.txt": b"a"}
+        assert history.state.unfinished_rewind is None
+        assert _types(history)[-4:] == [
+            "files_rewind_started",
+            "files_rewind_failed",
+            "files_rewind_started",
+            "files_rewound",
+        ]
+
+    def test_contradictory_checkpoint_keys_are_refused_before_any_write(
+        self, store: SessionStore, root: Path
+    ) -> None:
+        """A checkpoint holding both 'a' and 'a/b' as files cannot be restored: refused, nothing touched."""
+        session = Session.create(store, model="claude-sonnet-5-5", config=SessionConfig(snapshot_every=0))
+        blob = store.put_blob(b"content").sha256
+        prompt = MessageAppended(role="user", content="one")
+        crafted = FileHistorySnapshot(
+            message_uuid=prompt.message_uuid, files={"a": blob, "a/b": blob}, root=str(root)
+        )
+        session.append([prompt, crafted])
+        history = FileHistory(session, root)
+        before = _types(history)
+
+        with pytest.raises(PathRefusedError) as caught:
+            history.rewind_files(prompt.message_uuid)
+
+        assert caught.value.refused == {"a/b": "the checkpoint also holds 'a' as a file"}
+        assert list(root.iterdir()) == []
+        assert _types(history) == before
 
     def test_conversation_rewind_forks_at_the_message(self, store: SessionStore, root: Path) -> None:
         """The fork shares the log up to the message; the original records where it went."""
@@ -668,6 +737,25 @@ def test_a_rewind_killed_midway_leaves_every_file_old_or_new(
         assert 9 <= states.count("old") < len(names)
     leftovers = {p.name for p in root.rglob("*") if p.is_file()} - {Path(n).name for n in names}
     assert all(name.endswith(".rewind-tmp") for name in leftovers)
+    # The log tells: killed in the renames, a rewind started and never finished; in the temp
+    # writes no file changed, so nothing was recorded.
+    store = shared_backend.open()
+    try:
+        session = Session(store, sid)
+        unfinished = FileHistory(session, root).state.unfinished_rewind
+        started = [e for e in audit(session).entries if e.kind == "files_rewind_started"]
+    finally:
+        store.close()
+    if phase == "write":
+        assert unfinished is None
+        assert started == []
+    else:
+        assert unfinished is not None and not unfinished.failed
+        assert sorted(unfinished.restore) == sorted(names)
+        assert "was interrupted (no outcome recorded)" in unfinished.describe()
+        assert [
+            e.what.endswith("INTERRUPTED (no outcome recorded): files may be mixed") for e in started
+        ] == [True]
 
 
 def _cli(*argv: str) -> tuple[int, str]:
@@ -778,3 +866,40 @@ def test_cli_rewind_refuses_a_recorded_root_other_than_the_current_directory(
     )
     assert not (root / "a.txt").exists()
     assert (victim / "a.txt").read_bytes() == b"precious\n"
+
+
+def test_checkpoints_and_audit_show_a_rewind_that_did_not_finish(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a rewind stopped half way, `checkpoints` warns and `audit` lists the failure."""
+    import sessionstore
+
+    db = str(tmp_path / "cli.db")
+    (root / "a.txt").write_bytes(b"first\n")
+    with sessionstore.open_store(db, migrate=True) as store:
+        history = _history(store, root)
+        one = _turn(history, "one")
+        _edit(history, root, "a.txt", b"second\n")
+        _edit(history, root, "b.txt", b"made in one\n")
+        real_unlink = os.unlink
+
+        def failing_unlink(path: str) -> None:
+            if path.endswith("b.txt"):
+                raise OSError(5, "I/O error")
+            real_unlink(path)
+
+        monkeypatch.setattr(os, "unlink", failing_unlink)
+        with pytest.raises(FilesRewindError):
+            history.rewind_files(one)
+        monkeypatch.undo()
+        sid = history.session.id
+
+    code, _ = _cli("checkpoints", "--db", db, sid)
+    warning = capsys.readouterr().err
+    code_audit, timeline = _cli("audit", "--db", db, sid)
+
+    assert code == code_audit == 0
+    assert f"warning: files rewind to {one} (seq " in warning
+    assert "failed after 1 of 2 changes: OSError: [Errno 5] I/O error; files may be mixed" in warning
+    assert "files_rewind_failed" in timeline
+    assert "FAILED after 1 of 2" in " ".join(timeline.split())
