@@ -291,6 +291,21 @@ def test_a_crafted_session_id_does_not_choose_the_sidecar_folder(
     assert _persisted(mem_store, report.sessions[0].session_id)["blob_sha256"] == ""
 
 
+def test_export_refuses_a_sidecar_name_that_climbs(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A persisted output recorded at '.../tool-results/..' may not be written back as '..'."""
+    source = tmp_path / "source"
+    _main(source, SESSION, *_spilled(SESSION, ".."))
+    (source / SESSION / "tool-results").mkdir(parents=True)
+    (source / SESSION / "tool-results" / "toolu_1.txt").write_bytes(b"the full output\n")
+    import_claude_code(mem_store, [source / "main.jsonl"])
+
+    with pytest.raises(PathRefusedError) as refused:
+        write_claude_code(mem_store, SESSION, tmp_path / "out", overwrite=True)
+
+    assert list(refused.value.refused) == [f"{SESSION}/tool-results/.."]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_manifest_symlink_is_not_followed(tmp_path: Path, mem_store: SessionStore) -> None:
     """agent-x.meta.json linked to a file outside is not read; the report names it."""
     secret = tmp_path / "secret.json"
