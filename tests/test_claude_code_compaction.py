@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import sessionstore
 from sessionstore import Session, SessionStore, audit, validate_request
@@ -31,10 +27,10 @@ from sessionstore.cli import main
 from sessionstore.exporters import export_claude_code
 from sessionstore.importers import import_claude_code
 
-from .messages_api import MessagesAPIServer, prompt_too_long, text_message
+from ._claude_cli import project_folder, run_claude
+from .messages_api import prompt_too_long, text_message
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-two-compactions.jsonl"
-_FLAGS = ("--bare", "--tools=", "--system-prompt-snapshot", "off", "--system-prompt", "Be terse.")
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -106,44 +102,6 @@ def test_audit_shows_what_claude_code_recorded_about_each_compaction(tmp_path: P
     assert [e["details"]["source_metadata"]["postTokens"] for e in listed] == [329, 329]
 
 
-def _claude() -> Path:
-    sdk = pytest.importorskip("claude_agent_sdk", reason="claude-agent-sdk (ships the Claude Code CLI)")
-    binary = Path(sdk.__file__).parent / "_bundled" / "claude"
-    if not binary.is_file():
-        pytest.skip(f"claude-agent-sdk has no bundled CLI at {binary}")
-    return binary
-
-
-def _run(
-    claude: Path, home: Path, replies: list[tuple[int, dict[str, Any]]], *args: str
-) -> list[dict[str, Any]]:
-    """``claude -p`` offline against the local Messages API; the requests it sent."""
-    work = home / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    with MessagesAPIServer() as server:
-        server.queue = list(replies)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "ANTHROPIC_BASE_URL": server.url,
-            "ANTHROPIC_API_KEY": "test",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
-        done = subprocess.run(
-            [str(claude), "-p", *_FLAGS, *args],
-            env=env,
-            cwd=work,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        assert not server.queue, "the CLI did not make the calls the test scripted"
-        return [r["body"] for r in server.requests if r["path"] == "/v1/messages"]
-
-
 def _compacted_then_answered(answer: str) -> list[tuple[int, dict[str, Any]]]:
     """Prompt too long, so the CLI compacts: the summary, then the answer to the retried prompt."""
     return [
@@ -155,14 +113,13 @@ def _compacted_then_answered(answer: str) -> list[tuple[int, dict[str, Any]]]:
 
 def test_the_real_cli_compacts_twice_and_the_import_sends_what_it_sent(tmp_path: Path) -> None:
     """Claude Code's own request after its second compaction is the imported session's request."""
-    claude = _claude()
     home = tmp_path / "home"
-    _run(claude, home, [text_message("apples are red")], "first question about apples")
-    (transcript,) = (home / ".claude" / "projects").glob("*/*.jsonl")
+    run_claude(home, [text_message("apples are red")], "first question about apples")
+    (transcript,) = project_folder(home).glob("*.jsonl")
     resume = ("--resume", transcript.stem)
-    _run(claude, home, _compacted_then_answered("pears are green"), *resume, "second question about pears")
-    sent = _run(
-        claude, home, _compacted_then_answered("plums are purple"), *resume, "third question about plums"
+    run_claude(home, _compacted_then_answered("pears are green"), *resume, "second question about pears")
+    sent = run_claude(
+        home, _compacted_then_answered("plums are purple"), *resume, "third question about plums"
     )
     copy = tmp_path / transcript.name
     shutil.copyfile(transcript, copy)
@@ -192,4 +149,32 @@ def test_a_transcript_cut_before_the_summary_line_still_gives_a_valid_request(tm
 
     validate_request(request)
     assert [_texts(m) for m in request["messages"]] == [[prompts[u] for u in kept]]
+    store.close()
+
+
+def test_the_real_clis_manual_compact_imports_with_its_summary(tmp_path: Path) -> None:
+    """``/compact`` still writes the summary as the boundary's child: found, and nothing is kept."""
+    home = tmp_path / "home"
+    run_claude(home, [text_message("apples are red")], "first question about apples")
+    (transcript,) = project_folder(home).glob("*.jsonl")
+    run_claude(
+        home,
+        [text_message("<summary>We talked about apples.</summary>")],
+        "--resume",
+        transcript.stem,
+        "/compact",
+    )
+    lines = _lines(transcript)
+    boundary = next(line for line in lines if line.get("subtype") == "compact_boundary")
+    summary = next(line for line in lines if line.get("isCompactSummary"))
+    store = sessionstore.open_store(":memory:")
+    session_id = import_claude_code(store, [transcript]).sessions[0].session_id
+    (compaction,) = [e.payload_dict() for e in store.read(session_id) if e.type == "compact_boundary"]
+    request = Session(store, session_id).request()
+
+    assert summary["parentUuid"] == boundary["uuid"]
+    assert compaction["summary"] == summary["message"]["content"]
+    assert compaction["keep_from_seq"] == 0
+    assert _texts(request["messages"][0])[0] == summary["message"]["content"]
+    assert "first question about apples" not in json.dumps(request)
     store.close()

@@ -24,8 +24,10 @@ from sessionstore.cli import main
 from sessionstore.exporters import export_claude_code, write_claude_code
 from sessionstore.importers import import_claude_code
 
+from ._claude_cli import claude_binary, message_texts, project_folder, run_claude
 from ._claude_code_corpus import MAIN_FILES, PARENT_SESSION, copy_main, corpus_file, flat_project
 from .conftest import Backend, _make_backend
+from .messages_api import text_message
 
 
 @pytest.fixture
@@ -282,3 +284,26 @@ def test_numbers_come_back_as_claude_code_wrote_them(mem_store: SessionStore, tm
     import_claude_code(mem_store, [path])
 
     assert "\n".join(export_claude_code(mem_store, session)) + "\n" == text
+
+
+def test_claude_code_resumes_an_exported_fork_with_the_forks_history(tmp_path: Path) -> None:
+    """The real CLI resumes the fork's file by its id and sends the shared prefix, then the fork's turn."""
+    fixture = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-two-compactions.jsonl"
+    home = tmp_path / "home"
+    claude_binary()
+    store = sessionstore.open_store(":memory:")
+    parent = Session(store, import_claude_code(store, [fixture]).sessions[0].session_id)
+    first_answer = next(
+        e for e in parent.transcript if e.type == "message_appended" and e.payload["role"] == "assistant"
+    )
+    fork = parent.fork(at_seq=first_answer.seq, fork_id="0b7c3a52-4f1e-4d2a-9c8b-7e6f5d4c3b2a")
+    fork.append([MessageAppended(role="user", content="a question only the fork asked")])
+    fork.append(
+        [MessageAppended(role="assistant", content="an answer only the fork got", api_message_id="msg_f")]
+    )
+    write_claude_code(store, fork.id, project_folder(home))
+
+    (sent,) = run_claude(home, [text_message("fine")], "--resume", fork.id, "next question")
+
+    assert message_texts(sent["messages"]) == [*message_texts(fork.request()["messages"]), "next question"]
+    store.close()
