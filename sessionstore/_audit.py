@@ -8,6 +8,7 @@ fingerprint recorded when the request went out; ``view_diff`` compares the reque
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import difflib
 import hashlib
@@ -15,7 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ._api_context import ApiContextProjection, materialize, request_bytes
+from ._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
+from ._collapse import collapsed_messages, shown_messages
 from ._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 from ._errors import ValidationError
 from ._projection import fold
@@ -53,7 +55,15 @@ AUDITED = (
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One operation: when, what, how many tokens it moved, and whether it was undone."""
+    """One operation: when, what, how many tokens it moved, and whether it was undone.
+
+    ``turn`` is the first served request (1-based, as ``served --turn``) the operation shaped;
+    None when no request was served after it. For a collapse commit and a compaction,
+    ``details["replaced"]`` lists the message events the model stopped seeing (uuids and seq
+    range), and what it saw instead (``details["summary"]``); for a compaction whose
+    summarization prompt was too long, ``details["ptl_dropped"]`` lists the messages the
+    retries dropped before summarizing (they are in ``replaced`` too, but not in the summary).
+    """
 
     seq: int
     event_id: str
@@ -64,6 +74,7 @@ class AuditEntry:
     tokens_after: int | None = None
     reverted_by: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    turn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,23 +178,29 @@ def _describe(entry: TranscriptEntry) -> AuditEntry:
 
 def audit(session: Session) -> AuditReport:
     """Every context operation of the session, oldest first, with the breaker's state."""
-    entries = [e for e in session.transcript if e.type in AUDITED]
-    reverted = {
-        str(e.payload["target_event_id"]): e.event_id for e in entries if e.type == "context_edit_reverted"
-    }
+    transcript = session.transcript
+    entries = [e for e in transcript if e.type in AUDITED]
+    reverted = {str(e.payload["target_event_id"]): e for e in entries if e.type == "context_edit_reverted"}
+    served = [int(e.payload["through_seq"]) for e in transcript if e.type == "context_served"]
+    compactions = _compactions(session, transcript)
+    staged = {e.event_id: e.payload for e in entries if e.type == "collapse_staged"}
     timeline = []
     for entry in entries:
         described = _describe(entry)
-        if entry.event_id in reverted:
-            described = dataclasses.replace(described, reverted_by=reverted[entry.event_id])
+        revert = reverted.get(entry.event_id)
+        if revert is not None:
+            described = dataclasses.replace(described, reverted_by=revert.event_id)
+        described = dataclasses.replace(described, turn=_first_turn(served, entry.seq, revert))
+        if entry.type == "collapse_committed" and entry.payload["staged_event_id"] in staged:
+            described = _with_collapsed(described, transcript, staged[entry.payload["staged_event_id"]])
+        elif entry.type == "compact_boundary":
+            described = _with_compacted(described, compactions[entry.seq])
         timeline.append(described)
     timeline = _with_unfinished_rewinds(timeline)
-    timeline = _with_compaction_after(session, timeline)
     timeline = _with_source_metadata(session, timeline)
     failures = session.api_state.compact_failures
-    served = sum(1 for e in session.transcript if e.type == "context_served")
     return AuditReport(
-        session.id, timeline, served, failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+        session.id, timeline, len(served), failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
     )
 
 
@@ -204,16 +221,120 @@ def _with_unfinished_rewinds(timeline: list[AuditEntry]) -> list[AuditEntry]:
     ]
 
 
-def _with_compaction_after(session: Session, timeline: list[AuditEntry]) -> list[AuditEntry]:
-    """Fill each compaction's 'tokens after' from the view rebuilt right after it."""
-    result = []
-    for entry in timeline:
-        if entry.kind == "compact_boundary":
-            state = _api_state_at(session, entry.seq)
+def _first_turn(served: list[int], seq: int, revert: TranscriptEntry | None) -> int | None:
+    """The first served request (1-based) that covers ``seq``; None if none, or if the operation
+    was reverted before it (no request ever carried it)."""
+    turn = bisect.bisect_left(served, seq) + 1
+    if turn > len(served) or (revert is not None and revert.seq <= served[turn - 1]):
+        return None
+    return turn
+
+
+def _messages(entries: list[TranscriptEntry]) -> dict[str, Any]:
+    """Message events as the audit lists them: how many, their seq range and their uuids."""
+    return {
+        "count": len(entries),
+        "first_seq": entries[0].seq if entries else None,
+        "last_seq": entries[-1].seq if entries else None,
+        "uuids": [str(e.payload.get("message_uuid")) for e in entries],
+    }
+
+
+def _span_text(listed: dict[str, Any]) -> str:
+    if not listed["count"]:
+        return "no messages"
+    plural = "s" if listed["count"] != 1 else ""
+    return f"{listed['count']} message{plural} (seq {listed['first_seq']}-{listed['last_seq']})"
+
+
+def _with_collapsed(
+    entry: AuditEntry, transcript: list[TranscriptEntry], staged: dict[str, Any]
+) -> AuditEntry:
+    """A collapse commit with the messages its span took out of the request and its summary."""
+    replaced = _messages(collapsed_messages(transcript, int(staged["first_seq"]), int(staged["end_seq"])))
+    return dataclasses.replace(
+        entry,
+        what=f"{entry.what}: replaced {_span_text(replaced)} with a summary",
+        details={**entry.details, "replaced": replaced, "summary": staged["summary"]},
+    )
+
+
+@dataclass(frozen=True)
+class _Compacted:
+    """What one compaction took out of the request, and the view's size right after it."""
+
+    replaced: list[TranscriptEntry]
+    ptl_dropped: list[TranscriptEntry]
+    tokens_after: int
+
+
+def _with_compacted(entry: AuditEntry, compacted: _Compacted) -> AuditEntry:
+    replaced = _messages(compacted.replaced)
+    details = {**entry.details, "replaced": replaced}
+    what = f"{entry.what}; replaced {_span_text(replaced)}"
+    if compacted.ptl_dropped:
+        details["ptl_dropped"] = _messages(compacted.ptl_dropped)
+        what += f", of which {_span_text(details['ptl_dropped'])} were dropped unsummarized (prompt too long)"
+    return dataclasses.replace(entry, what=what, details=details, tokens_after=compacted.tokens_after)
+
+
+def _compactions(session: Session, transcript: list[TranscriptEntry]) -> dict[int, _Compacted]:
+    """Each compaction (by seq): the messages it replaced, derived from the view just before it.
+
+    One fold over the log: at each boundary, the raw messages still visible (after earlier
+    boundaries and snips, outside committed collapses, whose summaries stood in for them) that
+    the boundary does not keep.
+    """
+    boundaries = {e.seq: e.payload for e in transcript if e.type == "compact_boundary"}
+    if not boundaries:
+        return {}
+    shown = shown_messages(transcript)
+    projection = ApiContextProjection()
+    state = projection.initial()
+    out: dict[int, _Compacted] = {}
+    for recorded in session.log.read(1, max(boundaries)):
+        payload = boundaries.get(recorded.seq)
+        if payload is not None:
+            replaced = _compacted_messages(state, transcript, shown, recorded.seq, payload)
+            dropped_before = int(payload.get("ptl_dropped_before_seq") or 0)
+            ptl_dropped = [e for e in replaced if e.seq < dropped_before]
+        state = projection.apply(state, recorded)
+        if payload is not None:
             after = session.estimate(state.view_tokens, state.visible_blocks)
-            entry = AuditEntry(**{**entry.__dict__, "tokens_after": after})
-        result.append(entry)
-    return result
+            out[recorded.seq] = _Compacted(replaced, ptl_dropped, after)
+    return out
+
+
+def _compacted_messages(
+    before: ApiContextState,
+    transcript: list[TranscriptEntry],
+    shown: list[TranscriptEntry],
+    seq: int,
+    boundary: dict[str, Any],
+) -> list[TranscriptEntry]:
+    """The message events visible raw in ``before`` that the boundary at ``seq`` summarizes."""
+    first = before.first_visible
+    start = before.message_first_seq[first] if first < len(before.messages) else seq
+    stop = seq
+    if boundary.get("summarized_from_seq"):
+        start = max(start, int(boundary["summarized_from_seq"]))
+    elif boundary.get("keep_from_seq"):
+        stop = int(boundary["keep_from_seq"])
+    hidden = {e.seq for e in _collapsed_before(before, transcript)}
+    if before.compact is not None and before.compact.get("from_seq"):
+        # An earlier partial "from" compaction already summarized its part.
+        hidden.update(range(int(before.compact["from_seq"]), int(before.compact["seq"])))
+    return [e for e in shown if start <= e.seq < stop and e.seq not in hidden]
+
+
+def _collapsed_before(state: ApiContextState, transcript: list[TranscriptEntry]) -> list[TranscriptEntry]:
+    """Message events behind the committed collapses active in ``state``."""
+    return [
+        e
+        for edit in state.edits.values()
+        if edit["type"] == "collapse_committed"
+        for e in collapsed_messages(transcript, int(edit["first_seq"]), int(edit["end_seq"]))
+    ]
 
 
 def _source_metadata(session: Session) -> dict[str, dict[str, Any]]:
@@ -258,14 +379,15 @@ def render_audit(report: AuditReport, out: TextIO) -> None:
     from rich.table import Table
 
     table = Table(title=f"audit of {report.session_id}", show_lines=False)
-    for column in ("seq", "operation", "what", "freed", "before", "after", "reverted by"):
+    for column in ("seq", "turn", "operation", "what", "freed", "before", "after", "reverted by"):
         table.add_column(column, overflow="fold")
     for entry in report.entries:
         cells = [entry.tokens_freed, entry.tokens_before, entry.tokens_after]
         table.add_row(
             str(entry.seq),
+            "" if entry.turn is None else str(entry.turn),
             entry.kind,
-            entry.what,
+            _what_with_uuids(entry),
             *("" if v is None else str(v) for v in cells),
             (entry.reverted_by or "")[:8],
         )
@@ -276,6 +398,16 @@ def render_audit(report: AuditReport, out: TextIO) -> None:
         f"requests served: {report.requests_served}; auto-compact breaker: {breaker} "
         f"({report.consecutive_auto_compact_failures} consecutive failures)"
     )
+
+
+def _what_with_uuids(entry: AuditEntry) -> str:
+    """The 'what' cell: for a collapse or compaction, the uuids of what it replaced on lines below."""
+    lines = [entry.what]
+    for key, label in (("replaced", "replaced"), ("ptl_dropped", "dropped unsummarized")):
+        listed = entry.details.get(key)
+        if listed and listed["count"]:
+            lines.append(f"{label}: " + " ".join(listed["uuids"]))
+    return "\n".join(lines)
 
 
 def _api_state_at(session: Session, seq: int) -> Any:

@@ -17,6 +17,7 @@ changes, so a committed collapse is undone by reverting its commit, and commits 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from ._context_events import CollapseCommitted, CollapseStaged
 from ._errors import SessionStoreError, ValidationError
 from ._session import Session
 from ._summarizers import Summarizer, SummaryRequest
+from ._transcript import TranscriptEntry
 
 __all__ = [
     "CollapseConfig",
@@ -33,8 +35,10 @@ __all__ = [
     "check_spawn",
     "collapse",
     "collapse_stage",
+    "collapsed_messages",
     "commit_collapse",
     "drain_collapses",
+    "shown_messages",
     "stage_collapse",
 ]
 
@@ -127,14 +131,51 @@ def _check_span(session: Session, start: int, end: int) -> None:
         raise ValidationError(msg, field="span")
 
 
-def _message_uuid(session: Session, first_seq: int, end_seq: int, *, last: bool) -> str | None:
-    """The uuid of the first (or last) message event with a seq in [first_seq, end_seq)."""
-    entries = session.transcript_state.entries[first_seq - 1 : end_seq - 1]
-    for entry in reversed(entries) if last else entries:
-        value = entry.payload.get("message_uuid")
-        if entry.type == "message_appended" and isinstance(value, str):
-            return value
-    return None
+def shown_messages(entries: Iterable[TranscriptEntry]) -> list[TranscriptEntry]:
+    """The main-thread message events the model is sent (not meta, not a sub-agent's)."""
+    return [
+        e
+        for e in entries
+        if e.type == "message_appended" and not e.payload.get("is_meta") and not e.payload.get("is_sidechain")
+    ]
+
+
+def _result_ids(entry: TranscriptEntry) -> list[str] | None:
+    """The tool_use ids a user message event answers, when it holds nothing but tool results."""
+    content = entry.payload.get("content")
+    if entry.payload.get("role") != "user" or not isinstance(content, list) or not content:
+        return None
+    if any(not isinstance(b, dict) or b.get("type") != "tool_result" for b in content):
+        return None
+    return [str(b.get("tool_use_id")) for b in content]
+
+
+def collapsed_messages(
+    entries: Iterable[TranscriptEntry], first_seq: int, end_seq: int
+) -> list[TranscriptEntry]:
+    """The message events a collapse of view messages ``first_seq``..``end_seq`` takes out of the request.
+
+    The events of those view messages, except results answering calls before the span (they
+    stay), plus the results after it answering calls inside it (they go with it): see
+    ``collapse_span``.
+    """
+    shown = shown_messages(entries)
+    calls = {
+        str(block.get("id"))
+        for e in shown
+        if first_seq <= e.seq < end_seq and e.payload.get("role") == "assistant"
+        for block in e.payload.get("content") or []
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    }
+    out = []
+    for e in shown:
+        answers = _result_ids(e)
+        if first_seq <= e.seq < end_seq:
+            if answers is None or any(a in calls for a in answers):
+                out.append(e)
+        elif e.seq >= end_seq and answers and all(a in calls for a in answers):
+            out.append(e)
+    return out
 
 
 def _span_end(session: Session, to_uuid: str) -> int:
@@ -194,11 +235,12 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
     )
     first_seq = state.message_first_seq[start]
     end_seq = state.message_first_seq[end]
+    replaced = collapsed_messages(session.transcript_state.entries, first_seq, end_seq)
     event = CollapseStaged(
         first_seq=first_seq,
         end_seq=end_seq,
-        first_message_uuid=_message_uuid(session, first_seq, end_seq, last=False),
-        last_message_uuid=_message_uuid(session, first_seq, end_seq, last=True),
+        first_message_uuid=replaced[0].payload.get("message_uuid") if replaced else None,
+        last_message_uuid=replaced[-1].payload.get("message_uuid") if replaced else None,
         summary=summary.text,
         summary_tokens=session.count_text(summary.text),
         tokens_covered=collapse_span_tokens(state, start, end),

@@ -407,13 +407,13 @@ def _previous_summary(session: Session) -> str | None:
 
 def _summarize_with_retries(
     session: Session, summarizer: Summarizer, request: SummaryRequest
-) -> tuple[str, str, int]:
-    """(summary, summarizer name, retries) — retrying prompt-too-long up to 3 times."""
+) -> tuple[str, str, int, list[Message]]:
+    """(summary, summarizer name, retries, messages summarized), retrying prompt-too-long up to 3 times."""
     messages = list(request.messages)
     for retry in range(MAX_PTL_RETRIES + 1):
         try:
             summary = summarizer.summarize(dataclasses.replace(request, messages=messages))
-            return summary.text, summary.summarizer, retry
+            return summary.text, summary.summarizer, retry, messages
         except PromptTooLong as e:
             if retry == MAX_PTL_RETRIES:
                 msg = f"summarization prompt still too long after {MAX_PTL_RETRIES} retries"
@@ -438,6 +438,8 @@ class _Plan:
     #: For a partial "from" compact: the first summarized message (0 otherwise).
     from_index: int = 0
     retries: int = 0
+    #: After prompt-too-long retries: messages that began before this seq were not summarized.
+    dropped_before_seq: int = 0
 
 
 def _kept(session: Session, plan: _Plan) -> list[Message]:
@@ -520,7 +522,7 @@ def _llm_plan(
         messages = list(state.messages[from_index:])
     else:
         messages = summarizer_input(session)
-    summary, name, retries = _summarize_with_retries(
+    summary, name, retries, summarized = _summarize_with_retries(
         session,
         summarizer,
         SummaryRequest(
@@ -533,7 +535,24 @@ def _llm_plan(
             previous_summary=None if template == "partial_from" else _previous_summary(session),
         ),
     )
-    return _Plan("llm", template, summary, name, keep_index, from_index, retries)
+    dropped_before_seq = _first_seq_summarized(session, summarized) if retries else 0
+    return _Plan("llm", template, summary, name, keep_index, from_index, retries, dropped_before_seq)
+
+
+def _first_seq_summarized(session: Session, summarized: Sequence[Message]) -> int:
+    """The seq of the first view message the summarizer still got after prompt-too-long retries.
+
+    Retries drop whole round groups from the front, so what was summarized resumes at an
+    assistant message of the view, sent as it is: everything before it was dropped.
+    """
+    state = session.api_state
+    resumed = next((m for m in summarized if m["role"] == "assistant"), None)
+    visible = range(state.first_visible, len(state.messages))
+    # The view's own message object, else (a copy, after an earlier compaction) an equal one.
+    found = next((i for i in visible if state.messages[i] is resumed), None)
+    if found is None:
+        found = next((i for i in visible if state.messages[i] == resumed), None)
+    return 0 if found is None else state.message_first_seq[found]
 
 
 def compact(
@@ -630,6 +649,7 @@ def _boundary(
         hook_results=hook_results,
         custom_instructions=instructions,
         ptl_retries=plan.retries,
+        ptl_dropped_before_seq=plan.dropped_before_seq,
         discovered_tools=[str(t.get("name")) for t in state.tools],
     )
 

@@ -181,6 +181,9 @@ class CompactBoundary(Event):
     hook_results: list[str] = Field(default_factory=list)
     custom_instructions: str | None = None
     ptl_retries: NonNegativeInt = 0
+    #: After prompt-too-long retries: the messages that began before this seq were dropped from the
+    #: summarizer's input (the summary does not cover them); 0 when nothing was dropped.
+    ptl_dropped_before_seq: NonNegativeInt = 0
     discovered_tools: list[str] = Field(default_factory=list)
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import anthropic
 
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
 from sessionstore._audit import audit, served_request, view_diff
 from sessionstore._collapse import collapse
 from sessionstore._compaction import compact
-from sessionstore._summarizers import OfflineSummarizer
+from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer
 from sessionstore.cli import main
+
+from .messages_api import prompt_too_long, text_message
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -145,3 +150,117 @@ def test_audit_served_and_diff_from_the_cli(tmp_path: Path, capsys: Any) -> None
     assert served["matches"] is True
     assert diff.startswith("--- seq 1")
     assert out_lines == ["0", "0", "0", "0"]
+
+
+def _named_turns(store: sessionstore.SessionStore, turns: int, *, prompt_after_result: int = -1) -> Session:
+    """Turns of prompt p{n} -> call c{n} -> result r{n} -> answer a{n}, every uuid named. Turn
+    ``prompt_after_result`` has no answer: the next prompt shares an API message with r{n}."""
+    session = Session.create(store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0))
+    for n in range(turns):
+        call = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"n": n}}
+        result = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"output {n}\n" * 200}]
+        events = [
+            MessageAppended(role="user", content=f"turn {n}", message_uuid=f"p{n}"),
+            MessageAppended(role="assistant", content=[call], api_message_id=f"m{n}", message_uuid=f"c{n}"),
+            MessageAppended(role="user", content=result, message_uuid=f"r{n}"),
+        ]
+        if n != prompt_after_result:
+            events.append(MessageAppended(role="assistant", content=f"done {n}", message_uuid=f"a{n}"))
+        session.append(events)
+    return session
+
+
+def _seqs(session: Session, uuids: list[str]) -> list[int]:
+    by_uuid = {e.payload.get("message_uuid"): e.seq for e in session.transcript}
+    return [by_uuid[u] for u in uuids]
+
+
+class TestWhatWasReplaced:
+    def test_a_collapse_lists_the_messages_it_replaced_and_the_turn(
+        self, store: sessionstore.SessionStore
+    ) -> None:
+        """The messages of the span, not the result it keeps (r0 answers a call before it), but the
+        result after it that answers a call inside it (r2); the first request it shaped; its summary."""
+        session = _named_turns(store, 5, prompt_after_result=0)
+        pipeline = Pipeline(PipelineConfig())
+        pipeline.prepare(session)  # turn 1: before the collapse
+        collapse(session, OfflineSummarizer(), "p1", "a2")
+        pipeline.prepare(session)  # turn 2: the first request without turns 1-2
+
+        committed = next(e for e in audit(session).entries if e.kind == "collapse_committed")
+
+        replaced = ["p1", "c1", "r1", "a1", "p2", "c2", "r2", "a2"]
+        seqs = _seqs(session, replaced)
+        assert committed.details["replaced"] == {
+            "count": 8,
+            "first_seq": seqs[0],
+            "last_seq": seqs[-1],
+            "uuids": replaced,
+        }
+        assert committed.turn == 2
+        assert committed.details["summary"].startswith("1. Primary request and intent")
+        assert f"replaced 8 messages (seq {seqs[0]}-{seqs[-1]})" in committed.what
+
+    def test_a_compaction_lists_what_it_summarized_but_not_what_was_gone_already(
+        self, store: sessionstore.SessionStore
+    ) -> None:
+        """After a snip and a collapse, a partial compaction replaces only the raw messages still
+        shown: not the snipped turn, not the collapsed turns (their summary went), not what it keeps."""
+        session = _named_turns(store, 6)
+        sessionstore.snip(session, rounds=2)  # turn 0
+        collapse(session, OfflineSummarizer(), "p1", "a2")
+        compact(session, OfflineSummarizer(), up_to_uuid="a4")
+
+        boundary = next(e for e in audit(session).entries if e.kind == "compact_boundary")
+
+        assert boundary.details["replaced"]["uuids"] == ["p3", "c3", "r3", "a3", "p4", "c4", "r4", "a4"]
+        assert "ptl_dropped" not in boundary.details
+        assert boundary.turn is None  # no request was served after it
+
+    def test_a_compaction_lists_what_the_prompt_too_long_retries_dropped(
+        self, store: sessionstore.SessionStore, messages_api: Any
+    ) -> None:
+        """The messages dropped before summarizing are listed: exactly those the retry did not send."""
+        session = _named_turns(store, 6)
+        summarizer = AnthropicSummarizer(
+            anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0), "claude-opus-5-5"
+        )
+        messages_api.queue += [prompt_too_long(200_900), text_message("<summary>the later turns</summary>")]
+
+        compact(session, summarizer)
+        boundary = next(e for e in audit(session).entries if e.kind == "compact_boundary")
+
+        retried = json.dumps(messages_api.requests[-1]["body"]["messages"])
+        dropped = boundary.details["ptl_dropped"]["uuids"]
+        replaced = boundary.details["replaced"]["uuids"]
+        assert dropped and dropped == replaced[: len(dropped)] and len(dropped) < len(replaced)
+        sent = {  # what each message puts in a request, by its uuid's letter
+            "p": lambda n: f'"turn {n}"',
+            "c": lambda n: f'"id": "t{n}"',
+            "r": lambda n: f'"tool_use_id": "t{n}"',
+            "a": lambda n: f'"done {n}"',
+        }
+        assert dropped == [u for u in replaced if sent[u[0]](u[1:]) not in retried]
+        assert "dropped unsummarized (prompt too long)" in boundary.what
+
+    def test_the_cli_audit_shows_the_replaced_uuids(self, tmp_path: Path) -> None:
+        """`audit` (table and --json) answers which messages went at which turn and what replaced them."""
+        db = tmp_path / "replaced.db"
+        store = sessionstore.open_store(db, migrate=True)
+        session = _named_turns(store, 5)
+        collapse(session, OfflineSummarizer(), "p1", "a2")
+        Pipeline(PipelineConfig()).prepare(session)
+        store.close()
+
+        def run(*argv: str) -> str:
+            out = io.StringIO()
+            assert main(["audit", "--db", str(db), session.id, *argv], out=out) == 0
+            return out.getvalue()
+
+        data = json.loads(run("--json"))
+        table = run()
+
+        committed = next(e for e in data["entries"] if e["kind"] == "collapse_committed")
+        assert committed["details"]["replaced"]["uuids"] == ["p1", "c1", "r1", "a1", "p2", "c2", "r2", "a2"]
+        assert committed["turn"] == 1
+        assert "replaced: p1 c1 r1 a1 p2 c2 r2 a2" in table

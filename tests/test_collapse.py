@@ -298,6 +298,11 @@ class TestSpanStartingAfterToolResults:
 
         report = collapse(session, OfflineSummarizer(), uuids["prompt 1"], uuids["result 1"])
 
+        staged = next(e.payload for e in session.transcript if e.type == "collapse_staged")
+        assert (staged["first_message_uuid"], staged["last_message_uuid"]) == (
+            uuids["prompt 1"],
+            uuids["result 1"],
+        )
         request = session.request()
         sessionstore.validate_request(request)
         summary = request["messages"][2]["content"]
