@@ -44,6 +44,7 @@ from ._context_events import (
 )
 from ._errors import SessionStoreError, ValidationError
 from ._events import Event
+from ._paths import name_problem
 from ._session import Session
 from ._summarizers import OfflineSummarizer, Summarizer
 from ._window import TokenState
@@ -112,7 +113,8 @@ class BudgetConfig:
         tool_max_chars: per-tool maxima; Read's is infinite (re-reading a persisted file from
             a file is a pointless loop). Unlisted tools use ``per_result_chars``.
         materialize_root: also write ``<root>/<session>/tool-results/<tool_use_id>.txt``
-            (exclusive create) for agents whose Read tool needs a path.
+            (exclusive create) for agents whose Read tool needs a path. A ``tool_use_id``
+            that is not a plain file name (``../x``) gets no file: the blob alone holds it.
     """
 
     enabled: bool = True
@@ -312,7 +314,8 @@ def _persist(
     data = text.encode()
     blob = session.store.put_blob(data)
     location = f"sessionstore blob {blob.sha256}"
-    if config.materialize_root is not None:
+    # The id is whatever the log holds: only a plain file name may become a path under the root.
+    if config.materialize_root is not None and name_problem(f"{tool_use_id}.txt") is None:
         location = str(_materialize(config.materialize_root, session.id, tool_use_id, data))
     preview = persisted_preview(text, location, config.preview_chars)
     return ToolResultPersisted(

@@ -113,6 +113,20 @@ class TestToolResultBudget:
         assert len(_events(Session(store, session.id), "tool_result_persisted")) == 1
         assert first.reports[0].tokens_freed > 5_000
 
+    def test_a_tool_use_id_that_climbs_is_never_a_path(self, tmp_path: Path) -> None:
+        """A tool_use_id from the log ('../../x') gets no file outside the root: the blob holds the output."""
+        session = _open()
+        big = _lines(60_000)
+        _round(session, 1, {"../../escaped": ("Bash", big)})
+        root = tmp_path / "spill"
+
+        Pipeline(PipelineConfig(budget=BudgetConfig(materialize_root=root))).prepare(session)
+        (persisted,) = _events(session, "tool_result_persisted")
+
+        assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
+        assert persisted.payload["location"] == f"sessionstore blob {persisted.payload['blob_sha256']}"
+        assert session.store.get_blob(persisted.payload["blob_sha256"]).decode() == big
+
     def test_read_and_image_results_are_never_persisted(self) -> None:
         """Read's maximum is infinite; results with images have nothing to preview."""
         session = _open()
