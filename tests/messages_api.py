@@ -10,6 +10,19 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+#: Tool definitions for the tools the tests' assistant messages call. A request holding
+#: tool_use or tool_result blocks must define tools, or the API refuses it.
+READ_TOOL: dict[str, Any] = {
+    "name": "Read",
+    "description": "Read a file.",
+    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+}
+BASH_TOOL: dict[str, Any] = {
+    "name": "Bash",
+    "description": "Run a shell command.",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+}
+
 
 class MessagesAPIServer:
     """Serves ``POST /v1/messages`` (non-streaming) and ``/v1/messages/count_tokens``; records requests."""

@@ -23,7 +23,7 @@ from sessionstore._conversation import (
 from sessionstore._pipeline import ServerCompactionConfig
 from sessionstore._summarizers import OfflineSummarizer
 
-from .messages_api import prompt_too_long, text_message, tool_use_message
+from .messages_api import BASH_TOOL, READ_TOOL, prompt_too_long, text_message, tool_use_message
 
 
 def _client(api: Any, **kwargs: Any) -> anthropic.Anthropic:
@@ -41,19 +41,8 @@ def _script(api: Any) -> None:
     ]
 
 
-_READ_TOOL = {
-    "name": "Read",
-    "description": "Read a file.",
-    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
-}
-
-_BASH_TOOL = {
-    "name": "Bash",
-    "description": "Run a shell command.",
-    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
-}
 #: The tools _script's answers call.
-_TOOLS = [_READ_TOOL, _BASH_TOOL]
+_TOOLS = [READ_TOOL, BASH_TOOL]
 
 
 def _costing(reply: tuple[int, dict[str, Any]], output_tokens: int) -> tuple[int, dict[str, Any]]:
@@ -339,7 +328,7 @@ class TestBudget:
             _costing(text_message("Done.", "msg_3"), 1_500),
         ]
         store = sessionstore.open_store(":memory:")
-        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        session = Session.create(store, model="claude-opus-5-5", tools=[READ_TOOL])
         loop = Conversation(
             session, _client(messages_api), model="claude-opus-5-5", budget=TokenBudget(10_000)
         )
@@ -363,7 +352,7 @@ class TestBudget:
             _costing(text_message("Done.", "msg_3"), 1_500),
         ]
         store = sessionstore.open_store(":memory:")
-        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        session = Session.create(store, model="claude-opus-5-5", tools=[READ_TOOL])
         client = anthropic.AsyncAnthropic(api_key="k", base_url=messages_api.url, max_retries=0)
         loop = AsyncConversation(session, client, model="claude-opus-5-5", budget=TokenBudget(10_000))
 
@@ -392,7 +381,7 @@ class TestBudget:
             _costing(text_message("little", "msg_6"), 100),
         ]
         store = sessionstore.open_store(":memory:")
-        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        session = Session.create(store, model="claude-opus-5-5", tools=[READ_TOOL])
         loop = Conversation(
             session, _client(messages_api), model="claude-opus-5-5", budget=TokenBudget(100_000)
         )
@@ -442,7 +431,7 @@ class TestSubagents:
             text_message("a.py is empty.", "msg_c2"),
         ]
         store = sessionstore.open_store(":memory:")
-        parent = Session.create(store, model="claude-opus-5-5", system="You fix tests.", tools=[_READ_TOOL])
+        parent = Session.create(store, model="claude-opus-5-5", system="You fix tests.", tools=[READ_TOOL])
         child = spawn_subagent(parent, "toolu_task", collapse=CollapseConfig(enabled=False))
         helper = Conversation(child, _client(messages_api), model="claude-opus-5-5")
         helper.user("Read a.py.")
@@ -451,13 +440,13 @@ class TestSubagents:
 
         for request in messages_api.requests:
             sessionstore.validate_request(request["body"])
-            assert request["body"]["tools"] == [_READ_TOOL]
+            assert request["body"]["tools"] == [READ_TOOL]
             assert request["body"]["system"] == "You fix tests."
 
     def test_the_child_can_be_given_its_own_system_prompt_and_tools(self) -> None:
         """system= and tools= replace what the child would inherit; tools=() gives it none."""
         store = sessionstore.open_store(":memory:")
-        parent = Session.create(store, model="claude-opus-5-5", system="You lead.", tools=[_READ_TOOL])
+        parent = Session.create(store, model="claude-opus-5-5", system="You lead.", tools=[READ_TOOL])
         bash = {"name": "Bash", "description": "Run.", "input_schema": {"type": "object"}}
 
         researcher = spawn_subagent(parent, "toolu_1", system="You research.", tools=[bash])
@@ -620,7 +609,7 @@ class TestRequestParameters:
         reach the API on each call of run(), through the real SDK, sync or async, streaming or not."""
         _script(messages_api)
         store = sessionstore.open_store(":memory:")
-        session = Session.create(store, model="claude-opus-5-5", tools=[_READ_TOOL])
+        session = Session.create(store, model="claude-opus-5-5", tools=[READ_TOOL])
         settings: dict[str, Any] = {
             "model": "claude-opus-5-5",
             "max_tokens": 8_192,
