@@ -248,6 +248,7 @@ def _split_betas(headers: Mapping[str, str]) -> tuple[list[str], dict[str, str]]
 
 
 ToolRunner = Callable[[dict[str, Any]], str | list[ContentBlock]]
+AsyncToolRunner = Callable[[dict[str, Any]], Awaitable[str | list[ContentBlock]]]
 StopHook = Callable[[Session], None]
 #: The SDK client a loop calls (``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``).
 Client = TypeVar("Client")
@@ -355,6 +356,35 @@ class _Shared:
         )
         return False
 
+    def pending_tool_calls(self) -> list[ContentBlock]:
+        """The latest answer's tool_use blocks that have no recorded result, in call order."""
+        state = self.session.api_state
+        open_ids = set(state.open_tool_ids)
+        if not open_ids:
+            return []
+        answer = state.messages[state.last_assistant_index]
+        return [b for b in answer["content"] if b.get("type") == "tool_use" and b.get("id") in open_ids]
+
+    def calls_to_run(self, ids: Sequence[str] | None) -> list[ContentBlock]:
+        """The pending calls with these ids (all pending calls for None).
+
+        Raises:
+            ValidationError: an id that is not a pending tool call; nothing is run.
+        """
+        pending = self.pending_tool_calls()
+        if ids is None:
+            return pending
+        by_id = {str(use["id"]): use for use in pending}
+        unknown = [tool_id for tool_id in ids if tool_id not in by_id]
+        if unknown:
+            msg = f"not pending tool calls of session {self.session.id!r}: {', '.join(unknown)}"
+            raise ValidationError(msg, field="ids")
+        return [by_id[tool_id] for tool_id in ids]
+
+    def append_results(self, results: list[ContentBlock]) -> None:
+        if results:
+            self.append([MessageAppended(role="user", content=results, timestamp=self.clock())])
+
     def after_turn(self, tracker: _BudgetTracker) -> str | None:
         """The nudge to send when the budget says continue, else None (and stop hooks run).
 
@@ -404,6 +434,16 @@ def _tool_results(uses: Sequence[dict[str, Any]], runner: ToolRunner) -> list[Co
     for use in uses:
         try:
             results.append(_result(use, runner(use)))
+        except Exception as e:
+            results.append(_failed_result(use, e))
+    return results
+
+
+async def _tool_results_async(uses: Sequence[dict[str, Any]], runner: AsyncToolRunner) -> list[ContentBlock]:
+    results: list[ContentBlock] = []
+    for use in uses:
+        try:
+            results.append(_result(use, await runner(use)))
         except Exception as e:
             results.append(_failed_result(use, e))
     return results
@@ -473,6 +513,17 @@ class _Loop(Generic[Client]):
     def session(self) -> Session:
         """The session this conversation drives."""
         return self._shared.session
+
+    def pending_tool_calls(self) -> list[ContentBlock]:
+        """Tool calls of the latest answer with no recorded result, as tool_use blocks.
+
+        After a process died between recording an answer and recording its tools' results,
+        these are the calls it never finished. Run them with ``run_pending_tools``; a call
+        left pending is answered in the next request with an error result saying it was
+        interrupted (``INTERRUPTED_TOOL_RESULT``), and is pending no more once the model
+        answers again.
+        """
+        return self._shared.pending_tool_calls()
 
     def params(self, prepared: PreparedRequest) -> dict[str, Any]:
         """Keyword arguments for ``client.messages.create`` (or ``client.beta.messages.create``).
@@ -551,6 +602,21 @@ class Conversation(_Loop["anthropic.Anthropic"]):
             self.record(response)
             return response
 
+    def run_pending_tools(
+        self, tool_runner: ToolRunner, *, ids: Sequence[str] | None = None
+    ) -> list[ContentBlock]:
+        """Run pending tool calls (all, or those with ``ids``) and record their results.
+
+        Returns the tool_result blocks appended, as one user message (none when nothing is
+        pending). A failing tool becomes an error result, as in ``run()``.
+
+        Raises:
+            ValidationError: an id that is not pending; nothing was run or written.
+        """
+        results = _tool_results(self._shared.calls_to_run(ids), tool_runner)
+        self._shared.append_results(results)
+        return results
+
     def run(self, tool_runner: ToolRunner | None = None, *, max_steps: int = 50) -> Any:
         """Call, run tools, and continue until the model stops (or the budget says stop)."""
         tracker = _BudgetTracker()
@@ -612,12 +678,15 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
             await self.record(response)
             return response
 
-    async def run(
-        self,
-        tool_runner: Callable[[dict[str, Any]], Awaitable[str | list[ContentBlock]]] | None = None,
-        *,
-        max_steps: int = 50,
-    ) -> Any:
+    async def run_pending_tools(
+        self, tool_runner: AsyncToolRunner, *, ids: Sequence[str] | None = None
+    ) -> list[ContentBlock]:
+        """Run pending tool calls (awaited) and record their results (see ``Conversation``)."""
+        results = await _tool_results_async(self._shared.calls_to_run(ids), tool_runner)
+        await asyncio.to_thread(self._shared.append_results, results)
+        return results
+
+    async def run(self, tool_runner: AsyncToolRunner | None = None, *, max_steps: int = 50) -> Any:
         """Call, run tools (awaited), and continue until the model stops."""
         tracker = _BudgetTracker()
         response = None
@@ -626,12 +695,7 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
             tracker.count(response)
             uses = _tool_uses(response)
             if uses and tool_runner is not None:
-                results: list[ContentBlock] = []
-                for use in uses:
-                    try:
-                        results.append(_result(use, await tool_runner(use)))
-                    except Exception as e:
-                        results.append(_failed_result(use, e))
+                results = await _tool_results_async(uses, tool_runner)
                 await asyncio.to_thread(self._shared.append, [MessageAppended(role="user", content=results)])
                 continue
             nudge = await asyncio.to_thread(self._shared.after_turn, tracker)
