@@ -124,8 +124,8 @@ Index("ix_sessions_parent_session_id", sessions.c.parent_session_id)
 
 # --- append-only enforcement -------------------------------------------------------------
 
-#: Tables whose rows may never change or disappear once written.
-APPEND_ONLY_TABLES = ("events", "blobs")
+#: Tables whose rows may never change or disappear once written (sessions since revision 0003).
+APPEND_ONLY_TABLES = ("events", "blobs", "sessions")
 #: Text every rejection carries; error translation recognises it on SQLite.
 APPEND_ONLY_MESSAGE = "sessionstore: append-only table"
 #: SQLSTATE raised by the PostgreSQL trigger function (a class of its own, so it can

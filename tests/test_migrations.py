@@ -145,7 +145,7 @@ def test_binary_snapshots_migration_keeps_the_log_and_drops_old_snapshots(
             "INSERT INTO snapshots (session_id, projection, projection_version, tokenizer, seq, state,"
             " created_at) VALUES ('old', 'api_context', 1, 'none', 1, '{}', CURRENT_TIMESTAMP)"
         )
-    upgrade(engine, "0002")
+    upgrade(engine)  # through 0002, to the head this code opens
     store = shared_backend.open(migrate=False)
     try:
         store.append("old", [sessionstore.MessageAppended(role="user", content="still here")], 0)
@@ -172,7 +172,7 @@ def test_downgrading_away_the_events_needs_confirmation(engine: Any, shared_back
     with shared_backend.open(migrate=False) as store:
         sid = store.create_session(events=[sessionstore.SessionStarted()]).id
 
-    for revision in ("base", "-2"):
+    for revision in ("base", "-3"):  # -3: from 0003 down past 0001
         with pytest.raises(ValidationError, match=r"1 event\(s\) in 1 session\(s\)"):
             downgrade(engine, revision)
         assert _tables(engine) == TABLES | {"alembic_version"}
@@ -208,3 +208,30 @@ def test_downgrading_an_empty_database_needs_no_confirmation(engine: Any) -> Non
     upgrade(engine)
     downgrade(engine, "base")
     assert _tables(engine) <= {"alembic_version"}
+
+
+def test_append_only_sessions_migration_up_and_down(engine: Any) -> None:
+    """0002 -> 0003 makes sessions rows unchangeable (the database refuses an edit); down undoes it."""
+
+    def edit_session() -> None:
+        with translate_errors(), engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE sessions SET metadata = '{\"edited\":true}' WHERE id = 's'")
+
+    upgrade(engine, "0002")
+    with translate_errors(), engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO sessions (id, created_at, metadata) VALUES ('s', CURRENT_TIMESTAMP, '{}')"
+        )
+    edit_session()  # before 0003 the row could be changed
+
+    upgrade(engine, "0003")
+    with pytest.raises(sessionstore.AppendOnlyViolation, match="append-only"):
+        edit_session()
+    with pytest.raises(sessionstore.AppendOnlyViolation), translate_errors(), engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM sessions")
+
+    downgrade(engine, "0002")
+    edit_session()
+    with engine.connect() as conn:
+        assert current_revision(conn) == "0002"
+        assert conn.exec_driver_sql("SELECT metadata FROM sessions").scalar() == '{"edited":true}'

@@ -392,12 +392,14 @@ class TestAppendOnly:
             "DELETE FROM events",
             "UPDATE blobs SET size = 0",
             "DELETE FROM blobs",
+            "UPDATE sessions SET metadata = '{}'",
+            "DELETE FROM sessions",
         ],
     )
     def test_database_rejects_changes(
         self, store: SessionStore, raw_sql: Callable[[str], None], statement: str
     ) -> None:
-        """The database itself refuses UPDATE and DELETE on events and blobs."""
+        """The database itself refuses UPDATE and DELETE on events, blobs and sessions."""
         sid = _new_session(store)
         store.append(sid, _messages(2), expected_seq=1)
         store.put_blob(b"payload")
@@ -408,7 +410,7 @@ class TestAppendOnly:
         assert store.get_blob(store.put_blob(b"payload").sha256) == b"payload"
 
     @pytest.mark.postgres
-    @pytest.mark.parametrize("table", ["events", "blobs"])
+    @pytest.mark.parametrize("table", ["events", "blobs", "sessions"])
     def test_postgres_rejects_truncate(self, pg_backend: Any, table: str) -> None:
         """TRUNCATE skips row triggers; a statement trigger refuses it on PostgreSQL."""
         pg_store = pg_backend.open()

@@ -11,7 +11,6 @@ import sqlalchemy as sa
 from alembic import op
 
 from sessionstore._schema import (
-    APPEND_ONLY_TABLES,
     postgres_append_only_ddl,
     sqlite_append_only_ddl,
 )
@@ -21,6 +20,8 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
+#: The tables this revision makes append-only (0003 adds sessions).
+_APPEND_ONLY_TABLES = ("events", "blobs")
 _POSITION = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
@@ -29,13 +30,13 @@ def _append_only_ddl() -> tuple[list[str], list[str]]:
     if dialect == "sqlite":
         creates: list[str] = []
         drops: list[str] = []
-        for table in APPEND_ONLY_TABLES:
+        for table in _APPEND_ONLY_TABLES:
             c, d = sqlite_append_only_ddl(table)
             creates += c
             drops += d
         return creates, drops
     if dialect == "postgresql":
-        return postgres_append_only_ddl(APPEND_ONLY_TABLES)
+        return postgres_append_only_ddl(_APPEND_ONLY_TABLES)
     msg = f"sessionstore supports sqlite and postgresql, not {dialect}"
     raise NotImplementedError(msg)
 
