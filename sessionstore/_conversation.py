@@ -10,8 +10,9 @@ what the model said. ``Conversation`` (``anthropic.Anthropic``) and ``AsyncConve
 A user of the raw SDK can use just ``prepare`` and ``record`` around their own call.
 
 Reactive recovery (SPEC 6): a prompt-too-long error is withheld from the caller; staged collapses
-are drained and the call retried; otherwise one reactive compaction per turn and a retry;
-otherwise the error is raised, once, and stop hooks do not run. Token-budget continuation
+are drained and the call retried; otherwise one reactive compaction per turn and a retry (a
+sub-agent compacts its own log, never its parent's); otherwise the error is raised, once, saying
+what was tried, and stop hooks do not run. Token-budget continuation
 (SPEC 7) and sub-agents (child sessions linked to the parent's tool call) live here too.
 """
 
@@ -86,7 +87,11 @@ class BudgetDecision(Event):
 
 
 class PromptTooLongError(SessionStoreError):
-    """The request stayed too long after every recovery step; raised once per turn."""
+    """The API refused the request as too long and recovery could not help; raised once per turn.
+
+    The message says why: still too long after the turn's reactive compaction, the compaction
+    failed, or compaction is disabled (nothing was tried). ``gap`` is the tokens over the limit.
+    """
 
     def __init__(self, message: str, *, gap: int | None) -> None:
         super().__init__(message)
@@ -313,11 +318,12 @@ class _Shared:
         if getattr(response, "context_management", None) is not None:
             record_applied_edits(self.session, response)
 
-    def recover(self, error: BaseException) -> bool:
-        """One recovery step after a prompt-too-long; True when the call should be retried.
+    def recover(self, error: BaseException) -> str | None:
+        """One recovery step after a prompt-too-long: None when the call should be retried,
+        else why the error surfaces (recorded as a ``surfaced`` step).
 
-        Drain first; then one reactive compaction per turn (never for a sub-agent); otherwise
-        the failure is recorded as surfaced and the caller raises.
+        Drain first; then one reactive compaction per turn, of this session only: a sub-agent
+        compacts its own log and never touches its parent's.
         """
         session = self.session
         before = session.used_tokens()
@@ -333,28 +339,34 @@ class _Shared:
                     )
                 ]
             )
-            return True
-        report = None
-        if not self.compacted_this_turn and session.api_state.query_source == "main":
-            self.compacted_this_turn = True
-            report = self.pipeline.reactive_compact(session, self.summarizer)
-        if report is not None:
-            self.append(
-                [
-                    ReactiveRecovery(
-                        step="reactive_compact",
-                        error=str(error),
-                        tokens_before=before,
-                        tokens_after=report.tokens_after,
-                    )
-                ]
-            )
-            if report.ok:
-                return True
+            return None
+        why = self.compact_to_recover(error, before)
+        if why is None:
+            return None
         self.append(
             [ReactiveRecovery(step="surfaced", error=str(error), tokens_before=before, tokens_after=before)]
         )
-        return False
+        return why
+
+    def compact_to_recover(self, error: BaseException, before: int) -> str | None:
+        """The turn's one reactive compaction: None when it worked, else why there was none."""
+        if self.compacted_this_turn:
+            return "still too long after a reactive compaction (one per turn)"
+        report = self.pipeline.reactive_compact(self.session, self.summarizer)
+        if report is None:
+            return "too long, and compaction is disabled for this session, so nothing was recovered"
+        self.compacted_this_turn = True
+        self.append(
+            [
+                ReactiveRecovery(
+                    step="reactive_compact",
+                    error=str(error),
+                    tokens_before=before,
+                    tokens_after=report.tokens_after,
+                )
+            ]
+        )
+        return None if report.ok else f"too long, and the reactive compaction failed ({report.reason})"
 
     def pending_tool_calls(self) -> list[ContentBlock]:
         """The latest answer's tool_use blocks that have no recorded result, in call order."""
@@ -453,10 +465,8 @@ def _tool_uses(response: Any) -> list[dict[str, Any]]:
     return [b for b in _blocks(response) if b.get("type") == "tool_use"]
 
 
-def _surface(error: BaseException) -> PromptTooLongError:
-    return PromptTooLongError(
-        f"request still too long after recovery: {error}", gap=parse_prompt_too_long(str(error))
-    )
+def _surface(error: BaseException, why: str) -> PromptTooLongError:
+    return PromptTooLongError(f"request {why}: {error}", gap=parse_prompt_too_long(str(error)))
 
 
 class _Loop(Generic[Client]):
@@ -596,8 +606,9 @@ class Conversation(_Loop["anthropic.Anthropic"]):
             except Exception as e:
                 if not is_prompt_too_long(e):
                     raise
-                if not self._shared.recover(e):
-                    raise _surface(e) from e
+                why = self._shared.recover(e)
+                if why is not None:
+                    raise _surface(e, why) from e
                 continue
             self.record(response)
             return response
@@ -672,8 +683,9 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
             except Exception as e:
                 if not is_prompt_too_long(e):
                     raise
-                if not await asyncio.to_thread(self._shared.recover, e):
-                    raise _surface(e) from e
+                why = await asyncio.to_thread(self._shared.recover, e)
+                if why is not None:
+                    raise _surface(e, why) from e
                 continue
             await self.record(response)
             return response
@@ -727,7 +739,8 @@ def spawn_subagent(
     tool_result blocks in a request without ``tools``).
 
     Sub-agents never auto-compact, never run time-based or server-side micro-compaction, and
-    never touch the parent's state (their query source is ``subagent``).
+    never touch the parent's state (their query source is ``subagent``). After a prompt-too-long
+    a sub-agent's loop compacts the child's own log (reactive recovery), as any session's does.
 
     Args:
         system: the child's system prompt (default: the parent's).

@@ -7,6 +7,8 @@ The tree::
     │   └── PathRefusedError                 a path outside the root or folder, or not a regular file (_paths)
     ├── InvalidRequestError (ValueError)     a Messages API payload breaks an invariant (_validate)
     ├── BlockingLimitError                   still at the blocking limit after every stage (_pipeline)
+    ├── PromptTooLongError                   the API refused a request as too long; recovery
+    │                                        could not help (_conversation)
     ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
     ├── FilesRewindError                     a files rewind stopped half way; logged (_file_history)
     ├── SummaryFailed                        no usable summary; nothing recorded (_summarizers)

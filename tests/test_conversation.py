@@ -10,7 +10,15 @@ import anthropic
 import pytest
 
 import sessionstore
-from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, UsageRecorded
+from sessionstore import (
+    MessageAppended,
+    Pipeline,
+    PipelineConfig,
+    Session,
+    SessionConfig,
+    UsageRecorded,
+    WindowConfig,
+)
 from sessionstore._collapse import CollapseConfig, SubagentSpawnRefused, stage_collapse
 from sessionstore._conversation import (
     AsyncConversation,
@@ -560,20 +568,76 @@ def test_server_side_compaction_block_replaces_what_it_summarizes(
     sessionstore.validate_request(second)
 
 
-def test_subagents_are_never_compacted_even_to_recover(messages_api: Any) -> None:
-    """A sub-agent's prompt-too-long is surfaced (recorded), not compacted."""
-    messages_api.queue.append(prompt_too_long(201_000))
-    store = sessionstore.open_store(":memory:")
-    parent = Session.create(store, model="claude-opus-5-5")
+def _long_child(store: sessionstore.SessionStore) -> tuple[Session, Session]:
+    """A parent and a sub-agent with a few long turns of its own."""
+    parent = Session.create(store, "lead", model="claude-opus-5-5")
     child = spawn_subagent(parent, "toolu_task", collapse=CollapseConfig(enabled=False))
+    for n in range(4):
+        child.append(
+            [
+                MessageAppended(role="user", content=f"q{n}"),
+                MessageAppended(role="assistant", content=f"a{n} " * 200),
+            ]
+        )
+    return parent, child
+
+
+def test_a_subagent_compacts_its_own_context_to_recover(messages_api: Any) -> None:
+    """A sub-agent's prompt-too-long: one reactive compaction of the child's log, then the retry;
+    the parent's log and state are untouched."""
+    messages_api.queue += [prompt_too_long(201_000), text_message("found it", "msg_child")]
+    store = sessionstore.open_store(":memory:")
+    parent, child = _long_child(store)
+    parent_events = [e.event_id for e in store.read("lead")]
+    parent_request = parent.request_bytes()
     loop = Conversation(child, _client(messages_api), model="claude-opus-5-5")
     loop.user("long research")
 
-    with pytest.raises(PromptTooLongError):
+    assert loop.step().content[0].text == "found it"
+
+    assert [e.payload["step"] for e in child.transcript if e.type == "reactive_recovery"] == [
+        "reactive_compact"
+    ]
+    boundary = next(e for e in child.transcript if e.type == "compact_boundary")
+    assert boundary.payload["trigger"] == "reactive"
+    assert [e.event_id for e in store.read("lead")] == parent_events
+    assert Session(store, "lead").request_bytes() == parent_request
+    retried = messages_api.requests[-1]["body"]["messages"][0]["content"][0]["text"]
+    assert retried.startswith("This session continues")
+
+
+def test_a_subagent_still_too_long_after_its_compaction_says_so(messages_api: Any) -> None:
+    """Too long again after the child's compaction: surfaced once, the message says what was tried."""
+    messages_api.queue += [prompt_too_long(260_000), prompt_too_long(250_000)]
+    store = sessionstore.open_store(":memory:")
+    _, child = _long_child(store)
+    loop = Conversation(child, _client(messages_api), model="claude-opus-5-5")
+    loop.user("long research")
+
+    with pytest.raises(PromptTooLongError, match="still too long after a reactive compaction") as caught:
         loop.step()
 
-    assert [e.payload["step"] for e in child.transcript if e.type == "reactive_recovery"] == ["surfaced"]
-    assert "compact_boundary" not in _kinds(child)
+    assert caught.value.gap == 50_000
+    steps = [e.payload["step"] for e in child.transcript if e.type == "reactive_recovery"]
+    assert steps == ["reactive_compact", "surfaced"]
+
+
+def test_with_compaction_disabled_the_error_does_not_claim_a_recovery(messages_api: Any) -> None:
+    """Nothing was tried: the message says compaction is disabled, not "after recovery"."""
+    messages_api.queue.append(prompt_too_long(210_000))
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(
+        store, model="claude-opus-5-5", config=SessionConfig(window=WindowConfig(disable_compaction=True))
+    )
+    loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+    loop.user("huge")
+
+    with pytest.raises(PromptTooLongError) as caught:
+        loop.step()
+
+    assert "compaction is disabled" in str(caught.value)
+    assert "after" not in str(caught.value)
+    assert "210000 tokens > 200000 maximum" in str(caught.value)
 
 
 def test_prepare_reloads_after_another_writer_when_configured(messages_api: Any) -> None:
