@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 import sessionstore
@@ -24,6 +27,7 @@ from sessionstore._verify import verify_all, verify_session
 from sessionstore.cli import main
 
 from .conftest import Backend
+from .strategies import examples
 
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
@@ -347,3 +351,71 @@ def test_the_cli_checks_heads_kept_elsewhere(shared_backend: Backend, tmp_path: 
     assert _cli("verify", "--db", shared_backend.url, "--head", anchor_a)[0] == 2  # --head needs a SESSION
     kept.write_text("a 4\n")
     assert _cli("verify", "--db", shared_backend.url, "--heads", str(kept))[0] == 1  # a bad heads file
+
+
+def test_a_fork_of_a_fork_is_bound_to_the_event_it_shares_with_its_grandparent(store: SessionStore) -> None:
+    """A fork point inside the parent's own inherited prefix resolves to the grandparent's event:
+    the grandchild verifies, and rewriting that grandparent event (hashes recomputed) breaks it."""
+    store.create_session("root", events=_messages(5, "root"))
+    store.create_session("mid", parent_session_id="root", fork_seq=4)
+    store.append("mid", _messages(2, "mid"), expected_seq=0)  # mid's seqs 5, 6 in its own history
+    store.create_session("leaf", parent_session_id="mid", fork_seq=3)  # shares root's seqs 1..3
+    store.append("leaf", _messages(1, "leaf"), expected_seq=0)
+    store.create_session("tip", parent_session_id="mid", fork_seq=6)  # shares root 1..4 and mid's 2
+    store.append("tip", _messages(1, "tip"), expected_seq=0)
+    assert all(store.verify(sid).ok for sid in ("root", "mid", "leaf", "tip"))
+
+    _tamper(
+        store,
+        "UPDATE events SET payload = replace(payload, 'root 2', 'root X') "
+        "WHERE session_id = 'root' AND seq = 3",
+    )
+    _recompute_chain(store, "root", from_seq=3)
+
+    assert store.verify("root").ok  # consistently rewritten
+    assert store.verify("leaf").first_bad_seq == 1  # bound to root's seq 3
+    assert store.verify("mid").first_bad_seq == 1  # bound to root's seq 4, re-hashed too
+    assert store.verify("tip").ok  # bound to mid's own seq 2, unchanged: mid's own report shows the break
+
+
+_ROW_EDITS = {
+    "fork_seq": "UPDATE sessions SET fork_seq = :value WHERE id = 'fork'",
+    "parent_session_id": "UPDATE sessions SET parent_session_id = :value WHERE id = 'fork'",
+    "created_at": "UPDATE sessions SET created_at = :value WHERE id = 'fork'",
+    "metadata": "UPDATE sessions SET metadata = :value WHERE id = 'fork'",
+}
+
+
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parent_events=st.integers(1, 6),
+    data=st.data(),
+    column=st.sampled_from(sorted(_ROW_EDITS)),
+)
+def test_any_edit_of_a_sessions_row_breaks_its_chain_at_seq_1(
+    parent_events: int, data: st.DataObject, column: str
+) -> None:
+    """Whatever column of a fork's row changes, to whatever other valid value, verify fails at seq 1
+    (and the unedited fork verifies)."""
+    fork_seq = data.draw(st.integers(0, parent_events), label="fork point")
+    with sessionstore.open_store(":memory:") as store:
+        store.create_session("parent", events=_messages(parent_events, "p"))
+        store.create_session("other", events=_messages(parent_events, "o"))
+        store.create_session("fork", parent_session_id="parent", fork_seq=fork_seq, metadata={"k": "v"})
+        store.append("fork", _messages(data.draw(st.integers(1, 3), label="own events")), expected_seq=0)
+        assert store.verify("fork").ok
+        row = store.get_session("fork")
+        if column == "fork_seq":
+            value: object = data.draw(st.integers(0, parent_events).filter(lambda v: v != fork_seq))
+        elif column == "parent_session_id":
+            value = "other"
+        elif column == "created_at":
+            shift = data.draw(st.integers(1, 10**9), label="microseconds later")
+            value = (row.created_at + timedelta(microseconds=shift)).replace(tzinfo=None)
+        else:
+            value = json.dumps(data.draw(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+            assume(json.loads(str(value)) != row.metadata)
+
+        _tamper(store, _ROW_EDITS[column], value=value)
+
+        assert store.verify("fork").first_bad_seq == 1
