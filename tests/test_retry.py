@@ -32,6 +32,10 @@ __all__ = ["private_pg"]  # the fixture, imported to be found by pytest
 
 #: How long each fault storm lasts: long enough for hundreds of kills, short for the suite.
 STORM_SECONDS = 3.0
+#: Every client connection is killed this often: a retry has a moment to get through.
+KILL_EVERY_SECONDS = 0.05
+#: Short pauses, so writers make progress between kills; the budget outlasts the storm.
+STORM_RETRY = RetryPolicy(attempts=100, base_delay=0.01, max_delay=0.1, budget_seconds=30)
 WRITERS = 4
 
 
@@ -53,6 +57,8 @@ class Writer:
     store: SessionStore
     session_id: str
     acknowledged: list[str] = field(default_factory=list)
+    #: Forks created along the way: (session id, the id of its one event).
+    forks: list[tuple[str, str]] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 
     def run(self, stop: threading.Event) -> None:
@@ -63,11 +69,20 @@ class Writer:
                 result = self.store.append(self.session_id, [event], expected_seq=last)
                 # Read back too: reads are retried as well.
                 self.store.last_seq(self.session_id)
+                if result.last_seq % 10 == 0:
+                    self._fork(result.last_seq)
             except Exception as e:  # any error that reaches the caller is the failure
                 self.errors.append(e)
                 return
             self.acknowledged.append(str(event.event_id))
             last = result.last_seq
+
+    def _fork(self, at: int) -> None:
+        """create_session is retried too (it finds its own session after a lost reply)."""
+        first = MessageAppended(role="user", content=f"fork at {at}")
+        fork_id = f"{self.session_id}.f{at}"
+        self.store.create_session(fork_id, parent_session_id=self.session_id, fork_seq=at, events=[first])
+        self.forks.append((fork_id, str(first.event_id)))
 
 
 def _run_under_fault(store: SessionStore, fault: Callable[[threading.Event], None]) -> list[Writer]:
@@ -93,12 +108,14 @@ def _assert_all_kept_once(store: SessionStore, writers: list[Writer]) -> None:
         # Exactly the acknowledged events, each once, in order: nothing lost, nothing doubled.
         assert [r.event_id for r in stored] == writer.acknowledged
         assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
+        for fork_id, event_id in writer.forks:
+            assert [r.event_id for r in store.read(fork_id, verify=True)] == [event_id]
 
 
 def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
     private_pg: PrivateCluster, fault_url: str
 ) -> None:
-    """Every client connection is killed every few milliseconds while writers append."""
+    """Every client connection is killed every 50 ms while writers append, create and read."""
     kills = 0
 
     def storm(stop: threading.Event) -> None:
@@ -107,9 +124,9 @@ def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
         with psycopg.connect(private_pg.admin_dsn, autocommit=True) as killer:
             while time.monotonic() < deadline:
                 kills += private_pg.terminate_clients(killer)
-                time.sleep(0.01)
+                time.sleep(KILL_EVERY_SECONDS)
 
-    with sessionstore.open_store(fault_url, token_counter=None) as store:
+    with sessionstore.open_store(fault_url, token_counter=None, retry=STORM_RETRY) as store:
         writers = _run_under_fault(store, storm)
         _assert_all_kept_once(store, writers)
 
