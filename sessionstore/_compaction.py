@@ -457,7 +457,8 @@ def _kept_raw_tokens(session: Session, plan: _Plan) -> int:
 
 
 def _predicted_used(session: Session, raw_tokens: int, blocks: int) -> int:
-    """ "used" right after a boundary of ``raw_tokens`` and ``blocks`` (no usage follows it yet)."""
+    """The tokens used right after a boundary of ``raw_tokens`` and ``blocks`` (as
+    ``Session.used_tokens`` estimates them: no API usage follows the boundary yet)."""
     return max(0, session.estimate(session.api_state.context_tokens + raw_tokens, blocks))
 
 

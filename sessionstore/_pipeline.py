@@ -717,7 +717,9 @@ class Pipeline:
             freed = max(0, before - session.used_tokens())
             reports.append(StageReport("collapse", freed, tuple(collapsed)))
         if config.auto_compact and session.api_state.query_source == "main":
-            if config.compact.session_memory and not config.collapse.enabled:  # collapse never uses it
+            # Collapse never uses the memory, and with all compaction off nothing would.
+            compaction_on = not session.config.window.disable_compaction
+            if config.compact.session_memory and not config.collapse.enabled and compaction_on:
                 maybe_extract_memory(session, self.summarizer, config.compact)
             # "used" already excludes what snip freed after the last usage, so nothing to subtract.
             compacted = autocompact_stage(

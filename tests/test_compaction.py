@@ -814,3 +814,21 @@ class TestSecondCompaction:
         assert [e.payload for e in session.transcript if e.type == "compact_boundary"][1]["summary"] == (
             "second summary"
         )
+
+
+def test_no_session_memory_is_extracted_when_compaction_is_disabled() -> None:
+    """With all compaction off nothing would use a memory: no summarizer call, no event."""
+    seen: list[Any] = []
+
+    class Recording(OfflineSummarizer):
+        def summarize(self, request: Any) -> Any:
+            seen.append(request)
+            return super().summarize(request)
+
+    session = _session(turns=2, config=SessionConfig(window=WindowConfig(disable_compaction=True)))
+    session.append([UsageRecorded(input_tokens=12_000, output_tokens=10)])
+
+    Pipeline(summarizer=Recording()).prepare(session)
+
+    assert seen == []
+    assert "session_memory_updated" not in [e.type for e in session.transcript]
