@@ -387,7 +387,9 @@ class SessionStore(abc.ABC):
         Writes apply in order, so a session created earlier in ``writes`` can be the parent of
         a later one. Each append is checked and deduplicated as ``append`` does; a created
         session's result has seqs from 1. For an import of a transcript with its sub-agents, a
-        failure in a later session leaves no earlier one half-linked.
+        failure in a later session leaves no earlier one half-linked. Appends in it are
+        idempotent by event id; a create is not: if the reply to a committed call was lost, a
+        retry gets ``SessionExistsError`` — re-read and write what is missing (the importer does).
 
         Raises:
             SessionExistsError, SessionNotFoundError, ConcurrencyError, DuplicateEventError,

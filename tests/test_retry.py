@@ -20,6 +20,7 @@ import sessionstore
 from sessionstore import (
     ConcurrencyError,
     MessageAppended,
+    OperationalError,
     RetryPolicy,
     SessionStore,
     StoreUnavailableError,
@@ -207,3 +208,34 @@ def test_pauses_grow_exponentially_with_jitter_up_to_the_cap() -> None:
     assert 0.05 <= pauses[0] <= 0.1
     assert 0.2 <= pauses[2] <= 0.4
     assert all(0.5 <= p <= 1.0 for p in pauses[4:])
+
+
+def test_the_time_budget_ends_retrying_before_the_attempts_do() -> None:
+    """``budget_seconds`` bounds the wait whatever ``attempts`` says: 0 means no retry at all."""
+    calls: list[int] = []
+
+    def lost_connection() -> None:
+        calls.append(1)
+        raise OperationalError("server closed the connection unexpectedly", transient=True)
+
+    policy = RetryPolicy(attempts=50, base_delay=0.01, max_delay=0.01, budget_seconds=0)
+    with pytest.raises(StoreUnavailableError) as raised:
+        policy.run(lost_connection, what="read")
+
+    assert len(calls) == 1
+    assert raised.value.operation == "read"
+    assert "server closed the connection" in str(raised.value)
+
+
+def test_an_error_that_is_not_transient_is_raised_at_once() -> None:
+    calls: list[int] = []
+
+    def disk_full() -> None:
+        calls.append(1)
+        raise OperationalError("database or disk is full")
+
+    with pytest.raises(OperationalError) as raised:
+        RetryPolicy().run(disk_full, what="append")
+
+    assert len(calls) == 1
+    assert not isinstance(raised.value, StoreUnavailableError)
