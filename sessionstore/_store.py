@@ -79,7 +79,9 @@ def check_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
         raise ValidationError(msg, field=name)
     if not minimum <= value <= INT64_MAX:
         lowest = "-2**63" if minimum == INT64_MIN else str(minimum)
-        msg = f"{name} must be from {lowest} to 2**63 - 1, not {value}"
+        # A huge int is described, not printed: str() refuses past 4,300 digits.
+        given = str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+        msg = f"{name} must be from {lowest} to 2**63 - 1, not {given}"
         raise ValidationError(msg, field=name)
     return value
 

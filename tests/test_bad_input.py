@@ -252,12 +252,16 @@ def test_session_metadata_must_be_a_json_object(store: SessionStore, metadata: o
     assert store.list_sessions() == []
 
 
-def test_expected_seq_must_be_an_int_not_a_bool(store: SessionStore) -> None:
-    """`True == 1` in Python: a bool must not pass as a seq (it used to be compared as one)."""
+@pytest.mark.parametrize(
+    "expected", [True, 2**63, 10**4300, -1, 1.0, None], ids=["True", "2**63", "10**4300", "-1", "1.0", "None"]
+)
+def test_expected_seq_must_be_a_64_bit_int_not_a_bool(store: SessionStore, expected: object) -> None:
+    """`True == 1` in Python: a bool must not pass as a seq (it was compared as one), and a seq
+    past 64 bits is refused (one past 4,300 digits raised ValueError formatting the conflict)."""
     store.create_session("s", events=[MessageAppended(role="user", content="one")])
 
     with pytest.raises(ValidationError) as refused:
-        store.append("s", [MessageAppended(role="user", content="two")], True)
+        store.append("s", [MessageAppended(role="user", content="two")], expected)  # type: ignore[arg-type]
 
     assert refused.value.field == "expected_seq"
     assert store.last_seq("s") == 1
@@ -298,6 +302,27 @@ def test_a_limit_of_zero_reads_nothing(store: SessionStore) -> None:
 
     assert store.read_all(0, 0) == []
     assert store.list_sessions(limit=0) == []
+
+
+LOOKUPS: dict[str, Callable[[SessionStore], object]] = {
+    "read": lambda s: s.read("s\ud800"),
+    "get_session": lambda s: s.get_session("\udc00"),
+    "last_seq": lambda s: s.last_seq("\ud800"),
+    "append": lambda s: s.append("\ud800", [MessageAppended(role="user", content="x")], ANY),
+    "list_sessions after": lambda s: s.list_sessions(after="\ud800"),
+    "latest_snapshot": lambda s: s.latest_snapshot("\ud800", "api_context", 1, "x"),
+}
+
+
+@pytest.mark.parametrize("call", LOOKUPS.values(), ids=LOOKUPS.keys())
+def test_looking_up_text_with_a_lone_surrogate_is_a_validation_error(
+    store: SessionStore, call: Callable[[SessionStore], object]
+) -> None:
+    """The driver cannot encode it (UnicodeEncodeError escaped from every read)."""
+    store.create_session("s")
+
+    with pytest.raises(ValidationError, match="not valid Unicode"):
+        call(store)
 
 
 CLI_BAD_INPUT = {

@@ -17,7 +17,7 @@ import re
 import sqlite3
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 from uuid import uuid4
@@ -169,11 +169,19 @@ def _translate(error: BaseException) -> SessionStoreError:
 
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
-    """Re-raise SQLAlchemy / driver errors as sessionstore errors (``raise ... from e``)."""
+    """Re-raise SQLAlchemy / driver errors as sessionstore errors (``raise ... from e``).
+
+    A lone surrogate in a query parameter (a session id or cursor a caller looks up; stored
+    values are refused before they reach SQL) cannot be encoded by the driver: a ValidationError.
+    """
     try:
         yield
     except (sa_exc.DBAPIError, sqlite3.Error, psycopg.Error) as e:
         raise _translate(e) from e
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end]
+        msg = f"a lookup with text that is not valid Unicode (a lone surrogate): {bad!r}"
+        raise ValidationError(msg) from e
 
 
 def _utcnow() -> datetime:
@@ -255,8 +263,9 @@ class SqlSessionStore(SessionStore):
     # -- preparation (outside any transaction: validation and tokenizing hold no lock) --
 
     def _prepare(self, batch: Sequence[Event | dict[str, Any]]) -> list[Prepared]:
-        if isinstance(batch, Event | dict | str | bytes):
-            msg = "events must be a sequence of events (wrap a single event in a list)"
+        if isinstance(batch, Event | dict | str | bytes) or not isinstance(batch, Iterable):
+            kind = type(batch).__name__
+            msg = f"events must be a sequence of events (wrap a single event in a list), not {kind}"
             raise ValidationError(msg)
         prepared: list[Prepared] = []
         seen: set[str] = set()
@@ -479,11 +488,8 @@ class SqlSessionStore(SessionStore):
         expected_seq: ExpectedSeq,
     ) -> AppendResult:
         """See ``SessionStore.append``."""
-        if expected_seq != ANY and not (
-            isinstance(expected_seq, int) and not isinstance(expected_seq, bool) and expected_seq >= 0
-        ):
-            msg = f"expected_seq must be an int >= 0 or ANY, got {expected_seq!r}"
-            raise ValidationError(msg, field="expected_seq")
+        if not (isinstance(expected_seq, str) and expected_seq == ANY):
+            check_int("expected_seq", expected_seq, minimum=0)  # ANY, or a 64-bit seq (not a bool)
         prepared = self._prepare(events)
         # Prepared once: a retry writes the very same event ids, so it is idempotent.
         return self._retrying("append", lambda: self._append_once(session_id, prepared, expected_seq))
