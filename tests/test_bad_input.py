@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 import sessionstore
 from sessionstore import ANY, MessageAppended, SessionStore, ValidationError, import_claude_code
+from sessionstore._migrate import known_revisions
 from sessionstore.cli import main
 
 from .conftest import Backend
@@ -502,7 +503,7 @@ def test_an_unknown_revision_changes_nothing(db: str, capsys: pytest.CaptureFixt
         assert _cli("db", action, "--db", db, "nosuch")[0] == 1
         line = _one_error_line(capsys.readouterr().err)
         assert f"cannot {action} to revision 'nosuch'" in line
-        assert f"(revisions: base, 0001, {sessionstore.SCHEMA_REVISION}, head)" in line
+        assert f"(revisions: base, {', '.join(known_revisions())}, head)" in line
 
     assert _cli("db", "current", "--db", db)[1].strip() == sessionstore.SCHEMA_REVISION
 
