@@ -47,8 +47,10 @@ from .messages_api import prompt_too_long, text_message
 from .strategies import examples
 
 
-def _session(turns: int = 6, config: SessionConfig | None = None, **started: Any) -> Session:
-    store = sessionstore.open_store(":memory:")
+def _session(
+    turns: int = 6, config: SessionConfig | None = None, store: Any = None, **started: Any
+) -> Session:
+    store = store or sessionstore.open_store(":memory:")
     session = Session.create(
         store, model="claude-opus-5-5", config=config or SessionConfig(snapshot_every=0), **started
     )
@@ -494,16 +496,17 @@ def test_collapse_resumes_after_a_last_resort_compaction() -> None:
 class TestCompactionDisabled:
     """``WindowConfig(disable_compaction=True)`` turns every compaction off, manual ones too."""
 
-    def test_manual_compact_raises_and_records_nothing(self) -> None:
-        session = _session(turns=2, config=SessionConfig(window=WindowConfig(disable_compaction=True)))
-        last = session.last_seq
+    def test_manual_compact_raises_and_records_nothing(self, store: Any) -> None:
+        config = SessionConfig(window=WindowConfig(disable_compaction=True))
+        session = _session(turns=2, config=config, store=store)
+        last = store.last_seq(session.id)
 
         with pytest.raises(CompactionDisabledError, match="compaction is disabled"):
             compact(session, OfflineSummarizer())
         with pytest.raises(CompactionDisabledError):
             compact(session, OfflineSummarizer(), up_to_uuid="a0")
 
-        assert session.last_seq == last
+        assert store.last_seq(session.id) == last
 
     def test_disable_auto_compact_still_allows_a_manual_compact(self) -> None:
         session = _session(turns=2, config=SessionConfig(window=WindowConfig(disable_auto_compact=True)))
@@ -593,11 +596,11 @@ def _texts(message: dict[str, Any]) -> list[str]:
     return [str(b.get("text", "")) for b in message["content"] if b.get("type") == "text"]
 
 
-def test_restored_parts_follow_the_kept_messages_when_a_collapse_sits_in_them() -> None:
+def test_restored_parts_follow_the_kept_messages_when_a_collapse_sits_in_them(store: Any) -> None:
     """A collapse committed in a compaction's kept tail leaves the restored files and hook
     results after the kept messages, before every later turn (not at the request's end)."""
     hooks = CompactHooks(post_compact=[lambda summary: "post hook ran"])
-    session = _session(turns=8)
+    session = _session(turns=8, store=store)
     blob = session.store.put_blob(b"print('hi')\n")
     session.append([sessionstore.FileRead(path="src/hi.py", blob_sha256=blob.sha256)])
     compact(session, OfflineSummarizer(), up_to_uuid="a1", config=CompactConfig(hooks=hooks))
@@ -617,11 +620,12 @@ def test_restored_parts_follow_the_kept_messages_when_a_collapse_sits_in_them() 
     assert texts[restored + 2 :] == ["later 8", "later 8 done", "later 9", "later 9 done"]
     assert "step 7 done" in texts[:restored]
     sessionstore.validate_request(session.request())
+    assert Session(store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()
 
 
-def _big_session(turns: int, words: int, **started: Any) -> Session:
+def _big_session(turns: int, words: int, store: Any = None, **started: Any) -> Session:
     """Turns of a prompt, a tool call, a result of about ``words`` tokens and an answer."""
-    store = sessionstore.open_store(":memory:")
+    store = store or sessionstore.open_store(":memory:")
     session = Session.create(
         store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), **started
     )
@@ -701,7 +705,9 @@ class TestSessionMemoryFallbacks:
 
         assert report.strategy == "session_memory"
 
-    def test_a_memory_compact_still_above_the_threshold_is_abandoned_for_the_llm_summary(self) -> None:
+    def test_a_memory_compact_still_above_the_threshold_is_abandoned_for_the_llm_summary(
+        self, store: Any
+    ) -> None:
         """Nothing is recorded for it: one boundary, and the model summarizes the original history."""
         seen: list[str] = []
 
@@ -711,7 +717,9 @@ class TestSessionMemoryFallbacks:
                 return super().summarize(request)
 
         # Window 40,000 with 10,000 reserved: the auto-compact threshold is 17,000 tokens.
-        session = _big_session(turns=8, words=4_000, context_window=40_000, max_output_tokens=10_000)
+        session = _big_session(
+            turns=8, words=4_000, store=store, context_window=40_000, max_output_tokens=10_000
+        )
         memory_seq = next(e.seq for e in session.transcript if e.payload.get("message_uuid") == "p4") - 1
         session.append(
             [SessionMemoryUpdated(memory="notes", last_summarized_seq=memory_seq, tokens_at_extraction=10**9)]
@@ -720,7 +728,8 @@ class TestSessionMemoryFallbacks:
 
         prepared = Pipeline(summarizer=Recording()).prepare(session)
 
-        boundaries = [e.payload for e in session.transcript if e.type == "compact_boundary"]
+        reopened = Session(store, session.id, use_snapshots=False)
+        boundaries = [e.payload for e in reopened.transcript if e.type == "compact_boundary"]
         assert [(b["strategy"], b["trigger"]) for b in boundaries] == [("llm", "auto")]
         assert seen == ["step 0 please"]
         assert not prepared.tokens.above_autocompact
