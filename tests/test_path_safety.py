@@ -10,11 +10,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import sessionstore
 from sessionstore import PathRefusedError, SessionStore, ValidationError
@@ -22,6 +25,8 @@ from sessionstore._paths import name_problem, read_regular_file
 from sessionstore.cli import main
 from sessionstore.exporters import write_claude_code
 from sessionstore.importers import import_claude_code
+
+from .strategies import examples
 
 SESSION = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b8c1a7f"
 
@@ -183,6 +188,42 @@ def test_cli_export_of_a_crafted_session_fails_with_one_line(
     assert "'../escaped.jsonl': not a plain file name" in capsys.readouterr().err
     assert not (tmp_path / "escaped.jsonl").exists()
     assert not (tmp_path / "out").exists()
+
+
+#: Names built to climb, plus arbitrary text: separators, dots, absolute paths, NUL, non-ASCII.
+_hostile_names = st.one_of(
+    st.lists(st.sampled_from(["..", ".", "", "/", "\\", "x", "tmp", "a.b", "\x00", "é"]), max_size=6).map(
+        "/".join
+    ),
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30),
+)
+
+
+@settings(max_examples=examples(60))
+@given(session_id=_hostile_names, agent_id=_hostile_names)
+@example(session_id="../../x", agent_id="a1")
+@example(session_id="/", agent_id="..")
+def test_export_writes_only_inside_the_folder_whatever_the_names(session_id: str, agent_id: str) -> None:
+    """For any sessionId and agentId: the export is refused, or every file lands inside the folder."""
+    with tempfile.TemporaryDirectory() as scratch, sessionstore.open_store(":memory:") as store:
+        top = Path(scratch)
+        source = top / "a" / "b" / "source"
+        _main(source, session_id)
+        _agent(source, session_id, agent_id)
+        try:
+            report = import_claude_code(store, [source])
+        except sessionstore.SessionStoreError:
+            return  # e.g. no sessionId at all: nothing imported, nothing to export
+        before = _files(top)
+        out = top / "a" / "b" / "out"
+        try:
+            written = write_claude_code(store, report.sessions[0].session_id, out, overwrite=True)
+        except PathRefusedError:
+            assert _files(top) == before
+            return
+
+        assert all(os.path.realpath(f.path).startswith(os.path.realpath(out) + os.sep) for f in written)
+        assert {p for p in _files(top) - before if not p.startswith("a/b/out")} == set()
 
 
 @pytest.mark.parametrize(
