@@ -250,15 +250,44 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
     return event
 
 
+def _still_shown(session: Session, staged: dict[str, Any]) -> bool:
+    """True while a staged span is wholly in the request (no snip or compaction took part of it).
+
+    A span behind a snip or a compact boundary summarizes messages the model no longer sees:
+    committing it would change nothing in the request yet count its tokens as freed.
+    """
+    state = session.api_state
+    if bisect.bisect_left(state.message_first_seq, staged["first_seq"]) < state.first_visible:
+        return False
+    compact = state.compact
+    # A partial "from" compaction summarized the messages from its pivot to its boundary.
+    if compact is None or not compact.get("from_seq"):
+        return True
+    return bool(staged["end_seq"] <= compact["from_seq"] or staged["first_seq"] > compact["seq"])
+
+
+def _committable(session: Session) -> list[tuple[str, dict[str, Any]]]:
+    """Staged collapses whose span is still in the request, oldest first."""
+    staged = [(event_id, s) for event_id, s in session.api_state.staged.items() if _still_shown(session, s)]
+    return sorted(staged, key=lambda item: item[1]["first_seq"])
+
+
 def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = False) -> CollapseCommitted:
     """Make a staged collapse take effect (no model call).
 
     Raises:
-        ValidationError: no such staged collapse.
+        ValidationError: no such staged collapse, or its span left the request since it was
+            staged (a snip or a compaction took it).
     """
     staged = session.api_state.staged.get(staged_event_id)
     if staged is None:
         msg = f"no staged collapse {staged_event_id} in session {session.id!r}"
+        raise ValidationError(msg, field="event_id")
+    if not _still_shown(session, staged):
+        msg = (
+            f"staged collapse {staged_event_id} of session {session.id!r} covers messages a snip or a "
+            "compaction has since taken out of the request: there is nothing left to collapse"
+        )
         raise ValidationError(msg, field="event_id")
     event = CollapseCommitted(
         staged_event_id=staged_event_id,
@@ -270,9 +299,9 @@ def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = F
 
 
 def drain_collapses(session: Session) -> CollapseReport:
-    """Commit every staged collapse at once, oldest first, without a model call."""
+    """Commit every staged collapse still in the request at once, oldest first, without a model call."""
     before = session.used_tokens()
-    staged = sorted(session.api_state.staged.items(), key=lambda item: item[1]["first_seq"])
+    staged = _committable(session)
     events = [
         CollapseCommitted(
             staged_event_id=event_id,
@@ -343,7 +372,7 @@ def collapse_stage(session: Session, config: CollapseConfig, summarizer: Summari
             if span is not None:
                 appended.append(str(stage_collapse(session, summarizer, *span).event_id))
                 staged_one = True
-        for event_id, _ in sorted(session.api_state.staged.items(), key=lambda item: item[1]["first_seq"]):
+        for event_id, _ in _committable(session):
             if session.used_tokens() < commit_mark:
                 break
             appended.append(str(commit_collapse(session, event_id).event_id))

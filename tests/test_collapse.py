@@ -17,9 +17,11 @@ from sessionstore._collapse import (
     SubagentSpawnRefused,
     check_spawn,
     collapse,
+    commit_collapse,
     drain_collapses,
     stage_collapse,
 )
+from sessionstore._compaction import compact
 from sessionstore._pipeline import snip
 from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
 from sessionstore.cli import main
@@ -435,3 +437,27 @@ def _user_text(payload: dict[str, Any]) -> str:
         if isinstance(content, str)
         else "".join(b.get("text", "") for b in content if b["type"] == "text")
     )
+
+
+@pytest.mark.parametrize("taken_by", ["snip", "compaction", "partial compaction"])
+def test_a_staged_span_taken_out_of_the_request_is_never_committed(store: Any, taken_by: str) -> None:
+    """A staged span that a snip or a compaction took out of the request summarizes messages the
+    model no longer sees: draining skips it, committing it is refused, the token count stays true."""
+    session, prompts = _session(store=store)
+    staged = stage_collapse(
+        session, OfflineSummarizer(), session.message_index(prompts[1]), session.message_index(prompts[3])
+    )
+    if taken_by == "snip":
+        snip(session, rounds=5)  # up to turn 3: the cut lands inside the staged span
+    elif taken_by == "compaction":
+        compact(session, OfflineSummarizer())
+    else:
+        compact(session, OfflineSummarizer(), from_uuid=prompts[2])
+    used, sent = session.used_tokens(), session.request_bytes()
+
+    report = drain_collapses(session)
+
+    assert report.event_ids == ()
+    with pytest.raises(sessionstore.ValidationError, match="nothing left to collapse"):
+        commit_collapse(session, str(staged.event_id))
+    assert (session.used_tokens(), session.request_bytes()) == (used, sent)
