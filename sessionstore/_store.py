@@ -249,7 +249,9 @@ _IDENTITY_CHANGED = (
 )
 
 
-def chain_problem(events: Sequence[RecordedEvent], prev_hash: str | None) -> tuple[int, str] | None:
+def chain_problem(
+    events: Sequence[RecordedEvent], prev_hash: str | None, *, from_seq: int | None = None
+) -> tuple[int, str] | None:
     """The first (seq, reason) where ``events`` break the chain, or None.
 
     Within a session, global positions must increase with seq (the database assigns them in
@@ -259,9 +261,10 @@ def chain_problem(events: Sequence[RecordedEvent], prev_hash: str | None) -> tup
         events: consecutive events of one session in seq order.
         prev_hash: hash of the event before ``events[0]`` (the session's genesis for seq 1),
             or None to trust ``events[0].prev_hash``.
+        from_seq: the seq ``events`` must start at (default: whatever ``events[0]`` has).
     """
     expected_prev = prev_hash
-    expected_seq = events[0].seq if events else 1
+    expected_seq = from_seq if from_seq is not None else events[0].seq if events else 1
     previous: RecordedEvent | None = None
     for recorded in events:
         if recorded.seq != expected_seq:
@@ -609,7 +612,7 @@ class SessionStore(abc.ABC):
             return VerifyReport(
                 session_id, len(events), 1 if events else None, reason, identity_bound=not legacy
             )
-        problem = chain_problem(events, start)
+        problem = chain_problem(events, start, from_seq=1)
         if problem is not None:
             seq, reason = problem
             if reason == _IDENTITY_CHANGED:

@@ -273,6 +273,18 @@ class TestRewrittenChain:
         assert store.verify(sid).head == store.head(sid).hash
 
 
+def test_a_deleted_first_event_is_a_gap_at_seq_1(store: SessionStore) -> None:
+    """The chain must start at seq 1: a log that starts later lost its beginning."""
+    sid = store.create_session("headless", events=_messages(3)).id
+
+    _tamper(store, "DELETE FROM events WHERE session_id = :sid AND seq = 1", sid=sid)
+
+    report = store.verify(sid)
+    assert (report.first_bad_seq, report.reason) == (2, "seq gap: expected 1")
+    with pytest.raises(sessionstore.IntegrityCheckError, match="seq gap: expected 1"):
+        store.read(sid, verify=True)
+
+
 class TestLegacyChains:
     def test_a_chain_from_before_identity_binding_still_verifies(self, store: SessionStore) -> None:
         """Chains written by earlier versions start from 64 zeros: they verify (marked unbound),

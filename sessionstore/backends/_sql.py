@@ -645,7 +645,7 @@ class SqlSessionStore(SessionStore):
             if from_seq <= 1 and result and start is None:
                 msg = f"session {session_id!r}: the parent's event at its fork point is missing"
                 raise IntegrityCheckError(msg, session_id=session_id, seq=1)
-            problem = chain_problem(result, start)
+            problem = chain_problem(result, start, from_seq=1 if start is not None else None)
             if problem is not None:
                 seq, reason = problem
                 msg = f"session {session_id!r}: integrity check failed at seq {seq}: {reason}"
