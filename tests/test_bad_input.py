@@ -530,3 +530,24 @@ def test_a_database_written_by_a_newer_sessionstore_says_so(
         assert _cli(*argv, "--db", shared_backend.url)[0] == 1
         assert "written by a newer sessionstore" in _one_error_line(capsys.readouterr().err)
     assert _cli("db", "current", "--db", shared_backend.url)[1].strip() == "0099"
+
+
+@pytest.mark.parametrize("below", ["", "sub"], ids=["the file", "a folder below it"])
+def test_export_into_a_file_instead_of_a_folder_is_refused(
+    db: str, tmp_path: Path, below: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`export --dir <a file>`: a ValidationError naming the file, one line, nothing written
+    (it was FileExistsError / NotADirectoryError from mkdir)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    target = a_file / below if below else a_file
+
+    with (
+        sessionstore.open_store(db) as store,
+        pytest.raises(ValidationError, match=f"{a_file} is not a folder"),
+    ):
+        sessionstore.write_claude_code(store, "s-1", target)
+    assert _cli("export", "--db", db, "s-1", "--dir", str(target))[0] == 1
+
+    assert f"{a_file} is not a folder" in _one_error_line(capsys.readouterr().err)
+    assert a_file.read_text() == "keep me"

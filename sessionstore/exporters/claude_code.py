@@ -386,6 +386,14 @@ def _refused_targets(directory: Path, files: list[_Planned]) -> dict[str, str]:
     return refused
 
 
+def _not_a_folder(folder: Path) -> Path | None:
+    """The first existing path of ``folder`` and its parents, if it is not a directory."""
+    for candidate in (folder, *folder.parents):
+        if os.path.lexists(candidate):
+            return None if candidate.is_dir() else candidate
+    return None
+
+
 def write_claude_code(
     store: SessionStore, session_id: str, directory: str | Path, *, overwrite: bool = False
 ) -> list[ExportedFile]:
@@ -401,10 +409,15 @@ def write_claude_code(
     Raises:
         PathRefusedError: a file would land outside ``directory`` or on a non-file; names every
             one (nothing is written).
-        ValidationError: a file to write exists and ``overwrite`` is False (nothing is written).
+        ValidationError: a file to write exists and ``overwrite`` is False, or ``directory`` (or
+            a parent of it) is a file (nothing is written).
         SessionNotFoundError: no such session.
     """
     folder = Path(directory)
+    blocked = _not_a_folder(folder)
+    if blocked is not None:
+        msg = f"cannot export into {folder}: {blocked} is not a folder (nothing written)"
+        raise ValidationError(msg, field="directory")
     planned = _plan(store, session_id)
     refused = _refused_targets(folder, planned)
     if refused:
