@@ -541,7 +541,19 @@ class _Converter:
         self._prepare()
 
     def _prepare(self) -> None:
-        self.by_uuid = {ln.entry["uuid"]: ln for ln in self.order if isinstance(ln.entry.get("uuid"), str)}
+        #: Each uuid's line and its place in log order (the first line that carries it).
+        self.by_uuid: dict[str, _Line] = {}
+        self.rank: dict[str, int] = {}
+        for index, line in enumerate(self.order):
+            key = line.entry.get("uuid")
+            if isinstance(key, str) and key not in self.by_uuid:
+                self.by_uuid[key], self.rank[key] = line, index
+        #: The first isCompactSummary line under each parent (the older shape: the boundary's child).
+        self.summary_children: dict[str, _Line] = {}
+        for line in self.order:
+            parent = line.entry.get("parentUuid")
+            if line.entry.get("isCompactSummary") is True and isinstance(parent, str):
+                self.summary_children.setdefault(parent, line)
         for line in self.order:
             if line.entry.get("subtype") == "compact_boundary" and isinstance(line.entry.get("uuid"), str):
                 summary = self._summary_line(line.entry)
@@ -573,22 +585,15 @@ class _Converter:
     def _summary_line(self, boundary: dict[str, Any]) -> _Line | None:
         """The ``isCompactSummary`` line of a compact boundary.
 
-        Up to 2.1.2xx it is the boundary's child. Since Claude Code keeps messages across a
-        compaction (2.1.3xx), attachment lines come between them and the boundary names its
-        summary: ``compactMetadata.preservedSegment.anchorUuid``.
+        Usually it is the boundary's child. An automatic compaction that keeps messages (Claude
+        Code 2.1.3xx) writes attachment lines between them and names its summary instead:
+        ``compactMetadata.preservedSegment.anchorUuid``.
         """
         anchor = _preserved(boundary).get("anchorUuid")
         line = self.by_uuid.get(anchor) if isinstance(anchor, str) else None
         if line is not None and line.entry.get("isCompactSummary") is True:
             return line
-        return next(
-            (
-                ln
-                for ln in self.order
-                if ln.entry.get("isCompactSummary") is True and ln.entry.get("parentUuid") == boundary["uuid"]
-            ),
-            None,
-        )
+        return self.summary_children.get(boundary["uuid"])
 
     def _kept_lines(self, boundary: dict[str, Any]) -> list[_Line]:
         """The message lines a compaction kept verbatim after its summary, in log order."""
@@ -598,14 +603,13 @@ class _Converter:
         if not isinstance(uuids, list):
             head = _preserved(boundary).get("headUuid")
             uuids = [head] if isinstance(head, str) else []
-        wanted = {u for u in uuids if isinstance(u, str)}
-        return [
+        lines = [self.by_uuid[u] for u in dict.fromkeys(uuids) if isinstance(u, str) and u in self.by_uuid]
+        kept = [
             ln
-            for ln in self.order
-            if ln.entry.get("uuid") in wanted
-            and ln.entry.get("type") in _MESSAGE_TYPES
-            and isinstance(ln.entry.get("message"), dict)
+            for ln in lines
+            if ln.entry.get("type") in _MESSAGE_TYPES and isinstance(ln.entry.get("message"), dict)
         ]
+        return sorted(kept, key=lambda ln: self.rank[ln.entry["uuid"]])
 
     def eid(self, line: _Line, part: str) -> uuid.UUID:
         # A second object on a line gets ids of its own (its line number is the first's).
