@@ -58,9 +58,9 @@ class AuditEntry:
     """One operation: when, what, how many tokens it moved, and whether it was undone.
 
     ``turn`` is the first served request (1-based, as ``served --turn``) the operation shaped;
-    None when no request was served after it. For a collapse commit and a compaction,
+    None when no request was served after it. For a collapse commit, a compaction and a snip,
     ``details["replaced"]`` lists the message events the model stopped seeing (uuids and seq
-    range), and what it saw instead (``details["summary"]``); for a compaction whose
+    range), and what it saw instead (``details["summary"]``; a snip has none); for a compaction whose
     summarization prompt was too long, ``details["ptl_dropped"]`` lists the messages the
     retries dropped before summarizing (they are in ``replaced`` too, but not in the summary).
     """
@@ -195,6 +195,8 @@ def audit(session: Session) -> AuditReport:
             described = _with_collapsed(described, transcript, staged[entry.payload["staged_event_id"]])
         elif entry.type == "compact_boundary":
             described = _with_compacted(described, compactions[entry.seq])
+        elif entry.type == "snip_applied":
+            described = _with_snipped(described, compactions[entry.seq])
         timeline.append(described)
     timeline = _with_unfinished_rewinds(timeline)
     timeline = _with_source_metadata(session, timeline)
@@ -265,7 +267,9 @@ class _Compacted:
 
     replaced: list[TranscriptEntry]
     ptl_dropped: list[TranscriptEntry]
-    tokens_after: int
+    tokens_after: int | None
+    #: A snip: the committed collapses whose summaries it took out with the span.
+    collapses: list[str] = field(default_factory=list)
 
 
 def _with_compacted(entry: AuditEntry, compacted: _Compacted) -> AuditEntry:
@@ -278,31 +282,78 @@ def _with_compacted(entry: AuditEntry, compacted: _Compacted) -> AuditEntry:
     return dataclasses.replace(entry, what=what, details=details, tokens_after=compacted.tokens_after)
 
 
-def _compactions(session: Session, transcript: list[TranscriptEntry]) -> dict[int, _Compacted]:
-    """Each compaction (by seq): the messages it replaced, derived from the view just before it.
+def _with_snipped(entry: AuditEntry, snipped: _Compacted) -> AuditEntry:
+    removed = _messages(snipped.replaced)
+    what = f"{entry.what}: removed {_span_text(removed)}"
+    details = {**entry.details, "replaced": removed}
+    if snipped.collapses:
+        what += f" and the summaries of {len(snipped.collapses)} collapse(s)"
+        details["collapses_removed"] = snipped.collapses
+    return dataclasses.replace(entry, what=what, details=details)
 
-    One fold over the log: at each boundary, the raw messages still visible (after earlier
-    boundaries and snips, outside committed collapses, whose summaries stood in for them) that
-    the boundary does not keep.
+
+def _collapses_before(state: ApiContextState, keep_from_seq: int) -> list[str]:
+    """The committed collapses (their commit event ids) whose spans end before ``keep_from_seq``."""
+    first = state.message_first_seq[state.first_visible] if state.first_visible < len(state.messages) else 0
+    return [
+        event_id
+        for event_id, edit in state.edits.items()
+        if edit["type"] == "collapse_committed"
+        and first <= edit["first_seq"]
+        and edit["end_seq"] <= keep_from_seq
+    ]
+
+
+def _compactions(session: Session, transcript: list[TranscriptEntry]) -> dict[int, _Compacted]:
+    """Each compaction and snip (by seq): the messages it took out, derived from the view before it.
+
+    One fold over the log: at each boundary or snip, the raw messages still visible (after
+    earlier boundaries and snips, outside committed collapses, whose summaries stood in for
+    them) that it does not keep.
     """
-    boundaries = {e.seq: e.payload for e in transcript if e.type == "compact_boundary"}
-    if not boundaries:
+    changes = {e.seq: e for e in transcript if e.type in ("compact_boundary", "snip_applied")}
+    if not changes:
         return {}
     shown = shown_messages(transcript)
     projection = ApiContextProjection()
     state = projection.initial()
     out: dict[int, _Compacted] = {}
-    for recorded in session.log.read(1, max(boundaries)):
-        payload = boundaries.get(recorded.seq)
-        if payload is not None:
-            replaced = _compacted_messages(state, transcript, shown, recorded.seq, payload)
-            dropped_before = int(payload.get("ptl_dropped_before_seq") or 0)
+    for recorded in session.log.read(1, max(changes)):
+        change = changes.get(recorded.seq)
+        if change is not None and change.type == "snip_applied":
+            removed = _snipped_messages(state, transcript, change.payload)
+            summaries = _collapses_before(state, int(change.payload["keep_from_seq"]))
+            out[recorded.seq] = _Compacted(removed, [], None, summaries)
+        elif change is not None:
+            replaced = _compacted_messages(state, transcript, shown, recorded.seq, change.payload)
+            dropped_before = int(change.payload.get("ptl_dropped_before_seq") or 0)
             ptl_dropped = [e for e in replaced if e.seq < dropped_before]
         state = projection.apply(state, recorded)
-        if payload is not None:
+        if change is not None and change.type == "compact_boundary":
             after = session.estimate(state.view_tokens, state.visible_blocks)
             out[recorded.seq] = _Compacted(replaced, ptl_dropped, after)
     return out
+
+
+def _hidden_seqs(before: ApiContextState, transcript: list[TranscriptEntry]) -> set[int]:
+    """Seqs of message events a summary already stood in for in ``before``: committed collapses,
+    and the part an earlier partial "from" compaction summarized."""
+    hidden = {e.seq for e in _collapsed_before(before, transcript)}
+    if before.compact is not None and before.compact.get("from_seq"):
+        hidden.update(range(int(before.compact["from_seq"]), int(before.compact["seq"])))
+    return hidden
+
+
+def _snipped_messages(
+    before: ApiContextState, transcript: list[TranscriptEntry], snip: dict[str, Any]
+) -> list[TranscriptEntry]:
+    """The message events visible raw in ``before`` that a snip takes out: the span up to its cut,
+    and the results opening the first kept message (their calls are in the span)."""
+    keep = int(snip["keep_from_seq"])
+    first = before.first_visible
+    start = before.message_first_seq[first] if first < len(before.messages) else keep
+    hidden = _hidden_seqs(before, transcript)
+    return [e for e in collapsed_messages(transcript, start, keep) if e.seq not in hidden]
 
 
 def _compacted_messages(
@@ -320,10 +371,7 @@ def _compacted_messages(
         start = max(start, int(boundary["summarized_from_seq"]))
     elif boundary.get("keep_from_seq"):
         stop = int(boundary["keep_from_seq"])
-    hidden = {e.seq for e in _collapsed_before(before, transcript)}
-    if before.compact is not None and before.compact.get("from_seq"):
-        # An earlier partial "from" compaction already summarized its part.
-        hidden.update(range(int(before.compact["from_seq"]), int(before.compact["seq"])))
+    hidden = _hidden_seqs(before, transcript)
     return [e for e in shown if start <= e.seq < stop and e.seq not in hidden]
 
 

@@ -264,3 +264,18 @@ class TestWhatWasReplaced:
         assert committed["details"]["replaced"]["uuids"] == ["p1", "c1", "r1", "a1", "p2", "c2", "r2", "a2"]
         assert committed["turn"] == 1
         assert "replaced: p1 c1 r1 a1 p2 c2 r2 a2" in table
+
+    def test_a_snip_lists_the_messages_it_removed(self, store: sessionstore.SessionStore) -> None:
+        """A snip removes turn 0 raw; a later one across a collapse removes turn 3 and the collapse's
+        summary, not the collapsed messages again (the collapse lists them)."""
+        session = _named_turns(store, 6)
+        sessionstore.snip(session, rounds=2)
+        report = collapse(session, OfflineSummarizer(), "p1", "a2")
+        sessionstore.snip(session, rounds=6)  # turns 1-2 (collapsed) and turn 3
+
+        first, second = (e for e in audit(session).entries if e.kind == "snip_applied")
+
+        assert first.details["replaced"]["uuids"] == ["p0", "c0", "r0", "a0"]
+        assert second.details["replaced"]["uuids"] == ["p3", "c3", "r3", "a3"]
+        assert second.details["collapses_removed"] == [report.event_ids[1]]
+        assert "removed 4 messages" in second.what and "the summaries of 1 collapse(s)" in second.what
