@@ -507,14 +507,14 @@ class SessionStore(abc.ABC):
         Only tampering makes one (the row was deleted with foreign keys off).
         """
 
-    def genesis(self, session_id: str) -> str | None:
-        """The ``prev_hash`` the session's first event must carry, from its row; None when the
-        parent's event at its fork point is missing.
+    def genesis(self, session: str | SessionInfo) -> str | None:
+        """The ``prev_hash`` the session's first event must carry, from its row (or the row given);
+        None when the parent's event at its fork point is missing.
 
         Raises:
             SessionNotFoundError: no such session.
         """
-        info = self.get_session(session_id)
+        info = session if isinstance(session, SessionInfo) else self.get_session(session)
 
         def lineage(sid: str) -> tuple[str | None, int | None] | None:
             try:
@@ -562,11 +562,11 @@ class SessionStore(abc.ABC):
         hashes.update((e.seq + base, e.hash) for e in self.read(session_id))
         return hashes
 
-    def chain_start(self, session_id: str, first: RecordedEvent | None) -> str | None:
+    def chain_start(self, session: str | SessionInfo, first: RecordedEvent | None) -> str | None:
         """The ``prev_hash`` seq 1 must carry: the legacy zeros when it has them, else the genesis."""
         if first is not None and first.prev_hash == LEGACY_GENESIS_HASH:
             return LEGACY_GENESIS_HASH
-        return self.genesis(session_id)
+        return self.genesis(session)
 
     def head(self, session_id: str) -> ChainHead:
         """Where the session's chain ends now: keep it outside the database to check later.
@@ -595,16 +595,15 @@ class SessionStore(abc.ABC):
             SessionNotFoundError: no such session (neither a row nor events).
         """
         try:
-            self.get_session(session_id)
+            info = self.get_session(session_id)
         except SessionNotFoundError:
             events = self.read(session_id)  # raises when there are no events either
             reason = f"{len(events)} events but no sessions row: the session's row was deleted"
             return VerifyReport(session_id, len(events), None, reason)
         events = self.read(session_id)
-        start = self.chain_start(session_id, events[0] if events else None)
+        start = self.chain_start(info, events[0] if events else None)
         legacy = start == LEGACY_GENESIS_HASH
         if start is None:
-            info = self.get_session(session_id)
             reason = (
                 f"fork point seq {info.fork_seq} is not in the log of parent {info.parent_session_id!r}: "
                 "the sessions row or the parent's log was changed"
