@@ -237,6 +237,7 @@ def test_export_writes_only_inside_the_folder_whatever_the_names(session_id: str
         ("a/b", False),
         ("a\\b", False),
         ("x..y", False),
+        ("ticket:4711", False),  # a valid store id, but ':' is not in the file-name set
         ("", False),
         ("/etc", False),
         ("a\x00b", False),
