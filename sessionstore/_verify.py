@@ -133,13 +133,15 @@ class SessionVerification:
     def summary(self) -> str:
         """One line: ``ok``, ``BROKEN at seq N``, and any snapshot that failed or was ignored."""
         chain = self.chain
+        # A chain from before identities were bound: its sessions row is not protected (say so).
+        unbound = "" if chain.identity_bound else ", sessions row not bound: an older chain"
         if not chain.ok:
             where = "" if chain.first_bad_seq is None else f" at seq {chain.first_bad_seq}"
             head = f"{chain.session_id}: BROKEN{where}: {chain.reason}"
         elif all(c.ok for c in self.projections):
-            head = f"{chain.session_id}: ok ({chain.events_checked} events)"
+            head = f"{chain.session_id}: ok ({chain.events_checked} events{unbound})"
         else:
-            head = f"{chain.session_id}: SNAPSHOT MISMATCH ({chain.events_checked} events)"
+            head = f"{chain.session_id}: SNAPSHOT MISMATCH ({chain.events_checked} events{unbound})"
         checked = [c for c in self.projections if c.status != "none"]
         if checked:
             head += "; snapshots: " + ", ".join(_describe(c) for c in checked)

@@ -294,6 +294,10 @@ class TestLegacyChains:
 
         report = store.verify(sid)
         assert report.ok and not report.identity_bound
+        assert (
+            verify_session(store, sid).summary()
+            == "old: ok (3 events, sessions row not bound: an older chain)"
+        )
         store.append(sid, _messages(2, "new"), expected_seq=3)
         assert store.verify(sid).ok
         assert len(store.read(sid, verify=True)) == 5
