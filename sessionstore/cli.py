@@ -514,7 +514,9 @@ def _run_edit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int
 
 def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     session = Session(store, args.session_id)
-    history = FileHistory(session, args.root)
+    # rewind restores under --root, else the current directory: never under the root in the log.
+    root = args.root if args.command == "checkpoints" else args.root or os.getcwd()
+    history = FileHistory(session, root)
     if args.command == "checkpoints":
         listed = history.checkpoints()
         pending = history.pending_changes() if args.root and listed else None
@@ -536,8 +538,6 @@ def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO
             print(f"sessionstore: warning: {unfinished.describe()}", file=sys.stderr)
         return 0
     restore_files = bool(args.files or not args.conversation)
-    if args.root is None:
-        history = FileHistory(session, os.getcwd())
     if restore_files:
         _check_rewind_root(history, args.message_uuid, explicit=args.root is not None)
     result = history.rewind(
