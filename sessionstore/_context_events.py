@@ -7,11 +7,11 @@ which names the event it reverts.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt
 
-from ._events import Event, register_event
+from ._events import Event, register_event, register_upcaster
 
 __all__ = [
     "CollapseCommitted",
@@ -162,6 +162,9 @@ class CompactBoundary(Event):
     latest boundary shapes the request; earlier ones stay in the log for the audit.
     """
 
+    #: 2: ``ptl_dropped_before_seq``.
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     type: Literal["compact_boundary"] = "compact_boundary"
     trigger: Literal["auto", "manual", "reactive"]
     strategy: Literal["llm", "session_memory"]
@@ -185,6 +188,12 @@ class CompactBoundary(Event):
     #: summarizer's input (the summary does not cover them); 0 when nothing was dropped.
     ptl_dropped_before_seq: NonNegativeInt = 0
     discovered_tools: list[str] = Field(default_factory=list)
+
+
+@register_upcaster("compact_boundary", 1)
+def _nothing_dropped_on_record(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 did not record what prompt-too-long retries dropped."""
+    return {**payload, "ptl_dropped_before_seq": 0}
 
 
 @register_event

@@ -279,3 +279,27 @@ class TestWhatWasReplaced:
         assert second.details["replaced"]["uuids"] == ["p3", "c3", "r3", "a3"]
         assert second.details["collapses_removed"] == [report.event_ids[1]]
         assert "removed 4 messages" in second.what and "the summaries of 1 collapse(s)" in second.what
+
+
+def test_a_boundary_recorded_before_the_field_existed_reads_as_nothing_dropped() -> None:
+    """A version-1 compact_boundary (no ptl_dropped_before_seq) is upcast: nothing dropped."""
+    from sessionstore._context_events import CompactBoundary
+    from sessionstore._events import decode_event, encode_event
+
+    event = CompactBoundary(
+        trigger="manual",
+        strategy="llm",
+        summarizer="offline",
+        summary="s",
+        pre_compact_tokens=10,
+        post_compact_raw_tokens=2,
+        ptl_retries=1,
+    )
+    payload = json.loads(encode_event(event))
+    del payload["ptl_dropped_before_seq"]
+
+    decoded = decode_event("compact_boundary", 1, json.dumps(payload), str(event.event_id))
+
+    assert isinstance(decoded, CompactBoundary)
+    assert (decoded.ptl_retries, decoded.ptl_dropped_before_seq) == (1, 0)
+    assert CompactBoundary.SCHEMA_VERSION == 2
