@@ -46,6 +46,8 @@ invalid_tool_result             a ``tool_result`` lacks a string ``tool_use_id``
                                 malformed ``content``
 tool_result_without_tool_use    a ``tool_result`` answers no ``tool_use`` of the
                                 immediately preceding assistant message
+tool_blocks_without_tools       a ``tool_use`` or ``tool_result`` block in a request
+                                whose ``tools`` is missing or empty (the API refuses it)
 duplicate_tool_result           a ``tool_use`` id is answered twice in one message
 tool_result_not_first           in a user message, a ``tool_result`` follows another block
 block_not_allowed_for_role      ``tool_use`` / ``thinking`` / ``redacted_thinking`` in a
@@ -98,6 +100,7 @@ _RULES: Final = (
     "tool_use_without_result",
     "invalid_tool_result",
     "tool_result_without_tool_use",
+    "tool_blocks_without_tools",
     "duplicate_tool_result",
     "tool_result_not_first",
     "block_not_allowed_for_role",
@@ -344,6 +347,33 @@ class _Checker:
         parsed = [self.check_message(i, message) for i, message in enumerate(messages)]
         self.check_roles(parsed)
         self.check_pairing(parsed)
+        self.check_tools_defined(request, parsed)
+
+    def check_tools_defined(self, request: Mapping[str, Any], messages: list[_Message | None]) -> None:
+        """Tool blocks need tool definitions: the API refuses a request with one and no ``tools``."""
+        tools = request.get("tools")
+        if tools is not None and not _is_list(tools):
+            return  # already reported as invalid_tools
+        if tools:
+            return
+        first = next(
+            (
+                block
+                for message in messages
+                if message is not None
+                for block in message.blocks
+                if block.type in ("tool_use", "tool_result")
+            ),
+            None,
+        )
+        if first is not None:
+            self.add(
+                first.path,
+                "tool_blocks_without_tools",
+                f"a {first.type} block needs tool definitions, but the request's tools are "
+                f"{'missing' if tools is None else 'empty'} (the API refuses it: requests which include "
+                "tool_use or tool_result blocks must define tools)",
+            )
 
     def check_message(self, i: int, message: object) -> _Message | None:
         """Check one message on its own; return it if it can take part in pairing checks."""

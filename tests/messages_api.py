@@ -24,6 +24,30 @@ BASH_TOOL: dict[str, Any] = {
 }
 
 
+def with_tool_definitions(request: dict[str, Any]) -> dict[str, Any]:
+    """The request with a definition for each tool its messages call, if it defines no tools.
+
+    The API refuses tool_use and tool_result blocks in a request without ``tools``. Sessions
+    built from generated event logs define none, and Claude Code transcripts do not record
+    Claude Code's tool definitions: an agent resuming such a session configures its own
+    (``ContextConfigured``). The rest of the request is left as it is, for validate_request.
+    """
+    if request.get("tools"):
+        return request
+    names = sorted(
+        {
+            str(block.get("name"))
+            for message in request.get("messages", [])
+            if isinstance(message.get("content"), list)
+            for block in message["content"]
+            if block.get("type") == "tool_use"
+        }
+    )
+    # Results whose calls were snipped or compacted away still need some definition.
+    tools = [{"name": name, "input_schema": {"type": "object"}} for name in names] or [READ_TOOL]
+    return {**request, "tools": tools}
+
+
 class MessagesAPIServer:
     """Serves ``POST /v1/messages`` (non-streaming) and ``/v1/messages/count_tokens``; records requests."""
 

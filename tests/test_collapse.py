@@ -27,7 +27,7 @@ from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, Su
 from sessionstore.cli import main
 
 from ._claude_code_corpus import corpus_file
-from .messages_api import text_message
+from .messages_api import READ_TOOL, text_message, with_tool_definitions
 from .strategies import turns
 
 
@@ -37,7 +37,7 @@ def _session(
     """Turns of prompt -> tool call -> result -> answer; returns the prompts' message uuids."""
     store = store or sessionstore.open_store(":memory:")
     session = Session.create(
-        store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), **started
+        store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), tools=[READ_TOOL], **started
     )
     prompts = []
     for n in range(turns):
@@ -268,7 +268,9 @@ class TestSnipAfterCollapse:
 def _prompts_after_results(store: sessionstore.SessionStore) -> tuple[Session, dict[str, str]]:
     """Turns where the next prompt was typed right after a tool result (no answer in between), so
     the two share one API message: [tool_result, prompt]. Returns the uuids by name."""
-    session = Session.create(store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0))
+    session = Session.create(
+        store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0), tools=[READ_TOOL]
+    )
     uuids: dict[str, str] = {}
     for n in range(5):
         prompt = MessageAppended(role="user", content=f"task {n}")
@@ -371,7 +373,7 @@ class TestSpanStartingAfterToolResults:
         prepared = Pipeline(config).prepare(session)
 
         assert any(r.stage == "collapse" and r.tokens_freed > 0 for r in prepared.reports)
-        sessionstore.validate_request(prepared.request)
+        sessionstore.validate_request(with_tool_definitions(prepared.request))
         summaries = [
             b
             for m in prepared.request["messages"]
@@ -419,7 +421,7 @@ def test_collapse_real_prompts_typed_after_tool_results(name: str, first: str, f
     )
 
     request = session.request()
-    sessionstore.validate_request(request)
+    sessionstore.validate_request(with_tool_definitions(request))
     texts = [b.get("text", "") for m in request["messages"] for b in m["content"]]
     assert not any(t.startswith(first) for t in texts)
     assert any(t.startswith(following) for t in texts)

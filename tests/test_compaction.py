@@ -43,7 +43,7 @@ from sessionstore._summarizers import (
     SummaryFailed,
 )
 
-from .messages_api import prompt_too_long, text_message
+from .messages_api import BASH_TOOL, prompt_too_long, text_message
 from .strategies import examples
 
 
@@ -52,7 +52,11 @@ def _session(
 ) -> Session:
     store = store or sessionstore.open_store(":memory:")
     session = Session.create(
-        store, model="claude-opus-5-5", config=config or SessionConfig(snapshot_every=0), **started
+        store,
+        model="claude-opus-5-5",
+        config=config or SessionConfig(snapshot_every=0),
+        tools=[BASH_TOOL],
+        **started,
     )
     for n in range(turns):
         call = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": f"make step{n}"}}

@@ -40,6 +40,7 @@ from ._claude_code_corpus import (
     flat_project,
     modern_project,
 )
+from .messages_api import with_tool_definitions
 
 
 @pytest.fixture
@@ -136,7 +137,7 @@ class TestEachRealTranscript:
         request = Session(mem_store, MAIN_FILES[name]).request()
 
         assert request["messages"]
-        validate_request(request)
+        validate_request(with_tool_definitions(request))
 
     def test_reimport_adds_nothing(self, name: str, mem_store: SessionStore) -> None:
         """The same file again writes no event: the last seq stays."""
@@ -424,7 +425,7 @@ class TestSubagents:
         assert links[0].payload_dict()["parent_tool_use_id"] == SPAWNING_TOOL_USE
         assert parent_events[spawn + 1] == links[0] or parent_events[spawn + 2] == links[0]
         assert links[1].payload_dict()["parent_tool_use_id"] is None  # a warm-up agent: no tool call
-        validate_request(Session(mem_store, child).request())
+        validate_request(with_tool_definitions(Session(mem_store, child).request()))
 
     def test_project_folder_import_takes_every_session(self, tmp_path: Path, mem_store: SessionStore) -> None:
         """A folder: every main transcript and every sub-agent in it."""
@@ -683,7 +684,7 @@ class TestWhatLinesBecome:
             ("a-2", "u-2"),
         ]
         assert [m["role"] for m in request["messages"]] == ["user", "assistant", "user", "assistant"]
-        validate_request(request)
+        validate_request(with_tool_definitions(request))
         assert export_claude_code(mem_store, _SYNTH_SESSION) == path.read_text(encoding="utf-8").splitlines()
 
     def test_grown_transcript_adds_only_its_new_lines(self, tmp_path: Path, mem_store: SessionStore) -> None:

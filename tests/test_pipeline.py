@@ -39,6 +39,7 @@ from sessionstore._collapse import CollapseConfig, _next_span, commit_collapse, 
 from sessionstore._compaction import compact
 from sessionstore._summarizers import OfflineSummarizer
 
+from .messages_api import with_tool_definitions
 from .strategies import examples, turn_logs, turns
 from .test_projections import messy_logs
 
@@ -223,7 +224,7 @@ class TestSnip:
         after = session.request()
 
         assert after["messages"][0] == {"role": "user", "content": [{"type": "text", "text": "step 2"}]}
-        validate_request(after)
+        validate_request(with_tool_definitions(after))
         assert report.tokens_freed > 0
         assert session.used_tokens() < used_before
         assert len(session.transcript) == 1 + 4 * 3 + 1
@@ -264,7 +265,7 @@ class TestMicrocompact:
         assert [m for m in prepared.request["messages"] if m["role"] == "assistant"] == [
             m for m in before["messages"] if m["role"] == "assistant"
         ]
-        validate_request(prepared.request)
+        validate_request(with_tool_definitions(prepared.request))
 
     @pytest.mark.parametrize(("gap", "threshold"), [(59, 60.0), (600, math.nan), (600, math.inf)])
     def test_short_or_non_finite_gaps_never_fire(self, gap: int, threshold: float) -> None:
@@ -483,7 +484,7 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             applied.clear()  # edits before a boundary no longer shape the request byte for byte
             request = session.request()
             if request["messages"]:
-                validate_request(request)
+                validate_request(with_tool_definitions(request))
             continue
         else:
             if applied:  # undo the latest edit: the request is exactly what it was before it
@@ -496,7 +497,7 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             applied.append((report.event_ids[-1], before))
         request = session.request()
         if request["messages"]:
-            validate_request(request)
+            validate_request(with_tool_definitions(request))
     rebuilt = Session(store, session.id, SessionConfig(snapshot_every=0), use_snapshots=False)
     assert rebuilt.request_bytes() == session.request_bytes()
     assert rebuilt.used_tokens() == session.used_tokens()
@@ -532,4 +533,4 @@ class TestSnipStage:
         assert used_before >= 45_000
         assert 0.8 * 27_000 <= prepared.tokens.used <= 27_000
         assert snipped.payload["rounds_removed"] < 60 - 4
-        validate_request(prepared.request)
+        validate_request(with_tool_definitions(prepared.request))

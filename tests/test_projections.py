@@ -28,6 +28,7 @@ from sessionstore._projection import fold, save_snapshot
 from sessionstore._transcript import TranscriptProjection
 
 from .conftest import Backend
+from .messages_api import with_tool_definitions
 from .strategies import examples
 
 
@@ -160,7 +161,7 @@ def test_full_fold_equals_snapshot_plus_tail_equals_incremental(
         assert [e.seq for e in resumed.transcript] == list(range(1, len(events) + 1))
         request = live.request(cache_control=True)
         if request["messages"]:
-            validate_request(request)
+            validate_request(with_tool_definitions(request))
 
 
 def _session(*events: Event, **config: Any) -> Session:
@@ -212,7 +213,7 @@ class TestNormalization:
             "is_error": True,
         }
         assert messages[2]["content"][1] == {"type": "text", "text": "never mind, stop"}
-        validate_request(session.request())
+        validate_request(with_tool_definitions(session.request()))
 
     def test_pending_tool_call_at_the_tail_is_closed_only_in_the_request(self) -> None:
         """The state keeps the call open (a result may still come); the request answers it."""
@@ -312,7 +313,7 @@ class TestCacheControl:
         assert "cache_control" not in request["messages"][-1]["content"][1]
         assert plain["system"] == "be brief"
         assert "cache_control" not in plain["messages"][-1]["content"][0]
-        validate_request(request)
+        validate_request(with_tool_definitions(request))
 
 
 class TestTokenAccounting:

@@ -23,7 +23,14 @@ from sessionstore._validate import (
 
 
 def _req(*messages: Any, **extra: Any) -> dict[str, Any]:
-    return {"model": "claude-sonnet-4-5", "max_tokens": 256, "messages": list(messages), **extra}
+    """A request with the given messages; it defines one tool unless ``tools`` is given."""
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 256,
+        "tools": [_tool("read_file")],
+        "messages": list(messages),
+        **extra,
+    }
 
 
 def _user(content: Any) -> dict[str, Any]:
@@ -250,6 +257,17 @@ _CASES: list[Any] = [
         id="tool_result_without_tool_use",
     ),
     pytest.param(
+        "tool_blocks_without_tools",
+        "messages[1].content[1]",
+        _req(
+            _user("q"),
+            _assistant([_text("Reading."), _use("toolu_1")]),
+            _user([_result("toolu_1")]),
+            tools=[],
+        ),
+        id="tool_blocks_without_tools",
+    ),
+    pytest.param(
         "duplicate_tool_result",
         "messages[2].content[1]",
         _req(_user("q"), _assistant([_use("toolu_1")]), _user([_result("toolu_1"), _result("toolu_1")])),
@@ -318,6 +336,32 @@ def test_string_content_must_not_be_blank() -> None:
     problems = request_problems(_req(_user("   ")))
 
     assert [(p.rule, p.path) for p in problems] == [("blank_text", "messages[0].content")]
+
+
+@pytest.mark.parametrize("tools", ["missing", "empty"])
+def test_tool_blocks_need_tool_definitions(tools: str) -> None:
+    """The API refuses tool_use / tool_result blocks in a request that defines no tools, as a
+    sub-agent's second request without ``tools`` was; named at the first tool block."""
+    request = _req(_user("q"), _assistant([_use("toolu_1")]), _user([_result("toolu_1")]))
+    if tools == "missing":
+        del request["tools"]
+    else:
+        request["tools"] = []
+
+    problems = request_problems(request)
+
+    assert [(p.rule, p.path) for p in problems] == [("tool_blocks_without_tools", "messages[1].content[0]")]
+    assert f"tools are {tools}" in problems[0].message
+    assert request_problems({**request, "tools": [_tool("read_file")]}) == []
+
+
+def test_tool_result_alone_needs_tool_definitions_too() -> None:
+    """A history whose calls were snipped away can still hold a result: tools are needed too."""
+    request = {"model": "m", "max_tokens": 1, "messages": [_user([_result("toolu_1")])]}
+
+    rules = [p.rule for p in request_problems(request)]
+
+    assert rules == ["tool_result_without_tool_use", "tool_blocks_without_tools"]
 
 
 def test_tool_use_in_last_message_is_unanswered() -> None:
