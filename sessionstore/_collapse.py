@@ -17,7 +17,7 @@ changes, so a committed collapse is undone by reverting its commit, and commits 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,11 +133,12 @@ def _check_span(session: Session, start: int, end: int) -> None:
 
 def shown_messages(entries: Iterable[TranscriptEntry]) -> list[TranscriptEntry]:
     """The main-thread message events the model is sent (not meta, not a sub-agent's)."""
-    return [
-        e
-        for e in entries
-        if e.type == "message_appended" and not e.payload.get("is_meta") and not e.payload.get("is_sidechain")
-    ]
+    return [e for e in entries if _shown(e)]
+
+
+def _shown(entry: TranscriptEntry) -> bool:
+    payload = entry.payload
+    return entry.type == "message_appended" and not payload.get("is_meta") and not payload.get("is_sidechain")
 
 
 def _result_ids(entry: TranscriptEntry) -> list[str] | None:
@@ -151,31 +152,42 @@ def _result_ids(entry: TranscriptEntry) -> list[str] | None:
 
 
 def collapsed_messages(
-    entries: Iterable[TranscriptEntry], first_seq: int, end_seq: int
+    entries: Sequence[TranscriptEntry], first_seq: int, end_seq: int
 ) -> list[TranscriptEntry]:
     """The message events a collapse of view messages ``first_seq``..``end_seq`` takes out of the request.
 
     The events of those view messages, except results answering calls before the span (they
     stay), plus the results after it answering calls inside it (they go with it): see
-    ``collapse_span``.
+    ``collapse_span``. ``entries`` are in seq order; only the span and what follows it up to
+    the next assistant message are read.
     """
-    shown = shown_messages(entries)
-    calls = {
-        str(block.get("id"))
-        for e in shown
-        if first_seq <= e.seq < end_seq and e.payload.get("role") == "assistant"
-        for block in e.payload.get("content") or []
-        if isinstance(block, dict) and block.get("type") == "tool_use"
-    }
+    start = bisect.bisect_left(entries, first_seq, key=lambda e: e.seq)
+    calls: set[str] = set()
     out = []
-    for e in shown:
+    for e in (entries[i] for i in range(start, len(entries))):
+        if not _shown(e):
+            continue
+        if e.seq >= end_seq and e.payload.get("role") == "assistant":
+            break  # the next round: no result of a call in the span can follow it
         answers = _result_ids(e)
-        if first_seq <= e.seq < end_seq:
+        if e.seq < end_seq:
             if answers is None or any(a in calls for a in answers):
                 out.append(e)
-        elif e.seq >= end_seq and answers and all(a in calls for a in answers):
+            calls.update(_call_ids(e))
+        elif answers and all(a in calls for a in answers):
             out.append(e)
     return out
+
+
+def _call_ids(entry: TranscriptEntry) -> list[str]:
+    """The ids of the tool calls an assistant message event makes."""
+    if entry.payload.get("role") != "assistant":
+        return []
+    return [
+        str(block.get("id"))
+        for block in entry.payload.get("content") or []
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
 
 
 def _span_end(session: Session, to_uuid: str) -> int:
