@@ -21,7 +21,7 @@ The tree::
     ├── AppendOnlyViolation                  the database refused an UPDATE / DELETE / TRUNCATE
     ├── IntegrityCheckError                  the hash chain does not verify (tampering)
     ├── UnknownEventTypeError                a stored event type this version cannot read
-    ├── SchemaOutOfDateError                 the database is not migrated to this version
+    ├── SchemaOutOfDateError                 not migrated to this version (or by a newer one)
     ├── DatabaseNotFoundError (LookupError)  no database at the path, and this call may not create one
     └── DatabaseError                        PEP 249 names for storage failures
         ├── OperationalError                 lost connection, lock timeout, disk full ...
