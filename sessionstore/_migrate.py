@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import re
 from pathlib import Path
 
 from alembic import command
@@ -44,6 +45,31 @@ def _schema_error(engine_or_conn: Engine | Connection, current: str | None) -> S
     return SchemaOutOfDateError(url, current, SCHEMA_REVISION, newer=newer)
 
 
+_REVISION = re.compile(r"(?P<anchor>[A-Za-z0-9_]*?)(?P<step>[+-][0-9]+)?")
+
+
+def _check_revision(direction: str, revision: str) -> None:
+    """Accept ``head``, ``heads``, ``base`` or a shipped revision, optionally with a relative
+    step (``-1``, ``head-1``, ``0001+1``): Alembic answers some other spellings (``""``,
+    ``"@"``) with an AssertionError rather than an error of its own.
+
+    Raises:
+        ValidationError: any other ``revision``, listing the revisions.
+    """
+    parsed = _REVISION.fullmatch(revision) if isinstance(revision, str) else None
+    if parsed is None or not revision:
+        raise _unknown_revision(direction, revision, "not a revision")
+    anchor = parsed["anchor"]
+    if anchor and anchor not in ("head", "heads", "base", *known_revisions()):
+        raise _unknown_revision(direction, revision, "no such revision")
+
+
+def _unknown_revision(direction: str, revision: object, why: str) -> ValidationError:
+    known = ", ".join(["base", *known_revisions(), "head"])
+    msg = f"cannot {direction} to revision {revision!r}: {why} (revisions: {known})"
+    return ValidationError(msg, field="revision")
+
+
 def _run_alembic(conn: Connection, direction: str, revision: str) -> None:
     """``alembic upgrade|downgrade revision`` on ``conn``, its errors as sessionstore's.
 
@@ -54,14 +80,13 @@ def _run_alembic(conn: Connection, direction: str, revision: str) -> None:
     current = current_revision(conn)
     if current is not None and current not in known_revisions():
         raise _schema_error(conn, current)
+    _check_revision(direction, revision)
     config = alembic_config()
     config.attributes["connection"] = conn
     try:
         (command.upgrade if direction == "upgrade" else command.downgrade)(config, revision)
     except CommandError as e:
-        known = ", ".join(["base", *known_revisions(), "head"])
-        msg = f"cannot {direction} to revision {revision!r}: {e} (revisions: {known})"
-        raise ValidationError(msg, field="revision") from None
+        raise _unknown_revision(direction, revision, str(e)) from None
 
 
 def current_revision(conn: Connection) -> str | None:

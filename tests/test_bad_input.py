@@ -497,12 +497,16 @@ def test_a_database_that_cannot_be_created_is_an_operational_error(
     assert not home.exists()
 
 
-def test_an_unknown_revision_changes_nothing(db: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`db upgrade|downgrade NOSUCH`: one line listing the revisions (it was alembic's traceback)."""
+@pytest.mark.parametrize("revision", ["nosuch", "", "@", "0001@"])
+def test_an_unknown_revision_changes_nothing(
+    db: str, revision: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db upgrade|downgrade NOSUCH`: one line listing the revisions (it was alembic's traceback;
+    an empty or `@` revision an AssertionError inside alembic)."""
     for action in ("upgrade", "downgrade"):
-        assert _cli("db", action, "--db", db, "nosuch")[0] == 1
+        assert _cli("db", action, "--db", db, revision)[0] == 1
         line = _one_error_line(capsys.readouterr().err)
-        assert f"cannot {action} to revision 'nosuch'" in line
+        assert f"cannot {action} to revision {revision!r}" in line
         assert f"(revisions: base, {', '.join(known_revisions())}, head)" in line
 
     assert _cli("db", "current", "--db", db)[1].strip() == sessionstore.SCHEMA_REVISION

@@ -247,8 +247,9 @@ _number_args = st.one_of(st.integers(-5, 5), st.sampled_from([2**63 - 1, 2**63, 
 _arg_text = st.one_of(_text, _number_args, st.just("s-1")).filter(lambda s: "\x00" not in s)
 
 
-def _commands(db: str, bad_db: list[str]) -> st.SearchStrategy[list[str]]:
-    """argv lists: real commands with hostile arguments; read commands also on bad --db values."""
+def _commands(db: str, bad_db: list[str], bad_out: list[str]) -> st.SearchStrategy[list[str]]:
+    """argv lists: real commands with hostile arguments; read commands also on bad --db values,
+    export on output paths that cannot be written (all inside the test's folder)."""
     sid = st.one_of(st.just("s-1"), _arg_text)
     read_db = st.sampled_from([db, *bad_db])
     return st.one_of(
@@ -265,7 +266,7 @@ def _commands(db: str, bad_db: list[str]) -> st.SearchStrategy[list[str]]:
             lambda t: ["append", "--db", db, t[0], "--text", t[1], "--expected", t[2]]
         ),
         st.tuples(_arg_text, _arg_text).map(lambda t: ["new", "--db", db, "--id", t[0], "--metadata", t[1]]),
-        st.tuples(sid, st.sampled_from(bad_db)).map(lambda t: ["export", "--db", db, t[0], "-o", t[1]]),
+        st.tuples(sid, st.sampled_from(bad_out)).map(lambda t: ["export", "--db", db, t[0], "-o", t[1]]),
         st.tuples(st.sampled_from(["upgrade", "downgrade"]), _arg_text).map(
             lambda t: ["db", t[0], "--db", db, t[1]]
         ),
@@ -276,15 +277,16 @@ _stdin_lines = st.lists(st.one_of(_events.map(_line), st.binary(max_size=20), _v
 
 
 @pytest.fixture
-def cli_db(tmp_path: Path) -> tuple[str, list[str]]:
-    """A migrated database holding session ``s-1``, and --db values that must fail."""
+def cli_db(tmp_path: Path) -> tuple[str, list[str], list[str]]:
+    """A migrated database holding session ``s-1``, --db values and export paths that must fail."""
     db = str(tmp_path / "fuzz.db")
     with sessionstore.open_store(db, migrate=True) as store:
         store.create_session("s-1", events=[sessionstore.MessageAppended(role="user", content="hello")])
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     bad = ["mysql://app@db/x", "garbage://", f"{a_file}/x.db", str(tmp_path / "missing" / "x.db")]
-    return db, bad
+    bad_out = [str(a_file), f"{a_file}/x.jsonl", str(tmp_path / "missing" / "x.jsonl"), str(tmp_path)]
+    return db, bad, bad_out
 
 
 def _run_cli(argv: list[str], stdin: bytes) -> tuple[int, str]:
@@ -306,12 +308,12 @@ def _run_cli(argv: list[str], stdin: bytes) -> tuple[int, str]:
 @_fuzz(150)
 @given(data=st.data(), stdin=_stdin_lines)
 def test_the_cli_exits_with_a_documented_status_and_one_line(
-    cli_db: tuple[str, list[str]], data: st.DataObject, stdin: list[bytes]
+    cli_db: tuple[str, list[str], list[str]], data: st.DataObject, stdin: list[bytes]
 ) -> None:
     """Exit 0, 1, 2 or 3; a failure prints one `sessionstore: ...` line (argparse's usage message
     for 2), never a traceback."""
-    db, bad_db = cli_db
-    argv = data.draw(_commands(db, bad_db), label="argv")
+    db, bad_db, bad_out = cli_db
+    argv = data.draw(_commands(db, bad_db, bad_out), label="argv")
     if data.draw(st.booleans(), label="append from stdin"):
         argv = ["append", "--db", db, "s-1"]
 
