@@ -641,7 +641,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _fail(message: str, status: int) -> int:
-    print(f"sessionstore: {message}", file=sys.stderr)
+    """Print ``message`` as one ``sessionstore: ...`` line (a path or text may hold newlines)."""
+    print(f"sessionstore: {' '.join(message.splitlines())}", file=sys.stderr)
     return status
 
 

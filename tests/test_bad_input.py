@@ -555,3 +555,14 @@ def test_export_into_a_file_instead_of_a_folder_is_refused(
 
     assert f"{a_file} is not a folder" in _one_error_line(capsys.readouterr().err)
     assert a_file.read_text() == "keep me"
+
+
+def test_an_error_naming_a_path_with_a_newline_is_still_one_line(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The message is joined onto one line: scripts read exactly one line per failure."""
+    target = tmp_path / "two\nlines" / "x.jsonl"
+
+    assert _cli("export", "--db", db, "s-1", "-o", str(target))[0] == 1
+
+    assert _one_error_line(capsys.readouterr().err).endswith("No such file or directory")
