@@ -279,6 +279,37 @@ class TestRecovery:
         assert len(messages_api.requests) == 2
 
 
+def test_reactive_compaction_runs_once_per_turn_not_once_per_step(messages_api: Any) -> None:
+    """A second prompt-too-long later in the same turn (after a tool call) surfaces; the next
+    turn may compact again."""
+    messages_api.queue += [
+        prompt_too_long(210_000),
+        tool_use_message("toolu_1", "Read", {"file_path": "a.py"}, "msg_1"),
+        prompt_too_long(205_000),
+        prompt_too_long(204_000),
+        text_message("fits now", "msg_2"),
+    ]
+    store = sessionstore.open_store(":memory:")
+    session = Session.create(store, model="claude-opus-5-5", tools=_TOOLS)
+    for n in range(4):
+        session.append(
+            [
+                MessageAppended(role="user", content=f"q{n}"),
+                MessageAppended(role="assistant", content=f"a{n} " * 200),
+            ]
+        )
+    loop = Conversation(session, _client(messages_api), model="claude-opus-5-5")
+    loop.user("read a.py")
+
+    with pytest.raises(PromptTooLongError, match="still too long after a reactive compaction"):
+        loop.run(_runner)
+    loop.user("try again")
+    loop.run(_runner)
+
+    steps = [e.payload["step"] for e in session.transcript if e.type == "reactive_recovery"]
+    assert steps == ["reactive_compact", "surfaced", "reactive_compact"]
+
+
 class TestBudget:
     @pytest.mark.parametrize(
         ("budget", "turn", "continuations", "deltas", "subagent", "expected"),
