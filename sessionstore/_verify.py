@@ -40,6 +40,7 @@ from typing import Any, Literal, TextIO
 from . import _api_context, _file_history, _transcript  # noqa: F401
 from ._errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, SessionNotFoundError, ValidationError
 from ._lineage import SessionLog
+from ._paths import read_regular_file
 from ._projection import _PROJECTIONS, Projection, rebuild
 from ._session import NO_TOKENIZER, Session, SessionConfig
 from ._store import ChainHead, SessionStore, VerifyReport
@@ -55,6 +56,10 @@ __all__ = [
     "verify_all",
     "verify_session",
 ]
+
+#: A heads file holds one short line per session: 256 MiB is millions of sessions, and it bounds
+#: what a wrong path (a huge log, /dev/zero behind a symlink) can make verify read.
+MAX_HEADS_FILE_BYTES = 256 * 1024 * 1024
 
 Status = Literal["match", "mismatch", "unreadable", "none", "error", "beyond_head"]
 #: Never write a snapshot while verifying: verify reads only.
@@ -367,14 +372,21 @@ def read_heads(path: str) -> dict[str, ChainHead]:
 
     Raises:
         ValidationError: a line that is neither, naming the file and line.
+        PathRefusedError: not a regular file (a FIFO or a device would block or never end), or
+            larger than any heads file (``MAX_HEADS_FILE_BYTES``).
         OSError: the file cannot be read.
     """
+    data = read_regular_file(path, max_bytes=MAX_HEADS_FILE_BYTES)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"{path}: not a heads file (not UTF-8 text at byte {e.start})"
+        raise ValidationError(msg, field="heads") from e
     anchors: dict[str, ChainHead] = {}
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip() and not line.lstrip().startswith("#"):
-                anchor = _parse_head(line.strip(), f"{path}:{number}")
-                anchors[anchor.session_id] = anchor
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            anchor = _parse_head(line.strip(), f"{path}:{number}")
+            anchors[anchor.session_id] = anchor
     return anchors
 
 

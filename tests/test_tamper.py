@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -367,6 +368,30 @@ def test_the_cli_checks_heads_kept_elsewhere(shared_backend: Backend, tmp_path: 
     assert _cli("verify", "--db", shared_backend.url, "--head", anchor_a)[0] == 2  # --head needs a SESSION
     kept.write_text("a 4\n")
     assert _cli("verify", "--db", shared_backend.url, "--heads", str(kept))[0] == 1  # a bad heads file
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("special", ["fifo", "device", "binary"])
+def test_a_heads_file_that_is_not_text_is_refused_without_reading_forever(
+    special: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verify --heads` on a FIFO or a device (or a symlink to /dev/zero) or binary data: one error line,
+    exit 1, instead of blocking or reading until memory runs out."""
+    db = str(tmp_path / "h.db")
+    sessionstore.open_store(db, migrate=True).close()
+    target = tmp_path / "heads"
+    if special == "fifo":
+        os.mkfifo(target)
+    elif special == "device":
+        target.symlink_to("/dev/zero")
+    else:
+        target.write_bytes(b"\xff\xfe\x00 not text")
+
+    code, _ = _cli("verify", "--db", db, "--heads", str(target))
+    err = capsys.readouterr().err
+
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("sessionstore: ") and str(target) in err
 
 
 def test_a_fork_of_a_fork_is_bound_to_the_event_it_shares_with_its_grandparent(store: SessionStore) -> None:
