@@ -50,7 +50,7 @@ How to read the ratios
   match; the script exits 1 if not.
 * ``PG store / raw psycopg``: the store's rate as a fraction of the bare driver's (higher is
   better). The store also takes ``LOCK TABLE events IN EXCLUSIVE MODE`` per append (see
-  backends/postgres.py), which the raw reference does not.
+  store/_postgres.py), which the raw reference does not.
 * ``[cpu x]`` after a ratio is the same ratio computed from CPU time.
 
 ``--profile`` prints a cProfile of single appends (counting off) to show where the store's
@@ -726,7 +726,7 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
 # --- profiling -----------------------------------------------------------------------------
 
 
-#: Steps of ``SqlSessionStore.append`` (backends/_sql.py) shown in the profile breakdown.
+#: Steps of ``SqlSessionStore.append`` (store/_sql.py) shown in the profile breakdown.
 _STEPS = (
     ("append", "the whole append"),
     ("_prepare", "validate, serialize (and count) the events"),

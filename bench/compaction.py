@@ -133,17 +133,17 @@ from sessionstore import (
     SessionConfig,
     SessionStarted,
     UsageRecorded,
-    _file_history,
     open_store,
 )
-from sessionstore._api_context import leading_results
-from sessionstore._collapse import CollapseConfig, drain_collapses, stage_collapse
-from sessionstore._compaction import CompactConfig, compact, maybe_extract_memory
-from sessionstore._events import _block_text
-from sessionstore._pipeline import BlockingLimitError, Pipeline, PipelineConfig
-from sessionstore._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION
-from sessionstore._summarizers import OfflineSummarizer
-from sessionstore._tokens import TiktokenCounter
+from sessionstore.events._base import _block_text
+from sessionstore.pipeline._collapse import CollapseConfig, drain_collapses, stage_collapse
+from sessionstore.pipeline._compaction import CompactConfig, compact, maybe_extract_memory
+from sessionstore.pipeline._pipeline import BlockingLimitError, Pipeline, PipelineConfig
+from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections import _file_history
+from sessionstore.projections._api_context import leading_results
+from sessionstore.projections._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION
+from sessionstore.store._tokens import TiktokenCounter
 
 SEED = 20250617
 MODEL = "claude-opus-5-5"

@@ -293,7 +293,7 @@ _GROUPS: list[tuple[str, Callable[[str], bool]]] = [
     ("event ids (uuid5 + UUID)", lambda k: "uuid.py" in k),
     ("pydantic (validate, serialize)", lambda k: "pydantic" in k),
     ("hash chain (sha256)", lambda k: "_hashing" in k or "_hashlib" in k),
-    ("importer (convert, order)", lambda k: "importers/claude_code" in k),
+    ("importer (convert, order)", lambda k: "claude_code/_import" in k),
 ]
 
 

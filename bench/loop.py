@@ -96,10 +96,10 @@ from sessionstore import (  # noqa: E402
     Session,
     SessionStarted,
     UsageRecorded,
-    _pipeline,
     open_store,
 )
-from sessionstore._conversation import Conversation  # noqa: E402
+from sessionstore.agent._conversation import Conversation  # noqa: E402
+from sessionstore.pipeline import _pipeline  # noqa: E402
 from tests.messages_api import MessagesAPIServer  # noqa: E402
 
 SEED = 20250801

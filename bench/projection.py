@@ -127,8 +127,8 @@ from sessionstore import (
     UsageRecorded,
     open_store,
 )
-from sessionstore._api_context import ApiContextProjection
-from sessionstore._transcript import TranscriptProjection
+from sessionstore.projections._api_context import ApiContextProjection
+from sessionstore.projections._transcript import TranscriptProjection
 
 SEED = 20250617
 FULL_SIZES = (200, 2_000, 10_000)

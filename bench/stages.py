@@ -118,10 +118,10 @@ from sessionstore import (
     SessionStarted,
     SnipConfig,
     UsageRecorded,
-    _pipeline,
     open_store,
     revert,
 )
+from sessionstore.pipeline import _pipeline
 
 SEED = 20250617
 MODEL = "claude-sonnet-4-5-20250929"

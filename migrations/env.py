@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from sessionstore._config import create_engine_for_url, resolve_url
-from sessionstore._schema import metadata
+from sessionstore.store._config import create_engine_for_url, resolve_url
+from sessionstore.store._schema import metadata
 
 config = context.config
 

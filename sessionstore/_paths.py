@@ -31,7 +31,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import PureWindowsPath
 
-from ._errors import ValidationError
+from .errors import ValidationError
 
 __all__ = [
     "PathRefusedError",

@@ -12,11 +12,11 @@ import anthropic
 
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
-from sessionstore._audit import audit, served_request, view_diff
-from sessionstore._collapse import collapse
-from sessionstore._compaction import compact
-from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer
+from sessionstore.audit._audit import audit, served_request, view_diff
 from sessionstore.cli import main
+from sessionstore.pipeline._collapse import collapse
+from sessionstore.pipeline._compaction import compact
+from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer
 
 from .messages_api import prompt_too_long, text_message
 
@@ -283,8 +283,8 @@ class TestWhatWasReplaced:
 
 def test_a_boundary_recorded_before_the_field_existed_reads_as_nothing_dropped() -> None:
     """A version-1 compact_boundary (no ptl_dropped_before_seq) is upcast: nothing dropped."""
-    from sessionstore._context_events import CompactBoundary
-    from sessionstore._events import decode_event, encode_event
+    from sessionstore.events._base import decode_event, encode_event
+    from sessionstore.events._context import CompactBoundary
 
     event = CompactBoundary(
         trigger="manual",

@@ -18,8 +18,8 @@ from sqlalchemy import text
 
 import sessionstore
 from sessionstore import ANY, MessageAppended, SessionStore, ValidationError, import_claude_code
-from sessionstore._migrate import known_revisions
 from sessionstore.cli import main
+from sessionstore.store._migrate import known_revisions
 
 from .conftest import Backend
 from .test_audit import _scripted

@@ -23,9 +23,8 @@ from typing import Any
 
 import sessionstore
 from sessionstore import Session, SessionStore, audit, validate_request
+from sessionstore.claude_code import export_claude_code, import_claude_code
 from sessionstore.cli import main
-from sessionstore.exporters import export_claude_code
-from sessionstore.importers import import_claude_code
 
 from ._claude_cli import project_folder, run_claude
 from .messages_api import prompt_too_long, text_message

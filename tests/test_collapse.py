@@ -11,8 +11,8 @@ import pytest
 
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
-from sessionstore._api_context import COLLAPSE_PREFIX
-from sessionstore._collapse import (
+from sessionstore.cli import main
+from sessionstore.pipeline._collapse import (
     CollapseConfig,
     SubagentSpawnRefused,
     check_spawn,
@@ -21,10 +21,10 @@ from sessionstore._collapse import (
     drain_collapses,
     stage_collapse,
 )
-from sessionstore._compaction import compact
-from sessionstore._pipeline import snip
-from sessionstore._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
-from sessionstore.cli import main
+from sessionstore.pipeline._compaction import compact
+from sessionstore.pipeline._pipeline import snip
+from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
+from sessionstore.projections._api_context import COLLAPSE_PREFIX
 
 from ._claude_code_corpus import corpus_file
 from .messages_api import READ_TOOL, text_message, with_tool_definitions

@@ -23,9 +23,9 @@ from sessionstore import (
     UsageRecorded,
     WindowConfig,
 )
-from sessionstore._api_context import COMPACT_SUMMARY_PREFIX
-from sessionstore._collapse import CollapseConfig
-from sessionstore._compaction import (
+from sessionstore.events._context import SessionMemoryUpdated
+from sessionstore.pipeline._collapse import CollapseConfig
+from sessionstore.pipeline._compaction import (
     PTL_RETRY_MARKER,
     CompactConfig,
     CompactHooks,
@@ -35,13 +35,13 @@ from sessionstore._compaction import (
     drop_for_retry,
     memory_keep_index,
 )
-from sessionstore._context_events import SessionMemoryUpdated
-from sessionstore._summarizers import (
+from sessionstore.pipeline._summarizers import (
     PREVIOUS_SUMMARY_PREFIX,
     AnthropicSummarizer,
     OfflineSummarizer,
     SummaryFailed,
 )
+from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
 
 from .messages_api import BASH_TOOL, prompt_too_long, text_message
 from .strategies import examples
@@ -366,7 +366,7 @@ def test_shell_hooks_receive_json_and_feed_the_compaction(tmp_path: Any) -> None
     """Shell commands as hooks: JSON on stdin, their stdout becomes instructions and added text."""
     import sys
 
-    from sessionstore._compaction import shell_pre_compact_hook, shell_text_hook
+    from sessionstore.pipeline._compaction import shell_pre_compact_hook, shell_text_hook
 
     script = tmp_path / "hook.py"
     script.write_text(
@@ -402,7 +402,7 @@ def test_a_failing_shell_hook_records_a_failure_and_changes_nothing(tmp_path: An
     """A hook that exits non-zero is a recorded failure; the request is unchanged."""
     import sys
 
-    from sessionstore._compaction import shell_pre_compact_hook
+    from sessionstore.pipeline._compaction import shell_pre_compact_hook
 
     session = _session(turns=2)
     before = session.request_bytes()
@@ -760,7 +760,7 @@ class TestSecondCompaction:
     """What a compaction put back is not summarized again by the next one."""
 
     def _compacted_twice(self, summarizer: Any) -> Session:
-        from sessionstore._context_events import PlanUpdated, SkillInvoked
+        from sessionstore.events._context import PlanUpdated, SkillInvoked
 
         session = _session(turns=3)
         blob = session.store.put_blob(b"def handler():\n    return 42\n")

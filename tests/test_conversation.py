@@ -19,8 +19,7 @@ from sessionstore import (
     UsageRecorded,
     WindowConfig,
 )
-from sessionstore._collapse import CollapseConfig, SubagentSpawnRefused, stage_collapse
-from sessionstore._conversation import (
+from sessionstore.agent._conversation import (
     AsyncConversation,
     Conversation,
     PromptTooLongError,
@@ -28,8 +27,9 @@ from sessionstore._conversation import (
     budget_decision,
     spawn_subagent,
 )
-from sessionstore._pipeline import ServerCompactionConfig
-from sessionstore._summarizers import OfflineSummarizer
+from sessionstore.pipeline._collapse import CollapseConfig, SubagentSpawnRefused, stage_collapse
+from sessionstore.pipeline._pipeline import ServerCompactionConfig
+from sessionstore.pipeline._summarizers import OfflineSummarizer
 
 from .messages_api import BASH_TOOL, READ_TOOL, prompt_too_long, text_message, tool_use_message
 
@@ -137,7 +137,7 @@ import asyncio, sys
 import anthropic
 import sessionstore
 from sessionstore import MessageAppended, Session
-from sessionstore._conversation import AsyncConversation, Conversation
+from sessionstore.agent._conversation import AsyncConversation, Conversation
 
 db, url, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 store = sessionstore.open_store(db, migrate=True)

@@ -14,7 +14,7 @@ import pytest
 
 import sessionstore
 from sessionstore import INTERRUPTED_TOOL_RESULT, AsyncConversation, Session
-from sessionstore._conversation import Conversation
+from sessionstore.agent._conversation import Conversation
 
 from .messages_api import text_message, tool_use_message
 
@@ -24,7 +24,7 @@ _CHILD = textwrap.dedent(
     import anthropic
     import sessionstore
     from sessionstore import Session
-    from sessionstore._conversation import Conversation
+    from sessionstore.agent._conversation import Conversation
 
     db, url = sys.argv[1], sys.argv[2]
     store = sessionstore.open_store(db, migrate=True)

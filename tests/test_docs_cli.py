@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sessionstore.cli import _parser
+from sessionstore.cli._main import _parser
 
 CLI_DOC = Path(__file__).parent.parent / "docs" / "cli.md"
 

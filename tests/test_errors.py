@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 import sessionstore
 from sessionstore import SessionStore
-from sessionstore.backends._sql import translate_errors
+from sessionstore.store._sql import translate_errors
 
 
 def _execute(store: SessionStore, statement: str, **params: Any) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import sessionstore
 from sessionstore import Event, MessageAppended, UnknownEventTypeError, ValidationError
-from sessionstore._events import decode_event, encode_event, register_event, register_upcaster
+from sessionstore.events._base import decode_event, encode_event, register_event, register_upcaster
 
 from .strategies import examples, message_events
 

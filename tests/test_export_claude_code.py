@@ -19,10 +19,9 @@ from sessionstore import (
     ValidationError,
     validate_request,
 )
-from sessionstore._context_events import CompactBoundary
+from sessionstore.claude_code import export_claude_code, import_claude_code, write_claude_code
 from sessionstore.cli import main
-from sessionstore.exporters import export_claude_code, write_claude_code
-from sessionstore.importers import import_claude_code
+from sessionstore.events._context import CompactBoundary
 
 from ._claude_cli import claude_binary, message_texts, project_folder, run_claude
 from ._claude_code_corpus import MAIN_FILES, PARENT_SESSION, copy_main, corpus_file, flat_project

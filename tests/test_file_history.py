@@ -38,10 +38,10 @@ from sessionstore import (
     ValidationError,
     audit,
 )
-from sessionstore._file_history import FileHistoryProjection
 from sessionstore._paths import lexical_problem, to_relative
-from sessionstore._projection import fold, rebuild
 from sessionstore.cli import main
+from sessionstore.projections._base import fold, rebuild
+from sessionstore.projections._file_history import FileHistoryProjection
 
 from .conftest import Backend
 

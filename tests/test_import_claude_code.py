@@ -22,11 +22,10 @@ from sessionstore import (
     ValidationError,
     validate_request,
 )
-from sessionstore._events import decode_event
+from sessionstore.claude_code import export_claude_code, import_claude_code
+from sessionstore.claude_code._import import SkippedLine
 from sessionstore.cli import main
-from sessionstore.exporters import export_claude_code
-from sessionstore.importers import import_claude_code
-from sessionstore.importers.claude_code import SkippedLine
+from sessionstore.events._base import decode_event
 
 from ._claude_code_corpus import (
     FIRST_FILES,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstore._message_list import MessageList, canonical_json
+from sessionstore.projections._message_list import MessageList, canonical_json
 
 from .strategies import examples
 

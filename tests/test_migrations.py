@@ -14,11 +14,11 @@ from sqlalchemy import inspect
 
 import sessionstore
 from sessionstore import SCHEMA_REVISION, SchemaOutOfDateError, ValidationError
-from sessionstore._config import create_engine_for_url
-from sessionstore._migrate import alembic_config, current_revision, downgrade, upgrade
-from sessionstore._schema import metadata
-from sessionstore.backends._sql import translate_errors
 from sessionstore.cli import main
+from sessionstore.store._config import create_engine_for_url
+from sessionstore.store._migrate import alembic_config, current_revision, downgrade, upgrade
+from sessionstore.store._schema import metadata
+from sessionstore.store._sql import translate_errors
 
 TABLES = {"sessions", "events", "blobs", "snapshots"}
 

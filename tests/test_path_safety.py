@@ -22,9 +22,8 @@ from hypothesis import strategies as st
 import sessionstore
 from sessionstore import PathRefusedError, SessionStore, ValidationError
 from sessionstore._paths import name_problem, read_regular_file
+from sessionstore.claude_code import import_claude_code, write_claude_code
 from sessionstore.cli import main
-from sessionstore.exporters import write_claude_code
-from sessionstore.importers import import_claude_code
 
 from .strategies import examples
 

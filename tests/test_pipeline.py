@@ -34,10 +34,10 @@ from sessionstore import (
     snip,
     validate_request,
 )
-from sessionstore._api_context import committed_spans, request_bytes
-from sessionstore._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
-from sessionstore._compaction import compact
-from sessionstore._summarizers import OfflineSummarizer
+from sessionstore.pipeline._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
+from sessionstore.pipeline._compaction import compact
+from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections._api_context import committed_spans, request_bytes
 
 from .messages_api import with_tool_definitions
 from .strategies import examples, turn_logs, turns
@@ -363,7 +363,7 @@ class TestServedAndBlocking:
         prepared = Pipeline().prepare(session)
 
         (served,) = _events(session, "context_served")
-        expected = hashlib.sha256(sessionstore._api_context.request_bytes(prepared.request)).hexdigest()
+        expected = hashlib.sha256(request_bytes(prepared.request)).hexdigest()
         assert served.payload["fingerprint"] == expected
         assert served.payload["unreplaced_tool_results"] == ["t"]
         assert served.event_id == prepared.served_event_id
@@ -468,7 +468,7 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             report = microcompact(session, keep_recent=arg, compactable_tools=frozenset({"Read"}))
         elif op == "budget":
             budget = BudgetConfig(per_result_chars=arg, per_message_chars=arg * 2, preview_chars=8)
-            decided = sessionstore._pipeline.budget_stage(session, budget)
+            decided = sessionstore.pipeline._pipeline.budget_stage(session, budget)
             if decided:
                 session.append(decided)
             report = sessionstore.StageReport("budget", 0, tuple(str(e.event_id) for e in decided))

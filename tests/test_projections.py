@@ -23,9 +23,9 @@ from sessionstore import (
     UsageRecorded,
     validate_request,
 )
-from sessionstore._api_context import ApiContextProjection, request_bytes
-from sessionstore._projection import fold, save_snapshot
-from sessionstore._transcript import TranscriptProjection
+from sessionstore.projections._api_context import ApiContextProjection, request_bytes
+from sessionstore.projections._base import fold, save_snapshot
+from sessionstore.projections._transcript import TranscriptProjection
 
 from .conftest import Backend
 from .messages_api import with_tool_definitions
@@ -556,7 +556,7 @@ def test_incremental_fingerprint_equals_hashing_the_whole_request(
     """After every append, with or without cache breakpoints and extra keys, the digests agree."""
     import hashlib
 
-    from sessionstore._api_context import request_bytes
+    from sessionstore.projections._api_context import request_bytes
 
     with _store() as store:
         session = Session(store, store.create_session().id, _NO_AUTO_SNAPSHOTS)

@@ -8,9 +8,9 @@ import pytest
 
 import sessionstore
 from sessionstore import MessageAppended, Session, SessionConfig
-from sessionstore._compaction import compact
-from sessionstore._restore import Candidate, normalize_path, select_attachments, truncate_head
-from sessionstore._summarizers import OfflineSummarizer
+from sessionstore.pipeline._compaction import compact
+from sessionstore.pipeline._restore import Candidate, normalize_path, select_attachments, truncate_head
+from sessionstore.pipeline._summarizers import OfflineSummarizer
 
 
 def _words(n: int) -> str:
@@ -119,7 +119,7 @@ def test_compaction_restores_recently_read_files() -> None:
 
 def test_compaction_restores_skills_newest_first_and_the_plan() -> None:
     """Skills invoked and the current plan come back after the summary."""
-    from sessionstore._context_events import PlanUpdated, SkillInvoked
+    from sessionstore.events._context import PlanUpdated, SkillInvoked
 
     store = sessionstore.open_store(":memory:")
     session = Session.create(store, model="claude-opus-5-5", config=SessionConfig(snapshot_every=0))

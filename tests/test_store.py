@@ -22,7 +22,7 @@ from sessionstore import (
     UsageRecorded,
     ValidationError,
 )
-from sessionstore.backends import _sql
+from sessionstore.store import _sql
 
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:

@@ -7,8 +7,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from sessionstore._compact_prompt import SUMMARY_SECTIONS, compact_prompt, format_summary
-from sessionstore._summarizers import (
+from sessionstore.pipeline._compact_prompt import SUMMARY_SECTIONS, compact_prompt, format_summary
+from sessionstore.pipeline._summarizers import (
     AnthropicSummarizer,
     OfflineSummarizer,
     PromptTooLong,

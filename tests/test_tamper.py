@@ -22,10 +22,10 @@ from sqlalchemy import text
 
 import sessionstore
 from sessionstore import ChainHead, MessageAppended, SessionStarted, SessionStore
-from sessionstore._hashing import LEGACY_GENESIS_HASH, event_hash
-from sessionstore._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
-from sessionstore._verify import verify_all, verify_session
+from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
+from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
+from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
 
 from .conftest import Backend
 from .strategies import examples

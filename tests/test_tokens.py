@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sessionstore
 from sessionstore import MessageAppended, TiktokenCounter
-from sessionstore._tokens import MAX_ENCODED_CHARS
+from sessionstore.store._tokens import MAX_ENCODED_CHARS
 
 from ._claude_code_corpus import corpus_paths, entries
 

@@ -10,8 +10,8 @@ from anthropic.types import TextBlock, ThinkingBlock, ToolUseBlock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionstore._errors import SessionStoreError
-from sessionstore._validate import (
+from sessionstore.errors import SessionStoreError
+from sessionstore.projections._validate import (
     _RULES,
     InvalidRequestError,
     RequestProblem,

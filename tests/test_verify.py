@@ -16,13 +16,13 @@ import pytest
 
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
-from sessionstore._api_context import ApiContextProjection
-from sessionstore._file_history import FileHistory, FileHistoryProjection
-from sessionstore._projection import fold
-from sessionstore._store import SnapshotRecord
-from sessionstore._transcript import TranscriptProjection
-from sessionstore._verify import verify_all, verify_session
+from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
+from sessionstore.projections._api_context import ApiContextProjection
+from sessionstore.projections._base import fold
+from sessionstore.projections._file_history import FileHistory, FileHistoryProjection
+from sessionstore.projections._transcript import TranscriptProjection
+from sessionstore.store._contract import SnapshotRecord
 
 from .test_store import _bypass_triggers_and_run
 
@@ -277,7 +277,7 @@ def test_readers_ignore_a_snapshot_past_the_head(
     last = session.last_seq
     _put_beyond_head(store, session.id, session.tokenizer)
 
-    with caplog.at_level(logging.WARNING, logger="sessionstore._projection"):
+    with caplog.at_level(logging.WARNING, logger="sessionstore.projections._base"):
         resumed = Session(store, session.id, SessionConfig(snapshot_every=0))
     assert resumed.last_seq == last
     assert resumed.request_bytes() == Session(store, session.id, use_snapshots=False).request_bytes()

@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionstore import ValidationError, _window
-from sessionstore._window import (
+from sessionstore import (
+    ValidationError,
+)
+from sessionstore.projections import _window
+from sessionstore.projections._window import (
     AUTOCOMPACT_BUFFER_TOKENS,
     DEFAULT_MODEL_LIMITS,
     ERROR_THRESHOLD_BUFFER_TOKENS,

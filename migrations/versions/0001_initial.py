@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from sessionstore._schema import (
+from sessionstore.store._schema import (
     postgres_append_only_ddl,
     sqlite_append_only_ddl,
 )

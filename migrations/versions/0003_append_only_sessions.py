@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from sessionstore._schema import sqlite_append_only_ddl
+from sessionstore.store._schema import sqlite_append_only_ddl
 
 revision = "0003"
 down_revision = "0002"

@@ -1,0 +1,25 @@
+"""The agent loop over the anthropic SDK: Conversation, AsyncConversation, token budget, sub-agents."""
+
+from __future__ import annotations
+
+from ._conversation import (
+    AsyncConversation,
+    BudgetDecision,
+    Conversation,
+    PromptTooLongError,
+    ReactiveRecovery,
+    TokenBudget,
+    budget_decision,
+    spawn_subagent,
+)
+
+__all__ = [
+    "AsyncConversation",
+    "BudgetDecision",
+    "Conversation",
+    "PromptTooLongError",
+    "ReactiveRecovery",
+    "TokenBudget",
+    "budget_decision",
+    "spawn_subagent",
+]

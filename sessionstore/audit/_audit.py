@@ -1,0 +1,511 @@
+"""The audit surface: every context operation of a session as one timeline, and replays of
+what the model was served.
+
+Everything here is read from the log: ``audit`` walks the transcript; ``served_request`` folds
+the API view up to the seq a ``ContextServed`` covers and checks the rebuilt bytes against the
+fingerprint recorded when the request went out; ``view_diff`` compares the request at two seqs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ..errors import ValidationError
+from ..pipeline._collapse import collapsed_messages, shown_messages
+from ..pipeline._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+from ..projections._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
+from ..projections._base import fold
+from ..projections._session import Session
+from ..projections._transcript import TranscriptEntry
+
+__all__ = [
+    "AuditEntry",
+    "AuditReport",
+    "ServedReplay",
+    "audit",
+    "render_audit",
+    "served_request",
+    "view_diff",
+]
+
+#: Event types that change (or try to change) what the model sees, and file rewinds.
+AUDITED = (
+    "tool_result_persisted",
+    "snip_applied",
+    "microcompact_applied",
+    "server_edits_applied",
+    "collapse_staged",
+    "collapse_committed",
+    "context_edit_reverted",
+    "session_memory_updated",
+    "compact_boundary",
+    "compact_failed",
+    "files_rewind_started",
+    "files_rewound",
+    "files_rewind_failed",
+    "conversation_rewound",
+)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operation: when, what, how many tokens it moved, and whether it was undone.
+
+    ``turn`` is the first served request (1-based, as ``served --turn``) the operation shaped;
+    None when no request was served after it. For a collapse commit, a compaction and a snip,
+    ``details["replaced"]`` lists the message events the model stopped seeing (uuids and seq
+    range), and what it saw instead (``details["summary"]``; a snip has none); for a compaction whose
+    summarization prompt was too long, ``details["ptl_dropped"]`` lists the messages the
+    retries dropped before summarizing (they are in ``replaced`` too, but not in the summary).
+    """
+
+    seq: int
+    event_id: str
+    kind: str
+    what: str
+    tokens_freed: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    reverted_by: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    turn: int | None = None
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The timeline, the breaker's state and how many requests were served."""
+
+    session_id: str
+    entries: list[AuditEntry]
+    requests_served: int
+    consecutive_auto_compact_failures: int
+    breaker_open: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "session_id": self.session_id,
+            "requests_served": self.requests_served,
+            "breaker": {
+                "consecutive_auto_compact_failures": self.consecutive_auto_compact_failures,
+                "open": self.breaker_open,
+            },
+            "entries": [dataclasses.asdict(entry) for entry in self.entries],
+        }
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _describe(entry: TranscriptEntry) -> AuditEntry:
+    """One transcript entry of an audited type as a timeline entry."""
+    p = entry.payload
+    kind = entry.type
+    freed: int | None = None
+    before: int | None = None
+    details: dict[str, Any] = {}
+    if kind == "tool_result_persisted":
+        what = (
+            f"{p.get('tool_name') or 'tool'} result {p['tool_use_id']} "
+            f"({p['original_chars']} chars, {p['reason']}) -> {p['location']}"
+        )
+        freed, details = p.get("tokens_freed"), {"blob": p["blob_sha256"]}
+    elif kind == "snip_applied":
+        what = f"{p['rounds_removed']} oldest rounds ({p['messages_removed']} messages) out of the request"
+        freed, details = p["tokens_freed"], {"keep_from_seq": p["keep_from_seq"]}
+    elif kind == "microcompact_applied":
+        ids = p["cleared_tool_use_ids"]
+        what = f"{p['trigger']}: {len(ids)} old tool results cleared, newest {p['keep_recent']} kept"
+        freed, details = p["tokens_freed"], {"cleared": ids, "gap_minutes": p.get("gap_minutes")}
+    elif kind == "server_edits_applied":
+        what = f"server cleared {p['cleared_input_tokens']} input tokens"
+        freed, details = p["cleared_input_tokens"], {"edits": p["edits"]}
+    elif kind == "collapse_staged":
+        span = f"{p.get('first_message_uuid')} .. {p.get('last_message_uuid')}"
+        what = f"collapse staged for {span}: {_clip(p['summary'], 80)}"
+        details = {k: p[k] for k in ("summary", "tokens_covered", "summary_tokens")}
+    elif kind == "collapse_committed":
+        drained = " (drained)" if p.get("drained") else ""
+        what = f"collapse committed{drained} from staged {p['staged_event_id']}"
+        freed, details = p["tokens_freed"], {"staged_event_id": p["staged_event_id"]}
+    elif kind == "context_edit_reverted":
+        what = f"reverted {p['target_type']} {p['target_event_id']}"
+        details = {"target_event_id": p["target_event_id"]}
+    elif kind == "session_memory_updated":
+        what = f"session memory updated through seq {p['last_summarized_seq']}"
+        details = {"memory": p["memory"]}
+    elif kind == "compact_boundary":
+        how = f"{p['trigger']}, {p['strategy']}, {p['template']}, {p['summarizer']}"
+        what = f"compaction ({how}): {_clip(p['summary'], 80)}"
+        before = p["pre_compact_tokens"]
+        details = {
+            "summary": p["summary"],
+            "keep_from_seq": p["keep_from_seq"],
+            "last_pre_compact_uuid": p.get("last_pre_compact_uuid"),
+            "attachments": [a.get("name") for a in p.get("attachments", [])],
+            "hook_results": p.get("hook_results", []),
+            "ptl_retries": p.get("ptl_retries", 0),
+        }
+    elif kind == "compact_failed":
+        what = f"compaction failed ({p['trigger']}): {_clip(p['reason'])}"
+        details = {"reason": p["reason"]}
+    elif kind == "files_rewind_started":
+        counts = f"{len(p.get('restore', []))} to restore, {len(p.get('delete', []))} to delete"
+        what = f"files rewind to {p['message_uuid']} started: {counts}"
+        details = {k: p.get(k) for k in ("restore", "delete")}
+    elif kind == "files_rewind_failed":
+        done, planned = len(p["applied"]), len(p["applied"]) + len(p["not_applied"])
+        what = f"files rewind to {p['message_uuid']} FAILED after {done} of {planned} changes"
+        what += f": {_clip(p['error'], 80)}; files are mixed until a rewind finishes"
+        details = {k: p.get(k) for k in ("applied", "not_applied", "error", "started_event_id")}
+    elif kind == "files_rewound":
+        counts = f"{len(p.get('restored', []))} restored, {len(p.get('deleted', []))} deleted"
+        what = f"files rewound to {p['message_uuid']}: {counts}"
+        details = {k: p.get(k) for k in ("restored", "deleted", "started_event_id")}
+    else:
+        what = f"conversation forked at {p['message_uuid']} as {p['fork_session_id']}"
+        details = {"fork_session_id": p["fork_session_id"]}
+    return AuditEntry(entry.seq, entry.event_id, kind, what, freed, before, None, None, details)
+
+
+def audit(session: Session) -> AuditReport:
+    """Every context operation of the session, oldest first, with the breaker's state."""
+    transcript = session.transcript
+    entries = [e for e in transcript if e.type in AUDITED]
+    reverted = {str(e.payload["target_event_id"]): e for e in entries if e.type == "context_edit_reverted"}
+    served = [int(e.payload["through_seq"]) for e in transcript if e.type == "context_served"]
+    compactions = _compactions(session, transcript)
+    staged = {e.event_id: e.payload for e in entries if e.type == "collapse_staged"}
+    timeline = []
+    for entry in entries:
+        described = _describe(entry)
+        revert = reverted.get(entry.event_id)
+        if revert is not None:
+            described = dataclasses.replace(described, reverted_by=revert.event_id)
+        described = dataclasses.replace(described, turn=_first_turn(served, entry.seq, revert))
+        if entry.type == "collapse_committed" and entry.payload["staged_event_id"] in staged:
+            described = _with_collapsed(described, transcript, staged[entry.payload["staged_event_id"]])
+        elif entry.type == "compact_boundary":
+            described = _with_compacted(described, compactions[entry.seq])
+        elif entry.type == "snip_applied":
+            described = _with_snipped(described, compactions[entry.seq])
+        timeline.append(described)
+    timeline = _with_unfinished_rewinds(timeline)
+    timeline = _with_source_metadata(session, timeline)
+    failures = session.api_state.compact_failures
+    return AuditReport(
+        session.id, timeline, len(served), failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+    )
+
+
+def _with_unfinished_rewinds(timeline: list[AuditEntry]) -> list[AuditEntry]:
+    """Mark each files rewind that started and recorded no outcome: it was killed half way."""
+    closed = {
+        entry.details.get("started_event_id")
+        for entry in timeline
+        if entry.kind in ("files_rewound", "files_rewind_failed")
+    }
+    return [
+        dataclasses.replace(
+            entry, what=entry.what + "; INTERRUPTED (no outcome recorded): files may be mixed"
+        )
+        if entry.kind == "files_rewind_started" and entry.event_id not in closed
+        else entry
+        for entry in timeline
+    ]
+
+
+def _first_turn(served: list[int], seq: int, revert: TranscriptEntry | None) -> int | None:
+    """The first served request (1-based) that covers ``seq``; None if none, or if the operation
+    was reverted before it (no request ever carried it)."""
+    turn = bisect.bisect_left(served, seq) + 1
+    if turn > len(served) or (revert is not None and revert.seq <= served[turn - 1]):
+        return None
+    return turn
+
+
+def _messages(entries: list[TranscriptEntry]) -> dict[str, Any]:
+    """Message events as the audit lists them: how many, their seq range and their uuids."""
+    return {
+        "count": len(entries),
+        "first_seq": entries[0].seq if entries else None,
+        "last_seq": entries[-1].seq if entries else None,
+        "uuids": [str(e.payload.get("message_uuid")) for e in entries],
+    }
+
+
+def _span_text(listed: dict[str, Any]) -> str:
+    if not listed["count"]:
+        return "no messages"
+    plural = "s" if listed["count"] != 1 else ""
+    return f"{listed['count']} message{plural} (seq {listed['first_seq']}-{listed['last_seq']})"
+
+
+def _with_collapsed(
+    entry: AuditEntry, transcript: list[TranscriptEntry], staged: dict[str, Any]
+) -> AuditEntry:
+    """A collapse commit with the messages its span took out of the request and its summary."""
+    replaced = _messages(collapsed_messages(transcript, int(staged["first_seq"]), int(staged["end_seq"])))
+    return dataclasses.replace(
+        entry,
+        what=f"{entry.what}: replaced {_span_text(replaced)} with a summary",
+        details={**entry.details, "replaced": replaced, "summary": staged["summary"]},
+    )
+
+
+@dataclass(frozen=True)
+class _Compacted:
+    """What one compaction took out of the request, and the view's size right after it."""
+
+    replaced: list[TranscriptEntry]
+    ptl_dropped: list[TranscriptEntry]
+    tokens_after: int | None
+    #: A snip: the committed collapses whose summaries it took out with the span.
+    collapses: list[str] = field(default_factory=list)
+
+
+def _with_compacted(entry: AuditEntry, compacted: _Compacted) -> AuditEntry:
+    replaced = _messages(compacted.replaced)
+    details = {**entry.details, "replaced": replaced}
+    what = f"{entry.what}; replaced {_span_text(replaced)}"
+    if compacted.ptl_dropped:
+        details["ptl_dropped"] = _messages(compacted.ptl_dropped)
+        what += f", of which {_span_text(details['ptl_dropped'])} were dropped unsummarized (prompt too long)"
+    return dataclasses.replace(entry, what=what, details=details, tokens_after=compacted.tokens_after)
+
+
+def _with_snipped(entry: AuditEntry, snipped: _Compacted) -> AuditEntry:
+    removed = _messages(snipped.replaced)
+    what = f"{entry.what}: removed {_span_text(removed)}"
+    details = {**entry.details, "replaced": removed}
+    if snipped.collapses:
+        what += f" and the summaries of {len(snipped.collapses)} collapse(s)"
+        details["collapses_removed"] = snipped.collapses
+    return dataclasses.replace(entry, what=what, details=details)
+
+
+def _collapses_before(state: ApiContextState, keep_from_seq: int) -> list[str]:
+    """The committed collapses (their commit event ids) whose spans end before ``keep_from_seq``."""
+    first = state.message_first_seq[state.first_visible] if state.first_visible < len(state.messages) else 0
+    return [
+        event_id
+        for event_id, edit in state.edits.items()
+        if edit["type"] == "collapse_committed"
+        and first <= edit["first_seq"]
+        and edit["end_seq"] <= keep_from_seq
+    ]
+
+
+def _compactions(session: Session, transcript: list[TranscriptEntry]) -> dict[int, _Compacted]:
+    """Each compaction and snip (by seq): the messages it took out, derived from the view before it.
+
+    One fold over the log: at each boundary or snip, the raw messages still visible (after
+    earlier boundaries and snips, outside committed collapses, whose summaries stood in for
+    them) that it does not keep.
+    """
+    changes = {e.seq: e for e in transcript if e.type in ("compact_boundary", "snip_applied")}
+    if not changes:
+        return {}
+    shown = shown_messages(transcript)
+    projection = ApiContextProjection()
+    state = projection.initial()
+    out: dict[int, _Compacted] = {}
+    for recorded in session.log.read(1, max(changes)):
+        change = changes.get(recorded.seq)
+        if change is not None and change.type == "snip_applied":
+            removed = _snipped_messages(state, transcript, change.payload)
+            summaries = _collapses_before(state, int(change.payload["keep_from_seq"]))
+            out[recorded.seq] = _Compacted(removed, [], None, summaries)
+        elif change is not None:
+            replaced = _compacted_messages(state, transcript, shown, recorded.seq, change.payload)
+            dropped_before = int(change.payload.get("ptl_dropped_before_seq") or 0)
+            ptl_dropped = [e for e in replaced if e.seq < dropped_before]
+        state = projection.apply(state, recorded)
+        if change is not None and change.type == "compact_boundary":
+            after = session.estimate(state.view_tokens, state.visible_blocks)
+            out[recorded.seq] = _Compacted(replaced, ptl_dropped, after)
+    return out
+
+
+def _hidden_seqs(before: ApiContextState, transcript: list[TranscriptEntry]) -> set[int]:
+    """Seqs of message events a summary already stood in for in ``before``: committed collapses,
+    and the part an earlier partial "from" compaction summarized."""
+    hidden = {e.seq for e in _collapsed_before(before, transcript)}
+    if before.compact is not None and before.compact.get("from_seq"):
+        hidden.update(range(int(before.compact["from_seq"]), int(before.compact["seq"])))
+    return hidden
+
+
+def _snipped_messages(
+    before: ApiContextState, transcript: list[TranscriptEntry], snip: dict[str, Any]
+) -> list[TranscriptEntry]:
+    """The message events visible raw in ``before`` that a snip takes out: the span up to its cut,
+    and the results opening the first kept message (their calls are in the span)."""
+    keep = int(snip["keep_from_seq"])
+    first = before.first_visible
+    start = before.message_first_seq[first] if first < len(before.messages) else keep
+    hidden = _hidden_seqs(before, transcript)
+    return [e for e in collapsed_messages(transcript, start, keep) if e.seq not in hidden]
+
+
+def _compacted_messages(
+    before: ApiContextState,
+    transcript: list[TranscriptEntry],
+    shown: list[TranscriptEntry],
+    seq: int,
+    boundary: dict[str, Any],
+) -> list[TranscriptEntry]:
+    """The message events visible raw in ``before`` that the boundary at ``seq`` summarizes."""
+    first = before.first_visible
+    start = before.message_first_seq[first] if first < len(before.messages) else seq
+    stop = seq
+    if boundary.get("summarized_from_seq"):
+        start = max(start, int(boundary["summarized_from_seq"]))
+    elif boundary.get("keep_from_seq"):
+        stop = int(boundary["keep_from_seq"])
+    hidden = _hidden_seqs(before, transcript)
+    return [e for e in shown if start <= e.seq < stop and e.seq not in hidden]
+
+
+def _collapsed_before(state: ApiContextState, transcript: list[TranscriptEntry]) -> list[TranscriptEntry]:
+    """Message events behind the committed collapses active in ``state``."""
+    return [
+        e
+        for edit in state.edits.values()
+        if edit["type"] == "collapse_committed"
+        for e in collapsed_messages(transcript, int(edit["first_seq"]), int(edit["end_seq"]))
+    ]
+
+
+def _source_metadata(session: Session) -> dict[str, dict[str, Any]]:
+    """Imported compactions: the boundary's event id -> the ``compactMetadata`` Claude Code wrote."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in session.transcript:
+        if entry.type == "imported_entry" and entry.payload.get("entry_type") == "system/compact_boundary":
+            metadata = entry.payload["entry"].get("compactMetadata")
+            for event_id in entry.payload.get("events", []):
+                if isinstance(metadata, dict):
+                    found[str(event_id)] = metadata
+    return found
+
+
+def _with_source_metadata(session: Session, timeline: list[AuditEntry]) -> list[AuditEntry]:
+    """An imported compaction also shows what its source recorded: kept messages, token counts."""
+    metadata = _source_metadata(session)
+    result = []
+    for entry in timeline:
+        source = metadata.get(entry.event_id) if entry.kind == "compact_boundary" else None
+        if source is not None:
+            kept = source.get("preservedMessages")
+            uuids = kept.get("uuids") if isinstance(kept, dict) else None
+            notes = []
+            if isinstance(uuids, list) and uuids:
+                notes.append(f"{len(uuids)} messages kept verbatim from seq {entry.details['keep_from_seq']}")
+            if "postTokens" in source:
+                notes.append(f"{source['postTokens']} tokens after")
+            if source.get("cumulativeDroppedTokens"):
+                notes.append(f"{source['cumulativeDroppedTokens']} dropped so far")
+            what = entry.what + (f" [Claude Code: {'; '.join(notes)}]" if notes else "")
+            entry = dataclasses.replace(
+                entry, what=what, details={**entry.details, "source_metadata": source}
+            )
+        result.append(entry)
+    return result
+
+
+def render_audit(report: AuditReport, out: TextIO) -> None:
+    """Print the timeline as a table, then the served-request count and the breaker's state."""
+    from rich.console import Console  # imported here: only the terminal views need rich
+    from rich.table import Table
+
+    table = Table(title=f"audit of {report.session_id}", show_lines=False)
+    for column in ("seq", "turn", "operation", "what", "freed", "before", "after", "reverted by"):
+        table.add_column(column, overflow="fold")
+    for entry in report.entries:
+        cells = [entry.tokens_freed, entry.tokens_before, entry.tokens_after]
+        table.add_row(
+            str(entry.seq),
+            "" if entry.turn is None else str(entry.turn),
+            entry.kind,
+            _what_with_uuids(entry),
+            *("" if v is None else str(v) for v in cells),
+            (entry.reverted_by or "")[:8],
+        )
+    console = Console(file=out, width=160, no_color=True)
+    console.print(table)
+    breaker = "OPEN" if report.breaker_open else "closed"
+    console.print(
+        f"requests served: {report.requests_served}; auto-compact breaker: {breaker} "
+        f"({report.consecutive_auto_compact_failures} consecutive failures)"
+    )
+
+
+def _what_with_uuids(entry: AuditEntry) -> str:
+    """The 'what' cell: for a collapse or compaction, the uuids of what it replaced on lines below."""
+    lines = [entry.what]
+    for key, label in (("replaced", "replaced"), ("ptl_dropped", "dropped unsummarized")):
+        listed = entry.details.get(key)
+        if listed and listed["count"]:
+            lines.append(f"{label}: " + " ".join(listed["uuids"]))
+    return "\n".join(lines)
+
+
+def _api_state_at(session: Session, seq: int) -> Any:
+    return fold(ApiContextProjection(), session.log.read(1, seq))
+
+
+@dataclass(frozen=True)
+class ServedReplay:
+    """A request rebuilt from the log, and whether it matches what was served."""
+
+    turn: int
+    served_event_id: str
+    through_seq: int
+    request: dict[str, Any]
+    fingerprint: str
+    matches: bool
+
+
+def served_request(session: Session, turn: int) -> ServedReplay:
+    """The request served at ``turn`` (1 = the first ``ContextServed``), rebuilt from the log.
+
+    Raises:
+        ValidationError: no such turn.
+    """
+    served = [e for e in session.transcript if e.type == "context_served"]
+    if not 1 <= turn <= len(served):
+        msg = f"session {session.id!r} served {len(served)} requests; there is no turn {turn}"
+        raise ValidationError(msg, field="turn")
+    entry = served[turn - 1]
+    payload = entry.payload
+    state = _api_state_at(session, int(payload["through_seq"]))
+    request = materialize(state, cache_control=bool(payload.get("cache_control", False)))
+    request.update(payload.get("extra") or {})
+    fingerprint = hashlib.sha256(request_bytes(request)).hexdigest()
+    return ServedReplay(
+        turn,
+        entry.event_id,
+        int(payload["through_seq"]),
+        request,
+        fingerprint,
+        fingerprint == payload["fingerprint"],
+    )
+
+
+def view_diff(session: Session, seq_a: int, seq_b: int) -> str:
+    """A unified diff of the request as it was at ``seq_a`` and at ``seq_b`` (indented JSON)."""
+
+    def lines(seq: int) -> list[str]:
+        return json.dumps(materialize(_api_state_at(session, seq)), indent=1, ensure_ascii=False).splitlines()
+
+    return "\n".join(
+        difflib.unified_diff(lines(seq_a), lines(seq_b), f"seq {seq_a}", f"seq {seq_b}", lineterm="")
+    )

@@ -1,0 +1,463 @@
+"""``sessionstore verify``: the hash chain, and every projection snapshot against a full rebuild.
+
+The chain check (``SessionStore.verify``) proves the log was not altered. A snapshot is not
+part of the chain: it is a cache a reader starts from instead of seq 1, so a snapshot that
+loads but holds the wrong state would silently change what the model is sent. This module
+therefore also folds every registered projection twice, from its latest snapshot (the way a
+reader resumes) and from seq 1, and compares the two states. For ``api_context`` it also
+compares the request bytes and ``used_tokens()`` of ``Session(store, sid)`` against
+``Session(store, sid, use_snapshots=False)``: the numbers a caller actually sees.
+
+Outcomes per projection:
+
+* ``match``: the snapshot folded forward equals the rebuild.
+* ``mismatch``: it does not. Readers would serve the snapshot's version: this fails
+  verification (exit status 3), like a broken chain.
+* ``unreadable``: the snapshot does not load. Every reader ignores such a snapshot and folds
+  from seq 1 instead (``rebuild``), so it cannot change a result: reported, but not a failure.
+* ``none``: no snapshot for this store's tokenizer and the projection's current version.
+* ``error``: folding the log raised (an undecodable or unknown event, say): a failure.
+* ``beyond_head``: the newest snapshot is labelled with a seq the log does not reach. Readers
+  ignore it (they fold from seq 1), but it means events were removed from the end of the log or
+  the row was written by something other than sessionstore: a failure.
+
+Only snapshots a reader of *this* store would use are checked: the current version of each
+registered projection, keyed by this store's tokenizer. Everything here only reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TextIO
+
+from .._paths import read_regular_file
+from ..errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, SessionNotFoundError, ValidationError
+
+# Imported for their projections' registration: verify checks every registered projection.
+from ..projections import _api_context, _file_history, _transcript  # noqa: F401
+from ..projections._base import _PROJECTIONS, Projection, rebuild
+from ..projections._session import NO_TOKENIZER, Session, SessionConfig
+from ..store._contract import ChainHead, SessionStore, VerifyReport
+from ..store._lineage import SessionLog
+
+__all__ = [
+    "ProjectionCheck",
+    "SessionVerification",
+    "all_heads",
+    "format_head",
+    "read_heads",
+    "run_command",
+    "run_heads",
+    "verify_all",
+    "verify_session",
+]
+
+#: A heads file holds one short line per session: 256 MiB is millions of sessions, and it bounds
+#: what a wrong path (a huge log, /dev/zero behind a symlink) can make verify read.
+MAX_HEADS_FILE_BYTES = 256 * 1024 * 1024
+
+Status = Literal["match", "mismatch", "unreadable", "none", "error", "beyond_head"]
+#: Never write a snapshot while verifying: verify reads only.
+_READ_ONLY = SessionConfig(snapshot_every=0)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+#: How often to re-align two live views when another writer keeps appending meanwhile.
+_ALIGN_TRIES = 5
+
+
+@dataclass(frozen=True)
+class ProjectionCheck:
+    """One projection's snapshot compared with the full rebuild.
+
+    Attributes:
+        projection: the projection's name.
+        status: see the module docstring.
+        snapshot_seq: seq of the snapshot checked (None: none was found).
+        detail: why it failed or was ignored (empty when it matched or none exists).
+    """
+
+    projection: str
+    status: Status
+    snapshot_seq: int | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """False for a mismatch, an error or a snapshot past the head; readers ignore an unreadable one."""
+        return self.status not in ("mismatch", "error", "beyond_head")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as a JSON-ready dict."""
+        return {
+            "projection": self.projection,
+            "status": self.status,
+            "snapshot_seq": self.snapshot_seq,
+            "detail": self.detail,
+            "ok": self.ok,
+        }
+
+
+@dataclass(frozen=True)
+class SessionVerification:
+    """The chain report of one session, and its projection checks up to ``checked_seq``."""
+
+    chain: VerifyReport
+    checked_seq: int
+    projections: tuple[ProjectionCheck, ...] = field(default_factory=tuple)
+
+    @property
+    def session_id(self) -> str:
+        """The session verified."""
+        return self.chain.session_id
+
+    @property
+    def ok(self) -> bool:
+        """True when the chain verifies and no snapshot disagrees with the rebuild."""
+        return self.chain.ok and all(check.ok for check in self.projections)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verification as a JSON-ready dict (the chain report's keys at the top level)."""
+        chain = self.chain
+        return {
+            "session_id": chain.session_id,
+            "events_checked": chain.events_checked,
+            "first_bad_seq": chain.first_bad_seq,
+            "reason": chain.reason,
+            "chain_ok": chain.ok,
+            "head": chain.head,
+            "identity_bound": chain.identity_bound,
+            "checked_seq": self.checked_seq,
+            "projections": [check.to_dict() for check in self.projections],
+            "ok": self.ok,
+        }
+
+    def summary(self) -> str:
+        """One line: ``ok``, ``BROKEN at seq N``, and any snapshot that failed or was ignored."""
+        chain = self.chain
+        # A chain from before identities were bound: its sessions row is not protected (say so).
+        unbound = "" if chain.identity_bound else ", sessions row not bound: an older chain"
+        if not chain.ok:
+            where = "" if chain.first_bad_seq is None else f" at seq {chain.first_bad_seq}"
+            head = f"{chain.session_id}: BROKEN{where}: {chain.reason}"
+        elif all(c.ok for c in self.projections):
+            head = f"{chain.session_id}: ok ({chain.events_checked} events{unbound})"
+        else:
+            head = f"{chain.session_id}: SNAPSHOT MISMATCH ({chain.events_checked} events{unbound})"
+        checked = [c for c in self.projections if c.status != "none"]
+        if checked:
+            head += "; snapshots: " + ", ".join(_describe(c) for c in checked)
+        return head
+
+
+def _describe(check: ProjectionCheck) -> str:
+    where = check.projection if check.snapshot_seq is None else f"{check.projection}@{check.snapshot_seq}"
+    if check.status == "match":
+        return f"{where} ok"
+    return f"{where} {check.status.upper()} ({check.detail})"
+
+
+def _decoded(dump: bytes) -> Any:
+    """A JSON dump as data (None when it is not one JSON document)."""
+    try:
+        return json.loads(dump)
+    except ValueError:
+        return None
+
+
+def _api_fields(state: _api_context.ApiContextState) -> dict[str, Any]:
+    """The state's fields as data, its messages as a plain list."""
+    data = {f.name: getattr(state, f.name) for f in fields(state)}
+    data["messages"] = list(state.messages)
+    return data
+
+
+def _first_difference(left: Any, right: Any) -> str:
+    """Where two states differ: the top-level keys of an object, the first item of an array."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        keys = sorted(k for k in left.keys() | right.keys() if left.get(k) != right.get(k))
+        return "state differs in " + ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+    if isinstance(left, list) and isinstance(right, list):
+        at = next((i for i, (x, y) in enumerate(zip(left, right, strict=False)) if x != y), None)
+        if at is None:
+            return f"{len(left)} items, {len(right)} rebuilt"
+        return f"item {at} differs ({len(left)} items, {len(right)} rebuilt)"
+    return "state differs"
+
+
+def _snapshot(
+    store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, to_seq: int
+) -> tuple[int | None, str | None]:
+    """(seq of the snapshot a reader would start from, why it does not load), or (None, None)."""
+    snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, to_seq)
+    if snapshot is None:
+        return None, None
+    try:
+        projection.load(snapshot.state)
+    except Exception as e:  # rebuild() ignores a snapshot for any failure to load: so do we
+        return snapshot.seq, f"{type(e).__name__}: {e}"
+    return snapshot.seq, None
+
+
+def _beyond_head(
+    store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, head: int
+) -> ProjectionCheck | None:
+    """A failed check when the projection's newest snapshot is labelled past the log's head."""
+    newest = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer)
+    if newest is None or newest.seq <= head:
+        return None
+    head = SessionLog(store, session_id).last_seq()  # a writer may have appended and snapshotted meanwhile
+    if newest.seq <= head:
+        return None
+    detail = f"snapshot seq {newest.seq} is past the log's last seq {head}: events removed from the end?"
+    return ProjectionCheck(projection.name, "beyond_head", newest.seq, detail)
+
+
+def _live_pair(store: SessionStore, session_id: str) -> tuple[Session, Session]:
+    """A Session resumed as readers resume it, and one folded from seq 1, at the same seq."""
+    scratch = Session(store, session_id, _READ_ONLY, use_snapshots=False)
+    live = Session(store, session_id, _READ_ONLY)
+    for _ in range(_ALIGN_TRIES):  # a writer appending meanwhile: catch both up to one seq
+        if live.last_seq == scratch.last_seq:
+            break
+        scratch.refresh()
+        live.refresh()
+    return live, scratch
+
+
+def _check_api_context(live: Session, scratch: Session, snapshot_seq: int) -> ProjectionCheck:
+    name = _api_context.ApiContextProjection.name
+    problems: list[str] = []
+    if live.last_seq != scratch.last_seq:
+        detail = f"the session kept growing ({live.last_seq} vs {scratch.last_seq}): try again"
+        return ProjectionCheck(name, "error", snapshot_seq, detail)
+    if live.request_bytes() != scratch.request_bytes():
+        problems.append("request bytes differ")
+    used, rebuilt = live.used_tokens(), scratch.used_tokens()
+    if used != rebuilt:
+        problems.append(f"used_tokens {used} != {rebuilt} rebuilt")
+    projection = _api_context.ApiContextProjection()
+    resumed, full = projection.dump(live.api_state), projection.dump(scratch.api_state)
+    if resumed != full:
+        problems.append(_first_difference(_api_fields(live.api_state), _api_fields(scratch.api_state)))
+    if problems:
+        return ProjectionCheck(name, "mismatch", snapshot_seq, "; ".join(problems))
+    return ProjectionCheck(name, "match", snapshot_seq)
+
+
+def _check_generic(
+    store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str, to_seq: int
+) -> ProjectionCheck:
+    ahead = _beyond_head(store, session_id, projection, tokenizer, to_seq)
+    if ahead is not None:
+        return ahead
+    seq, unreadable = _snapshot(store, session_id, projection, tokenizer, to_seq)
+    if seq is None:
+        return ProjectionCheck(projection.name, "none")
+    if unreadable is not None:
+        return ProjectionCheck(projection.name, "unreadable", seq, unreadable)
+    read = SessionLog(store, session_id).read  # a fork's views count seqs through its parent's prefix
+    resumed, _ = rebuild(store, session_id, projection, tokenizer=tokenizer, to_seq=to_seq, read=read)
+    full, _ = rebuild(
+        store, session_id, projection, tokenizer=tokenizer, use_snapshots=False, to_seq=to_seq, read=read
+    )
+    a, b = projection.dump(resumed), projection.dump(full)
+    if a != b:
+        return ProjectionCheck(projection.name, "mismatch", seq, _first_difference(_decoded(a), _decoded(b)))
+    return ProjectionCheck(projection.name, "match", seq)
+
+
+def _other_projections() -> list[Projection[Any]]:
+    """One instance of every registered projection but ``api_context`` (checked through Session)."""
+    api = _api_context.ApiContextProjection.name
+    return [cls() for (name, _), cls in sorted(_PROJECTIONS.items()) if name != api]
+
+
+def verify_session(
+    store: SessionStore, session_id: str, *, head: str | ChainHead | None = None
+) -> SessionVerification:
+    """Walk the session's hash chain, then check every projection snapshot against a rebuild.
+
+    ``head``: an anchor kept outside the database the chain must still hold (``SessionStore.verify``).
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    chain = store.verify(session_id, head=head)
+    try:
+        log = SessionLog(store, session_id)
+    except SessionNotFoundError:  # its events outlived its sessions row: nothing to fold
+        return SessionVerification(chain, 0)
+    counter = getattr(store, "token_counter", None)
+    tokenizer = counter.name if counter is not None else NO_TOKENIZER
+    checks: list[ProjectionCheck] = []
+    api_name = _api_context.ApiContextProjection.name
+    to_seq = log.last_seq()  # views count seqs through a fork's prefix
+    try:
+        api = _api_context.ApiContextProjection()
+        ahead = _beyond_head(store, session_id, api, tokenizer, to_seq)
+        seq, unreadable = _snapshot(store, session_id, api, tokenizer, to_seq)
+        if ahead is not None:
+            checks.append(ahead)
+        elif seq is None:
+            checks.append(ProjectionCheck(api_name, "none"))
+        elif unreadable is not None:  # Session skips it too (logging a warning): don't load it
+            checks.append(ProjectionCheck(api_name, "unreadable", seq, unreadable))
+        else:
+            live, scratch = _live_pair(store, session_id)
+            to_seq = scratch.last_seq
+            checks.append(_check_api_context(live, scratch, seq))
+    except Exception as e:  # a tampered or unknown event can make the fold itself raise
+        checks.append(ProjectionCheck(api_name, "error", None, f"{type(e).__name__}: {e}"))
+    for projection in _other_projections():
+        try:
+            checks.append(_check_generic(store, session_id, projection, tokenizer, to_seq))
+        except Exception as e:
+            checks.append(ProjectionCheck(projection.name, "error", None, f"{type(e).__name__}: {e}"))
+    return SessionVerification(chain, to_seq, tuple(checks))
+
+
+def verify_all(
+    store: SessionStore, *, page_size: int = 100, heads: Mapping[str, ChainHead] | None = None
+) -> Iterator[SessionVerification]:
+    """``verify_session`` for every session in the store, in id order, a page at a time; then
+    every id whose events have no sessions row, and every anchored session that is gone (each a
+    failure).
+
+    ``heads``: anchors kept outside the database (``heads`` command), by session id.
+    """
+    anchors = dict(heads or {})
+    after: str | None = None
+    while True:
+        page = store.list_sessions(limit=page_size, after=after)
+        for info in page:
+            yield verify_session(store, info.id, head=anchors.pop(info.id, None))
+        if len(page) < page_size:
+            break
+        after = page[-1].id
+    for orphan in store.orphaned_sessions():
+        yield verify_session(store, orphan, head=anchors.pop(orphan, None))
+    for anchor in sorted(anchors.values(), key=lambda a: a.session_id):
+        yield _gone(anchor)
+
+
+def _gone(anchor: ChainHead) -> SessionVerification:
+    """The failed verification of an anchored session that has neither a row nor events."""
+    reason = f"anchored at seq {anchor.seq}, but the session and all its events are gone"
+    return SessionVerification(VerifyReport(anchor.session_id, 0, None, reason), 0)
+
+
+def all_heads(store: SessionStore, *, page_size: int = 100) -> Iterator[ChainHead]:
+    """The head of every session, in id order (what to keep outside the database)."""
+    after: str | None = None
+    while True:
+        page = store.list_sessions(limit=page_size, after=after)
+        for info in page:
+            yield store.head(info.id)
+        if len(page) < page_size:
+            return
+        after = page[-1].id
+
+
+def format_head(head: ChainHead) -> str:
+    """One line of the ``heads`` command: ``SESSION SEQ HASH``."""
+    return f"{head.session_id} {head.seq} {head.hash}"
+
+
+def read_heads(path: str) -> dict[str, ChainHead]:
+    """Anchors from a file the ``heads`` command wrote (text or ``--json`` lines), by session.
+
+    Raises:
+        ValidationError: a line that is neither, naming the file and line.
+        PathRefusedError: not a regular file (a FIFO or a device would block or never end), or
+            larger than any heads file (``MAX_HEADS_FILE_BYTES``).
+        OSError: the file cannot be read.
+    """
+    data = read_regular_file(path, max_bytes=MAX_HEADS_FILE_BYTES)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"{path}: not a heads file (not UTF-8 text at byte {e.start})"
+        raise ValidationError(msg, field="heads") from e
+    anchors: dict[str, ChainHead] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            anchor = _parse_head(line.strip(), f"{path}:{number}")
+            anchors[anchor.session_id] = anchor
+    return anchors
+
+
+def _parse_head(line: str, where: str) -> ChainHead:
+    try:
+        if line.startswith("{"):
+            data = json.loads(line)
+            sid, seq, digest = data["session_id"], data["seq"], data["hash"]
+        else:
+            sid, seq, digest = line.split()
+        anchor = ChainHead(str(sid), int(seq), str(digest))
+    except (ValueError, KeyError, TypeError):
+        msg = f"{where}: expected a line of `sessionstore heads` (SESSION SEQ HASH), got {line[:80]!r}"
+        raise ValidationError(msg, field="heads") from None
+    if anchor.seq < 0 or not _HEX64.fullmatch(anchor.hash):
+        msg = f"{where}: the seq must be >= 0 and the hash 64 hex digits"
+        raise ValidationError(msg, field="heads")
+    return anchor
+
+
+def run_heads(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    """The CLI's ``heads [SESSION] [--json]``: one ``SESSION SEQ HASH`` line per session."""
+    heads = [store.head(args.session_id)] if args.session_id is not None else all_heads(store)
+    for head in heads:
+        line = json.dumps(dataclasses.asdict(head)) if args.json else format_head(head)
+        print(line, file=out, flush=True)
+    return EXIT_OK
+
+
+def _single_anchor(args: argparse.Namespace) -> ChainHead | str | None:
+    """The anchor for ``verify SESSION``: ``--head HASH``, or the session's line of ``--heads``."""
+    if args.head is not None:
+        return str(args.head)
+    if args.heads is not None:
+        return read_heads(args.heads).get(args.session_id)
+    return None
+
+
+def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    """The CLI's ``verify [SESSION] [--json] [--head HASH | --heads FILE]``: 0 when everything
+    verifies, else ``EXIT_INTEGRITY``.
+
+    With a session: its line (or JSON object). Without: one line per session and a total (with
+    ``--json``, one object: ``{"sessions": [...], "total", "failed", "ok"}``).
+    """
+    if args.head is not None and args.session_id is None:
+        print("sessionstore: verify --head needs a SESSION (use --heads FILE for all)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.session_id is not None:
+        anchor = _single_anchor(args)
+        try:
+            result = verify_session(store, args.session_id, head=anchor)
+        except SessionNotFoundError:
+            if not isinstance(anchor, ChainHead):
+                raise
+            result = _gone(anchor)
+        print(json.dumps(result.to_dict()) if args.json else result.summary(), file=out)
+        return EXIT_OK if result.ok else EXIT_INTEGRITY
+    total = failed = 0
+    rows: list[dict[str, Any]] = []
+    heads = read_heads(args.heads) if args.heads is not None else None
+    for result in verify_all(store, heads=heads):
+        total += 1
+        failed += not result.ok
+        if args.json:
+            rows.append(result.to_dict())
+        else:
+            print(result.summary(), file=out, flush=True)  # a line as each session is done
+    if args.json:
+        print(json.dumps({"sessions": rows, "total": total, "failed": failed, "ok": not failed}), file=out)
+    else:
+        print(f"{total} sessions verified: {total - failed} ok, {failed} failed", file=out)
+    return EXIT_INTEGRITY if failed else EXIT_OK

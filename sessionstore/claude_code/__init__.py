@@ -1,0 +1,25 @@
+"""Claude Code transcripts: import JSONL into the log, export the log back byte for byte."""
+
+from __future__ import annotations
+
+from ._export import (
+    ExportedFile,
+    export_claude_code,
+    write_claude_code,
+)
+from ._import import (
+    ImportedSession,
+    ImportReport,
+    SkippedLine,
+    import_claude_code,
+)
+
+__all__ = [
+    "ExportedFile",
+    "ImportReport",
+    "ImportedSession",
+    "SkippedLine",
+    "export_claude_code",
+    "import_claude_code",
+    "write_claude_code",
+]

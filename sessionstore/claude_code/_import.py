@@ -1,0 +1,1290 @@
+"""Import Claude Code session transcripts (JSONL) as sessions, keeping every line.
+
+The format is described, descriptively, in ``shared/corpus/claude-code/FORMAT.md``; the
+mapping and its reasons are in ``docs/import-export.md``. In short:
+
+* One main transcript becomes one session whose id is Claude Code's ``sessionId`` (when it
+  fits ``check_session_id``); each sub-agent file (flat ``agent-*.jsonl`` beside it, or under
+  ``<sessionId>/subagents/``) becomes a child session linked to the tool call that spawned it.
+* ``user``/``assistant`` lines become ``MessageAppended`` with their uuids; each API response's
+  usage becomes one ``UsageRecorded``; ``compact_boundary`` + its ``isCompactSummary`` line
+  become a ``CompactBoundary``; ``microcompact_boundary`` a ``MicrocompactApplied``;
+  ``<persisted-output>`` stubs a ``ToolResultPersisted``; file-history lines a
+  ``FileHistoryRecorded``. The rest of each such line is kept in an ``ImportedEntry``; every
+  other line is kept whole in an ``OpaqueEntry``. Nothing is dropped.
+* Events follow the ``parentUuid`` graph, not file order. Event ids are derived from (session,
+  line, part), so importing the same file again writes nothing, and a file that grew (Claude
+  Code appends on resume) adds only its new lines.
+* Every file is read and converted before anything is written: a malformed line fails the whole
+  import, naming the file and line, unless ``skip_bad_lines`` is set (each skip is reported).
+  Then every session of the import is written in ONE transaction (``write_sessions``): a
+  sub-agent that cannot be written leaves no main session linking to it. A concurrent import of
+  the same files is no error: whichever commits second finds the sessions stored.
+* Only regular files are read, never through a FIFO or a device. In a folder, a special file or
+  a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
+  only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import heapq
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from .._paths import PathRefusedError, inside, name_problem, read_regular_file
+from ..errors import ConcurrencyError, SessionExistsError, SessionNotFoundError, ValidationError
+from ..events._base import (
+    MAX_JSON_DEPTH,
+    Event,
+    MessageAppended,
+    QuerySource,
+    SessionStarted,
+    SubagentStarted,
+    UsageRecorded,
+    json_problem,
+)
+from ..events._context import CompactBoundary, MicrocompactApplied, ToolResultPersisted
+from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
+from ..store._contract import SessionStore, SessionWrite, check_session_id
+
+__all__ = [
+    "SOURCE",
+    "SUMMARIZER",
+    "ImportReport",
+    "ImportedSession",
+    "ProgressCallback",
+    "SkippedLine",
+    "derived_event_id",
+    "import_claude_code",
+]
+
+#: ``source`` of the events this importer writes, and of the sessions' metadata.
+SOURCE = "claude-code"
+#: ``CompactBoundary.summarizer`` of a compaction Claude Code made.
+SUMMARIZER = "claude-code"
+#: Namespace of the uuid5 event ids: (session, line, part) always gives the same id.
+_NAMESPACE = uuid.UUID("4b1f0c9e-6d0a-5c3e-9a57-2f1c7c0de1a5")
+#: ``progress(done, total)``: units are transcript lines, read once and written once.
+ProgressCallback = Callable[[int, int], None]
+
+_AGENT_NAME = re.compile(r"(?:^|[_-])agent-(.+)\.jsonl$")
+_AGENT_TAIL = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
+_PERSISTED_PATH = re.compile(r"saved to:?\s*<?([^\s<>]+)")
+_MESSAGE_TYPES = frozenset({"user", "assistant"})
+_SYNTHETIC_MODEL = "<synthetic>"
+#: A sub-agent manifest is a few hundred bytes; anything near this is not one.
+_MAX_MANIFEST_BYTES = 1 << 20
+
+
+def derived_event_id(session_id: str, line: int, part: str) -> uuid.UUID:
+    """The event id the importer gives ``part`` of ``line`` in ``session_id`` (line 0: the session)."""
+    return uuid.uuid5(_NAMESPACE, f"{SOURCE}\n{session_id}\n{line}\n{part}")
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """A line that was skipped (``skip_bad_lines``) or kept opaque because it could not be modelled,
+    or a file that was not read (a special file, a symlink leading out): then ``line`` is the
+    line that named it, or 0.
+    """
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ImportedSession:
+    """What one transcript file became.
+
+    Attributes:
+        lines: non-blank lines read. Every one of them is in the log (``entries``) unless it
+            was skipped as bad.
+        entries: JSON objects stored (``ImportedEntry`` + ``OpaqueEntry`` events): one per
+            line, more where a line holds several objects written back to back.
+        messages: ``MessageAppended`` events (one per ``user``/``assistant`` line).
+        opaque: lines kept as ``OpaqueEntry``.
+        events: events the file converts to (the session's whole import).
+        written: events written by this import (0 when it was imported before).
+    """
+
+    session_id: str
+    path: str
+    parent_session_id: str | None
+    parent_tool_use_id: str | None
+    lines: int
+    entries: int
+    messages: int
+    opaque: int
+    events: int
+    written: int
+    created: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """The outcome of one import: every session touched, and every line skipped."""
+
+    sessions: tuple[ImportedSession, ...]
+    skipped: tuple[SkippedLine, ...] = ()
+
+    @property
+    def written(self) -> int:
+        """Events written in total (0 for a repeated import)."""
+        return sum(s.written for s in self.sessions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict."""
+        return {
+            "sessions": [s.to_dict() for s in self.sessions],
+            "skipped": [b.__dict__ for b in self.skipped],
+            "written": self.written,
+        }
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+class _BadLineError(Exception):
+    """A line that cannot be read or modelled (the message says why)."""
+
+
+@dataclass
+class _Line:
+    number: int
+    entry: dict[str, Any]
+    #: The object's place on its line (>0: appended to the line without a newline).
+    object_index: int = 0
+
+
+@dataclass
+class _File:
+    path: Path
+    lines: list[_Line]
+    session_id: str | None  # Claude Code's sessionId
+    agent_id: str | None
+    is_agent: bool
+    meta: dict[str, Any] | None
+    optional: bool  # a flat sibling found beside a main file: kept only if it belongs to it
+
+
+def _check_entry(entry: object) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise _BadLineError(f"not a JSON object but {type(entry).__name__}")
+    if not isinstance(entry.get("type"), str):
+        raise _BadLineError("has no string 'type'")
+    for key in ("uuid", "parentUuid", "logicalParentUuid", "sessionId", "agentId"):
+        value = entry.get(key)
+        if value is not None and not isinstance(value, str):
+            raise _BadLineError(f"'{key}' must be a string or null, not {type(value).__name__}")
+    problem = json_problem(entry, max_depth=_MAX_LINE_DEPTH)
+    if problem is not None:  # a NaN, a lone surrogate ...: it would not be exported as read
+        raise _BadLineError(problem)
+    return entry
+
+
+_DECODER = json.JSONDecoder()
+#: The events that keep a line nest it a few levels deeper than the line itself.
+_MAX_LINE_DEPTH = MAX_JSON_DEPTH - 10
+
+
+def _line_objects(text: str) -> list[object]:
+    """The JSON values on one line: one, or several written back to back.
+
+    Claude Code sometimes appends an entry without a newline (typically a ``summary``), so a
+    line can hold ``{...}{...}``. Anything else after a value (garbage, a truncated object)
+    raises ``json.JSONDecodeError`` as ``json.loads`` would: the line stays a bad line.
+    """
+    values: list[object] = []
+    at = len(text) - len(text.lstrip(" \t\r\n"))  # JSON's whitespace, as json.loads skips it
+    while True:
+        value, end = _DECODER.raw_decode(text, at)
+        values.append(value)
+        if not text[end:].strip():
+            return values
+        if not text.startswith("{", end):
+            raise json.JSONDecodeError("Extra data", text, end)
+        at = end
+
+
+def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Line]:
+    try:
+        data = read_regular_file(path)
+    except OSError as e:
+        msg = f"{path}: cannot read: {e.strerror or e}"
+        raise ValidationError(msg, field="path") from e
+    lines: list[_Line] = []
+    # Split on "\n" only: JSON strings never hold a raw newline, and a missing final newline
+    # (Entire's copies) is fine.
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            entries = [_check_entry(value) for value in _line_objects(raw.decode("utf-8"))]
+        except (ValueError, RecursionError, _BadLineError) as e:  # ValueError: JSON, UTF-8, int digits
+            reason = _reason(e)
+            if not skip:
+                msg = (
+                    f"{path}:{number}: malformed line: {reason} (nothing imported; --skip-bad-lines skips it)"
+                )
+                raise ValidationError(msg, field="line", index=number) from None
+            skipped.append(SkippedLine(str(path), number, reason))
+            continue
+        lines.extend(_Line(number, entry, index) for index, entry in enumerate(entries))
+    return lines
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"invalid JSON: {error.msg} at column {error.colno}"
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8: {error.reason} at byte {error.start}"
+    if isinstance(error, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(error, ValueError):  # the decoder's int/str limit
+        return f"an integer longer than {sys.get_int_max_str_digits()} digits"
+    return str(error)
+
+
+def _read_file(path: Path, skip: bool, skipped: list[SkippedLine], *, optional: bool = False) -> _File:
+    lines = _read_lines(path, skip, skipped)
+    session_id = next((ln.entry["sessionId"] for ln in lines if ln.entry.get("sessionId")), None)
+    agent_id = next((ln.entry["agentId"] for ln in lines if ln.entry.get("agentId")), None)
+    threaded = [ln.entry for ln in lines if isinstance(ln.entry.get("uuid"), str)]
+    # A sub-agent transcript: every threaded line is a sidechain (the name is a hint only,
+    # since copies are often renamed).
+    sidechain = bool(threaded) and all(e.get("isSidechain") is True for e in threaded)
+    named = _AGENT_NAME.search(path.name)
+    is_agent = sidechain or (not threaded and named is not None)
+    if is_agent and agent_id is None and named is not None:
+        agent_id = named.group(1)
+    meta = (
+        _read_manifest(path.with_name(path.name[: -len(".jsonl")] + ".meta.json"), skipped)
+        if is_agent
+        else None
+    )
+    return _File(path, lines, session_id, agent_id, is_agent, meta, optional)
+
+
+def _read_manifest(path: Path, skipped: list[SkippedLine]) -> dict[str, Any] | None:
+    """A sub-agent's ``.meta.json``: a small regular file, never read through a symlink."""
+    try:
+        loaded = json.loads(read_regular_file(path, follow_symlinks=False, max_bytes=_MAX_MANIFEST_BYTES))
+    except FileNotFoundError:
+        return None
+    except PathRefusedError as e:
+        skipped.append(SkippedLine(str(path), 0, f"manifest not read: {e.refused[str(path)]}"))
+        return None
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: JSON, UTF-8, int digits
+        msg = f"{path}: unreadable sub-agent manifest: {e}"
+        raise ValidationError(msg, field="path") from e
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _unreadable(file: Path, folder: Path) -> str | None:
+    """Why a transcript found in ``folder`` (not named by the user) is skipped, or None.
+
+    Only regular files inside the folder are read: a FIFO would block the import, a device
+    never ends, and a symlink leading out reads a file the user did not name.
+    """
+    if not inside(os.path.realpath(file), os.path.realpath(folder)):
+        return "a symlink leading out of the folder: skipped"
+    if not file.is_file():
+        return "not a regular file: skipped"
+    return None
+
+
+def _found_in(folder: Path, files: Iterable[Path], skipped: list[SkippedLine]) -> list[Path]:
+    """``files`` found in ``folder`` that may be read; the others are reported as skipped."""
+    kept = []
+    for file in files:
+        reason = _unreadable(file, folder)
+        if reason is None:
+            kept.append(file)
+        else:
+            skipped.append(SkippedLine(str(file), 0, reason))
+    return kept
+
+
+def _discover(paths: Iterable[str | Path], skipped: list[SkippedLine]) -> list[tuple[Path, bool]]:
+    """(file, optional) for every transcript named by ``paths``: files, or project folders.
+
+    A file the user named is read even if it is not a regular file (``_read_lines`` refuses
+    it); a file found in a folder is skipped, and reported, unless it is a regular file there.
+    """
+    found: dict[Path, bool] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*/subagents/**/agent-*.jsonl"))
+            if not files:
+                msg = f"{path}: no Claude Code transcripts (*.jsonl) in this folder"
+                raise ValidationError(msg, field="path")
+            for file in _found_in(path, files, skipped):
+                found[file] = False
+        elif path.exists():
+            found[path] = False
+            if not _AGENT_NAME.search(path.name):
+                # Its sub-agents: the companion folder (2.1+) and, in the legacy flat layout, the
+                # agent-*.jsonl siblings that carry the same sessionId (checked after reading).
+                companion = sorted((path.parent / path.stem / "subagents").glob("**/agent-*.jsonl"))
+                for file in _found_in(path.parent, companion, skipped):
+                    found.setdefault(file, False)
+                for file in _found_in(path.parent, sorted(path.parent.glob("agent-*.jsonl")), skipped):
+                    found.setdefault(file, True)
+        else:
+            msg = f"{path}: no such file or folder"
+            raise ValidationError(msg, field="path")
+    unique: dict[Path, tuple[Path, bool]] = {}
+    for file, optional in found.items():
+        key = file.resolve()
+        if key in unique:
+            optional = optional and unique[key][1]
+            file = unique[key][0]
+        unique[key] = (file, optional)
+    return list(unique.values())
+
+
+# --- ordering ------------------------------------------------------------------------------
+
+
+def _dag_order(lines: list[_Line]) -> list[_Line]:
+    """Lines in ``parentUuid`` order: every parent before its children, file order otherwise.
+
+    Kahn's algorithm with the file position as priority: where the file already lists parents
+    first (the usual case) the order is exactly the file's. A ``compact_boundary`` (parent null)
+    hangs off its ``logicalParentUuid``. Lines without a uuid, roots and lines whose parent is
+    not in the file are ready at once; a cycle (only a corrupt file has one) is broken at its
+    earliest line.
+    """
+    position: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        key = line.entry.get("uuid")
+        if isinstance(key, str):
+            position.setdefault(key, i)
+    children: dict[int, list[int]] = {}
+    ready: list[int] = []
+    waiting: set[int] = set()
+    for i, line in enumerate(lines):
+        parent = line.entry.get("parentUuid") or line.entry.get("logicalParentUuid")
+        at = position.get(parent) if isinstance(parent, str) else None
+        if at is None or at == i:
+            ready.append(i)
+        else:
+            children.setdefault(at, []).append(i)
+            waiting.add(i)
+    heapq.heapify(ready)
+    order: list[_Line] = []
+    emitted: set[int] = set()
+    while ready or waiting:
+        if not ready:
+            cycle_start = min(waiting)
+            heapq.heappush(ready, cycle_start)
+        i = heapq.heappop(ready)
+        if i in emitted:
+            continue
+        emitted.add(i)
+        waiting.discard(i)
+        order.append(lines[i])
+        for child in children.get(i, ()):
+            if child not in emitted:
+                heapq.heappush(ready, child)
+    return order
+
+
+# --- conversion ----------------------------------------------------------------------------
+
+
+def _count_text(store: SessionStore) -> Callable[[str], int]:
+    counter = getattr(store, "token_counter", None)
+    count = getattr(counter, "count_text", None)
+    if callable(count):
+        return lambda text: int(count(text))
+    # No tokenizer configured: the usual 4-characters-per-token rule of thumb.
+    return lambda text: (len(text) + 3) // 4
+
+
+def _text_of(content: object) -> str:
+    """The text of a message or tool_result content (text blocks joined by newlines)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None  # the line keeps the original text; the event just has no time
+
+
+def _nonneg(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _usage_event(event_id: uuid.UUID, api_id: str, model: str | None, usage: dict[str, Any]) -> UsageRecorded:
+    return UsageRecorded(
+        event_id=event_id,
+        input_tokens=_nonneg(usage.get("input_tokens")),
+        output_tokens=_nonneg(usage.get("output_tokens")),
+        cache_creation_input_tokens=_nonneg(usage.get("cache_creation_input_tokens")),
+        cache_read_input_tokens=_nonneg(usage.get("cache_read_input_tokens")),
+        api_message_id=api_id,
+        model=model,
+    )
+
+
+@dataclass
+class _Link:
+    """A sub-agent's place in its parent: which session, which tool call, after which line."""
+
+    parent: _Plan
+    tool_use_id: str | None
+    agent_type: str | None
+    after_line: int | None
+
+
+@dataclass
+class _Plan:
+    """One session to write: its id, lineage and every event of the file, in order."""
+
+    file: _File
+    session_id: str
+    parent_session_id: str | None = None
+    parent_tool_use_id: str | None = None
+    query_source: QuerySource = "main"
+    #: A session already in the store that only gains SubagentStarted events (its file is not here).
+    stored: bool = False
+    events: list[Event] = field(default_factory=list)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    #: SubagentStarted events to place after a line (None: at the end).
+    subagents: dict[int | None, list[SubagentStarted]] = field(default_factory=dict)
+    entries: int = 0
+    messages: int = 0
+    opaque: int = 0
+    #: A compaction that kept messages verbatim: boundary event id -> event id of the first kept
+    #: message. Its seq (``keep_from_seq``) is only known when the session is written.
+    kept_from: dict[str, str] = field(default_factory=dict)
+    # Indexes of the file, built before conversion.
+    tool_uses: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    agent_results: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def _index_file(plan: _Plan) -> None:
+    """Where each tool call is, and which tool result names which sub-agent."""
+    for line in plan.file.lines:
+        entry = line.entry
+        message = entry.get("message")
+        if entry.get("type") not in _MESSAGE_TYPES or not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                plan.tool_uses.setdefault(block["id"], (line.number, block))
+            elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                result = entry.get("toolUseResult")
+                agent = result.get("agentId") if isinstance(result, dict) else None
+                if not isinstance(agent, str):
+                    tail = _AGENT_TAIL.search(_text_of(block.get("content")))
+                    agent = tail.group(1) if tail else None
+                if agent:
+                    plan.agent_results.setdefault(agent, (block["tool_use_id"], line.number))
+
+
+class _Converter:
+    """Turns one file's lines into events (``convert``), in ``parentUuid`` order."""
+
+    def __init__(self, plan: _Plan, count_text: Callable[[str], int], skip: bool, skipped: list[SkippedLine]):
+        self.plan = plan
+        self.sid = plan.session_id
+        self.count_text = count_text
+        self.skip = skip
+        self.skipped = skipped
+        self.order = _dag_order(plan.file.lines)
+        self.tool_names: dict[str, str] = {}
+        self.result_texts: dict[str, str] = {}
+        self.usage: dict[str, tuple[int, str | None, dict[str, Any]]] = {}
+        self.summaries: dict[str, _Line] = {}
+        self.summary_uuids: set[str] = set()
+        self._prepare()
+
+    def _prepare(self) -> None:
+        #: Each uuid's line and its place in log order (the first line that carries it).
+        self.by_uuid: dict[str, _Line] = {}
+        self.rank: dict[str, int] = {}
+        for index, line in enumerate(self.order):
+            key = line.entry.get("uuid")
+            if isinstance(key, str) and key not in self.by_uuid:
+                self.by_uuid[key], self.rank[key] = line, index
+        #: The first isCompactSummary line under each parent (the older shape: the boundary's child).
+        self.summary_children: dict[str, _Line] = {}
+        for line in self.order:
+            parent = line.entry.get("parentUuid")
+            if line.entry.get("isCompactSummary") is True and isinstance(parent, str):
+                self.summary_children.setdefault(parent, line)
+        for line in self.order:
+            if line.entry.get("subtype") == "compact_boundary" and isinstance(line.entry.get("uuid"), str):
+                summary = self._summary_line(line.entry)
+                if summary is not None:
+                    self.summaries[line.entry["uuid"]] = summary
+                    if isinstance(summary.entry.get("uuid"), str):
+                        self.summary_uuids.add(summary.entry["uuid"])
+        best: dict[str, int] = {}
+        for line in self.order:
+            entry = line.entry
+            message = entry.get("message")
+            if entry.get("type") != "assistant" or not isinstance(message, dict):
+                continue
+            api_id, usage, model = message.get("id"), message.get("usage"), message.get("model")
+            if not isinstance(api_id, str) or not isinstance(usage, dict) or model == _SYNTHETIC_MODEL:
+                continue
+            # One usage per API response: the line with the most output tokens holds the final
+            # count (earlier chunks carry the streaming placeholder). It is anchored after the
+            # response's first chunk, so results written between its chunks count as new context.
+            output = _nonneg(usage.get("output_tokens"))
+            if api_id not in self.usage:
+                self.usage[api_id] = (line.number, model if isinstance(model, str) else None, usage)
+                best[api_id] = output
+            elif output > best[api_id]:
+                first, _, _ = self.usage[api_id]
+                self.usage[api_id] = (first, model if isinstance(model, str) else None, usage)
+                best[api_id] = output
+
+    def _summary_line(self, boundary: dict[str, Any]) -> _Line | None:
+        """The ``isCompactSummary`` line of a compact boundary.
+
+        Usually it is the boundary's child. An automatic compaction that keeps messages (Claude
+        Code 2.1.3xx) writes attachment lines between them and names its summary instead:
+        ``compactMetadata.preservedSegment.anchorUuid``.
+        """
+        anchor = _preserved(boundary).get("anchorUuid")
+        line = self.by_uuid.get(anchor) if isinstance(anchor, str) else None
+        if line is not None and line.entry.get("isCompactSummary") is True:
+            return line
+        return self.summary_children.get(boundary["uuid"])
+
+    def _kept_lines(self, boundary: dict[str, Any]) -> list[_Line]:
+        """The message lines a compaction kept verbatim after its summary, in log order."""
+        metadata = boundary.get("compactMetadata")
+        kept = metadata.get("preservedMessages") if isinstance(metadata, dict) else None
+        uuids = kept.get("uuids") if isinstance(kept, dict) else None
+        if not isinstance(uuids, list):
+            head = _preserved(boundary).get("headUuid")
+            uuids = [head] if isinstance(head, str) else []
+        lines = [self.by_uuid[u] for u in dict.fromkeys(uuids) if isinstance(u, str) and u in self.by_uuid]
+        kept = [
+            ln
+            for ln in lines
+            if ln.entry.get("type") in _MESSAGE_TYPES and isinstance(ln.entry.get("message"), dict)
+        ]
+        return sorted(kept, key=lambda ln: self.rank[ln.entry["uuid"]])
+
+    def eid(self, line: _Line, part: str) -> uuid.UUID:
+        # A second object on a line gets ids of its own (its line number is the first's).
+        return derived_event_id(
+            self.sid, line.number, part if not line.object_index else f"{part}@{line.object_index}"
+        )
+
+    def convert(self) -> list[Event]:
+        events: list[Event] = []
+        for line in self.order:
+            try:
+                events.extend(self._line(line))
+            except (_BadLineError, pydantic.ValidationError) as e:
+                reason = f"cannot be modelled: {_model_error(e)}"
+                if not self.skip:
+                    msg = (
+                        f"{self.plan.file.path}:{line.number}: malformed {_entry_type(line.entry)!r} "
+                        f"line: {reason} (nothing was imported; --skip-bad-lines keeps it opaque)"
+                    )
+                    raise ValidationError(msg, field="line", index=line.number) from None
+                self.skipped.append(
+                    SkippedLine(str(self.plan.file.path), line.number, reason + "; kept opaque")
+                )
+                events.append(self._opaque(line))
+        events.extend(self.plan.subagents.get(None, ()))
+        return events
+
+    def _opaque(self, line: _Line) -> OpaqueEntry:
+        self.plan.entries += 1
+        self.plan.opaque += 1
+        return OpaqueEntry(
+            event_id=self.eid(line, "entry"),
+            source=SOURCE,
+            entry_type=_entry_type(line.entry),
+            line=line.number,
+            entry=line.entry,
+            object_index=line.object_index,
+        )
+
+    def _imported(
+        self, line: _Line, entry: dict[str, Any], derived: list[Event], moved: bool
+    ) -> ImportedEntry:
+        self.plan.entries += 1
+        return ImportedEntry(
+            event_id=self.eid(line, "entry"),
+            source=SOURCE,
+            entry_type=_entry_type(line.entry),
+            line=line.number,
+            entry=entry,
+            object_index=line.object_index,
+            events=[str(e.event_id) for e in derived],
+            content_moved=moved,
+        )
+
+    def _line(self, line: _Line) -> list[Event]:
+        entry = line.entry
+        kind, subtype = entry["type"], entry.get("subtype")
+        message = entry.get("message")
+        derived: list[Event]
+        if kind in _MESSAGE_TYPES and isinstance(message, dict) and "content" in message:
+            derived = self._message(line, message)
+            moved = {**entry, "message": {**message, "content": None}}
+            return [self._imported(line, moved, derived, True), *derived]
+        if kind == "system" and subtype == "compact_boundary":
+            derived = [self._compact(line)]
+        elif kind == "system" and subtype == "microcompact_boundary":
+            derived = [self._microcompact(line)]
+        elif kind in ("file-history-snapshot", "file-history-delta"):
+            derived = [self._file_history(line)]
+        else:
+            return [self._opaque(line)]
+        return [self._imported(line, entry, derived, False), *derived]
+
+    def _message(self, line: _Line, message: dict[str, Any]) -> list[Event]:
+        entry = line.entry
+        content = message["content"]
+        if not isinstance(content, str | list):
+            raise _BadLineError(f"message.content must be a string or a list, not {type(content).__name__}")
+        role: Literal["user", "assistant"] = "assistant" if entry["type"] == "assistant" else "user"
+        api_id = message.get("id") if role == "assistant" and isinstance(message.get("id"), str) else None
+        key = entry.get("uuid")
+        # sessionstore's is_meta means "not sent". Claude Code's isMeta lines (skill bodies,
+        # command caveats) *are* sent, so they stay False. Two kinds are not sent as messages:
+        # the compaction summary (its CompactBoundary carries the text into the request) and
+        # a failed call's synthetic error reply.
+        hidden = key in self.summary_uuids or (role == "assistant" and entry.get("isApiErrorMessage") is True)
+        stop = message.get("stop_reason")
+        appended = MessageAppended(
+            event_id=self.eid(line, "message"),
+            message_uuid=key if isinstance(key, str) else str(self.eid(line, "uuid")),
+            parent_uuid=entry.get("parentUuid"),
+            role=role,
+            content=content,
+            api_message_id=api_id,
+            is_meta=hidden,
+            # A sub-agent's lines are sidechains of the parent; in their own session they are
+            # its main thread (the original flag stays in the ImportedEntry).
+            is_sidechain=False,
+            stop_reason=stop if isinstance(stop, str) else None,
+            timestamp=_timestamp(entry.get("timestamp")),
+        )
+        self.plan.messages += 1
+        derived: list[Event] = [appended]
+        if api_id is not None and api_id in self.usage and self.usage[api_id][0] == line.number:
+            _, model, usage = self.usage[api_id]
+            derived.append(_usage_event(self.eid(line, "usage"), api_id, model, usage))
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                    self.tool_names[block["id"]] = str(block.get("name", ""))
+                elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                    self.result_texts[block["tool_use_id"]] = _text_of(block.get("content"))
+                    persisted = self._persisted(line, block)
+                    if persisted is not None:
+                        derived.append(persisted)
+        derived.extend(self.plan.subagents.get(line.number, ()))
+        return derived
+
+    def _persisted(self, line: _Line, block: dict[str, Any]) -> ToolResultPersisted | None:
+        """A ``<persisted-output>`` stub: Claude Code spilled the result to ``tool-results/``.
+
+        The message keeps the stub (what the model saw); the event records where the full
+        output went and, when the sidecar file is beside the transcript, its bytes as a blob.
+        """
+        content = block.get("content")
+        if not isinstance(content, str) or not content.lstrip().startswith("<persisted-output>"):
+            return None
+        tool_use_id = str(block["tool_use_id"])
+        result = line.entry.get("toolUseResult")
+        recorded = result.get("persistedOutputPath") if isinstance(result, dict) else None
+        found = _PERSISTED_PATH.search(content)
+        location = recorded if isinstance(recorded, str) else (found.group(1) if found else "")
+        data = self._sidecar(line, tool_use_id, [p for p in (recorded, location) if isinstance(p, str) and p])
+        sha256 = ""
+        original = len(content)
+        if data is not None:
+            sha256 = hashlib.sha256(data).hexdigest()
+            self.plan.blobs[sha256] = data
+            original = len(data.decode("utf-8", errors="replace"))
+        elif isinstance(result, dict) and _nonneg(result.get("persistedOutputSize")):
+            original = _nonneg(result.get("persistedOutputSize"))
+        return ToolResultPersisted(
+            event_id=self.eid(line, f"persisted:{tool_use_id}"),
+            tool_use_id=tool_use_id,
+            tool_name=self.tool_names.get(tool_use_id),
+            blob_sha256=sha256,
+            original_chars=original,
+            preview=content,
+            reason="size",
+            location=location,
+            # The stub is already what the message holds: replacing it by itself frees nothing.
+            tokens_freed=0,
+        )
+
+    def _sidecar(self, line: _Line, tool_use_id: str, paths: list[str]) -> bytes | None:
+        """The spilled output: ``<sessionId>/tool-results/<name>`` beside the main transcript.
+
+        Every name in that path comes from the transcript, so each must be a plain file name;
+        the file must be a regular file under the transcript's folder, not a symlink.
+        """
+        file = self.plan.file
+        if not file.session_id or name_problem(file.session_id) is not None:
+            return None
+        base = file.path.parent
+        if file.is_agent and base.name == "subagents":
+            base = base.parent.parent  # <sessionId>/subagents/agent-x.jsonl
+        folder = base / file.session_id / "tool-results"
+        if not inside(os.path.realpath(folder), os.path.realpath(base)):
+            self._not_read(line, folder, "its folder leads out of the transcript's folder")
+            return None
+        names = [Path(p.replace("\\", "/")).name for p in paths] + [
+            f"{tool_use_id}.txt",
+            f"{tool_use_id}.json",
+        ]
+        for name in names:
+            if name_problem(name) is not None:
+                continue
+            try:
+                return read_regular_file(folder / name, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except PathRefusedError as e:
+                self._not_read(line, folder / name, e.refused[str(folder / name)])
+        return None
+
+    def _not_read(self, line: _Line, sidecar: Path, reason: str) -> None:
+        self.skipped.append(
+            SkippedLine(str(self.plan.file.path), line.number, f"sidecar {sidecar} not read: {reason}")
+        )
+
+    def _compact(self, line: _Line) -> CompactBoundary:
+        entry = line.entry
+        metadata = entry.get("compactMetadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        summary_line = self.summaries.get(str(entry.get("uuid")))
+        summary = ""
+        if summary_line is not None:
+            summary = _text_of((summary_line.entry.get("message") or {}).get("content"))
+        trigger = metadata.get("trigger")
+        logical = entry.get("logicalParentUuid")
+        event_id = self.eid(line, "compact")
+        kept = self._kept_lines(entry)
+        if kept:
+            # keep_from_seq is filled in when the session is written (_resolve_kept_from).
+            self.plan.kept_from[str(event_id)] = str(self.eid(kept[0], "message"))
+        kept_texts = [_text_of(ln.entry["message"].get("content")) for ln in kept]
+        return CompactBoundary(
+            event_id=event_id,
+            trigger=trigger if trigger in ("auto", "manual") else "auto",
+            strategy="llm",
+            summarizer=SUMMARIZER,
+            summary=summary,
+            last_pre_compact_uuid=logical if isinstance(logical, str) else None,
+            pre_compact_tokens=_nonneg(metadata.get("preTokens")),
+            post_compact_raw_tokens=sum(self.count_text(text) for text in [summary, *kept_texts] if text),
+            post_compact_blocks=(1 if summary.strip() else 0) + len(kept),
+        )
+
+    def _microcompact(self, line: _Line) -> MicrocompactApplied:
+        metadata = line.entry.get("microcompactMetadata")
+        if not isinstance(metadata, dict):
+            raise _BadLineError("microcompact_boundary without a 'microcompactMetadata' object")
+        ids = metadata.get("compactedToolIds")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise _BadLineError("'microcompactMetadata.compactedToolIds' must be a list of strings")
+        from ..projections._api_context import CLEARED_PLACEHOLDER
+
+        placeholder = self.count_text(CLEARED_PLACEHOLDER)
+        freed = sum(
+            max(0, self.count_text(self.result_texts[i]) - placeholder) for i in ids if i in self.result_texts
+        )
+        return MicrocompactApplied(
+            event_id=self.eid(line, "microcompact"),
+            # Claude Code records "auto" for its threshold-driven clearing; ours knows "time"
+            # (automatic) and "manual". The original trigger stays in the ImportedEntry.
+            trigger="manual" if metadata.get("trigger") == "manual" else "time",
+            cleared_tool_use_ids=list(ids),
+            # Not recorded by Claude Code; 1 is the smallest the event allows.
+            keep_recent=1,
+            tokens_freed=freed,
+        )
+
+    def _file_history(self, line: _Line) -> FileHistoryRecorded:
+        entry = line.entry
+        trigger = entry.get("messageId")
+        trigger = trigger if isinstance(trigger, str) else None
+        if entry["type"] == "file-history-snapshot":
+            snapshot = entry.get("snapshot")
+            if not isinstance(snapshot, dict):
+                raise _BadLineError("file-history-snapshot without a 'snapshot' object")
+            tracked = snapshot.get("trackedFileBackups")
+            prompt = snapshot.get("messageId")
+            return FileHistoryRecorded(
+                event_id=self.eid(line, "file-history"),
+                kind="snapshot",
+                message_uuid=prompt if isinstance(prompt, str) else trigger,
+                trigger_uuid=trigger,
+                is_update=entry.get("isSnapshotUpdate") is True,
+                tracked_files=tracked if isinstance(tracked, dict) else {},
+                timestamp=_timestamp(snapshot.get("timestamp")),
+            )
+        path = entry.get("trackingPath")
+        prompt = entry.get("snapshotMessageId")
+        return FileHistoryRecorded(
+            event_id=self.eid(line, "file-history"),
+            kind="delta",
+            message_uuid=prompt if isinstance(prompt, str) else None,
+            trigger_uuid=trigger,
+            is_update=True,
+            tracked_files={path: entry.get("backup")} if isinstance(path, str) else {},
+            timestamp=_timestamp(entry.get("timestamp")),
+        )
+
+
+def _preserved(boundary: dict[str, Any]) -> dict[str, Any]:
+    """``compactMetadata.preservedSegment`` of a boundary line ({} when it has none)."""
+    metadata = boundary.get("compactMetadata")
+    segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
+    return segment if isinstance(segment, dict) else {}
+
+
+def _entry_type(entry: dict[str, Any]) -> str:
+    subtype = entry.get("subtype")
+    return f"{entry['type']}/{subtype}" if isinstance(subtype, str) else str(entry["type"])
+
+
+def _model_error(error: Exception) -> str:
+    if isinstance(error, pydantic.ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "entry"
+        return f"{where}: {first['msg']}"
+    return str(error)
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+def _main_session_id(file: _File) -> str:
+    for candidate in (file.session_id, file.path.stem):
+        if candidate:
+            try:
+                return check_session_id(candidate)
+            except ValidationError:
+                continue
+    # Only a sessionId outside our id rule (or none at all) gets a derived id.
+    return f"cc-{uuid.uuid5(_NAMESPACE, file.session_id or file.path.name)}"
+
+
+def _child_session_id(parent_id: str, agent_id: str) -> str:
+    candidate = f"{parent_id}.agent-{agent_id}"
+    try:
+        return check_session_id(candidate)
+    except ValidationError:
+        return f"cc-{uuid.uuid5(_NAMESPACE, candidate)}"
+
+
+def _model_of(file: _File) -> str | None:
+    """The latest real model of the file: what the session continues with."""
+    model = None
+    for line in file.lines:
+        message = line.entry.get("message")
+        if line.entry.get("type") == "assistant" and isinstance(message, dict):
+            value = message.get("model")
+            if isinstance(value, str) and value != _SYNTHETIC_MODEL:
+                model = value
+    return model
+
+
+def _started(plan: _Plan, link: _Link | None) -> SessionStarted:
+    file = plan.file
+    metadata: dict[str, Any] = {"source": SOURCE, "session_id": file.session_id}
+    if file.is_agent:
+        metadata["agent_id"] = file.agent_id
+        if file.meta is not None:
+            metadata["meta"] = file.meta
+    return SessionStarted(
+        event_id=derived_event_id(plan.session_id, 0, "session"),
+        model=_model_of(file),
+        query_source=plan.query_source,
+        parent_session_id=plan.parent_session_id,
+        parent_tool_use_id=link.tool_use_id if link else None,
+        metadata=metadata,
+    )
+
+
+def _link(agent: _Plan, main: _Plan, agents: dict[str, _Plan]) -> _Link:
+    """Find the tool call that spawned ``agent``: its manifest, else the tool result naming it."""
+    agent_id = agent.file.agent_id or ""
+    meta = agent.file.meta or {}
+    parent = main
+    parent_agent = meta.get("parentAgentId")
+    if isinstance(parent_agent, str) and parent_agent in agents:
+        parent = agents[parent_agent]  # nested sub-agents (2.1.172+) name their parent here
+    tool_use_id = meta.get("toolUseId") if isinstance(meta.get("toolUseId"), str) else None
+    after: int | None = None
+    if tool_use_id is None:
+        for candidate in (parent, main, *agents.values()):
+            if agent_id in candidate.agent_results:
+                parent = candidate
+                tool_use_id, after = candidate.agent_results[agent_id]
+                break
+    agent_type = meta.get("agentType") if isinstance(meta.get("agentType"), str) else None
+    if tool_use_id is not None and tool_use_id in parent.tool_uses:
+        # The link event goes right after the call that spawned the agent.
+        after, block = parent.tool_uses[tool_use_id]
+        spawn_input = block.get("input")
+        if isinstance(spawn_input, dict) and isinstance(spawn_input.get("subagent_type"), str):
+            agent_type = spawn_input["subagent_type"]
+    return _Link(parent, tool_use_id, agent_type, after)
+
+
+def _plans(
+    files: list[_File],
+    store: SessionStore,
+    count_text: Callable[[str], int],
+    skip: bool,
+    skipped: list[SkippedLine],
+) -> list[_Plan]:
+    """Every session to write, parents before children, each with all its events."""
+    mains: dict[str, _Plan] = {}
+    for file in files:
+        if file.is_agent:
+            continue
+        plan = _Plan(file, _main_session_id(file))
+        key = file.session_id or plan.session_id
+        if key in mains:
+            msg = (
+                f"{file.path} and {mains[key].file.path} are both main transcripts of session {key}: "
+                "import them separately"
+            )
+            raise ValidationError(msg, field="path")
+        _index_file(plan)
+        mains[key] = plan
+    groups: dict[str, tuple[_Plan, dict[str, _Plan]]] = {}
+    for file in files:
+        if not file.is_agent:
+            continue
+        main = mains.get(file.session_id or "")
+        if main is None:
+            if file.optional:
+                continue  # a flat sibling that belongs to another session of the folder
+            main = _existing_parent(store, file, groups)
+        agents = groups.setdefault(main.session_id, (main, {}))[1]
+        agent_id = file.agent_id or file.path.stem
+        if agent_id in agents:
+            msg = f"{file.path}: sub-agent {agent_id} of session {main.session_id} appears twice"
+            raise ValidationError(msg, field="path")
+        plan = _Plan(file, _child_session_id(main.session_id, agent_id), main.session_id)
+        # The compaction agent re-emits the parent to summarize it (FORMAT.md 6.5): kept, as
+        # what it is, so it never counts as a sub-agent's work.
+        plan.query_source = "compact" if agent_id.startswith("acompact") else "subagent"
+        _index_file(plan)
+        agents[agent_id] = plan
+    ordered = list(mains.values())
+    links: dict[str, _Link] = {}
+    for main, agents in groups.values():
+        if main.stored:
+            ordered.append(main)
+        for plan in agents.values():
+            link = _link(plan, main, agents)
+            links[plan.session_id] = link
+            plan.parent_session_id = link.parent.session_id
+            plan.parent_tool_use_id = link.tool_use_id
+            started = SubagentStarted(
+                event_id=derived_event_id(
+                    link.parent.session_id, link.after_line or 0, f"subagent:{plan.session_id}"
+                ),
+                child_session_id=plan.session_id,
+                parent_tool_use_id=link.tool_use_id,
+                agent_type=link.agent_type,
+            )
+            link.parent.subagents.setdefault(link.after_line, []).append(started)
+        ordered.extend(_children_in_order(agents))
+    for plan in ordered:
+        if plan.stored:
+            plan.events = [started for group in plan.subagents.values() for started in group]
+        else:
+            body = _Converter(plan, count_text, skip, skipped).convert()
+            plan.events = [_started(plan, links.get(plan.session_id)), *body]
+    return ordered
+
+
+def _children_in_order(agents: dict[str, _Plan]) -> list[_Plan]:
+    """Sub-agents with nested ones after the agents they hang off."""
+    out: list[_Plan] = []
+    placed: set[str] = set()
+    remaining = dict(agents)
+    while remaining:
+        progressed = False
+        for agent_id, plan in list(remaining.items()):
+            parent_agent = (plan.file.meta or {}).get("parentAgentId")
+            if not isinstance(parent_agent, str) or parent_agent not in agents or parent_agent in placed:
+                out.append(plan)
+                placed.add(agent_id)
+                del remaining[agent_id]
+                progressed = True
+        if not progressed:  # a parentAgentId cycle (a corrupt manifest): take them as they come
+            out.extend(remaining.values())
+            break
+    return out
+
+
+def _existing_parent(
+    store: SessionStore, file: _File, groups: dict[str, tuple[_Plan, dict[str, _Plan]]]
+) -> _Plan:
+    """A sub-agent file imported without its main transcript: the main must be stored already."""
+    probe = _File(file.path, [], file.session_id, None, False, None, False)
+    session_id = _main_session_id(probe)
+    if session_id in groups:
+        return groups[session_id][0]
+    try:
+        store.get_session(session_id)
+    except SessionNotFoundError:
+        msg = (
+            f"{file.path}: sub-agent transcript of session {file.session_id}, which is neither in this "
+            "import nor in the store: import its main transcript with it"
+        )
+        raise ValidationError(msg, field="path") from None
+    # Its tool calls and results, for the link: the stored lines, as the exporter gives them back.
+    from ._export import export_claude_code
+
+    lines = [
+        _Line(number, entry, index)
+        for number, text in enumerate(export_claude_code(store, session_id), start=1)
+        if text
+        for index, entry in enumerate(_line_objects(text))
+        if isinstance(entry, dict)
+    ]
+    plan = _Plan(_File(file.path, lines, file.session_id, None, False, None, False), session_id, stored=True)
+    _index_file(plan)
+    return plan
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def _check_imported(store: SessionStore, plan: _Plan, first: Event | None) -> None:
+    """Refuse to add Claude Code events to a session that was not imported from Claude Code."""
+    metadata = first.metadata if isinstance(first, SessionStarted) else None
+    if metadata is None or metadata.get("source") != SOURCE:
+        msg = (
+            f"session {plan.session_id} already exists and was not imported from Claude Code: "
+            f"{plan.file.path} was not imported"
+        )
+        raise ValidationError(msg, field="session_id")
+
+
+#: How often the write phase is planned again when a concurrent import of the same files
+#: wrote first (each round re-reads what is stored, so the next one finds it there).
+_WRITE_ROUNDS = 5
+
+
+def _put_blobs(store: SessionStore, plan: _Plan) -> None:
+    # Content-addressed and written before the sessions: an import that fails later leaves at
+    # most unreferenced blobs, never an event pointing at a missing one.
+    for sha256, data in plan.blobs.items():
+        ref = store.put_blob(data)
+        if ref.sha256 != sha256:  # pragma: no cover - both are SHA-256 of the same bytes
+            msg = f"blob hash mismatch for {plan.file.path}: {ref.sha256} != {sha256}"
+            raise ValidationError(msg, field="blob_sha256")
+
+
+def _session_write(store: SessionStore, plan: _Plan) -> tuple[SessionWrite | None, int, bool]:
+    """What writing ``plan`` takes now: (the write or None, events it writes, creates it)."""
+    try:
+        store.get_session(plan.session_id)
+    except SessionNotFoundError:
+        if plan.stored:  # pragma: no cover - checked when planning
+            raise
+        metadata = {"source": SOURCE, "file": str(plan.file.path)}
+        write = SessionWrite(
+            plan.session_id,
+            _resolve_kept_from(plan, plan.events, {}),
+            create=True,
+            metadata=metadata,
+            parent_session_id=plan.parent_session_id,
+        )
+        return write, len(plan.events), True
+    stored = store.read(plan.session_id)
+    _check_imported(store, plan, stored[0].event if stored else None)
+    known = {recorded.event_id: recorded.seq for recorded in stored}
+    # A transcript that grew since (Claude Code appends on resume) adds its new lines only.
+    new = [event for event in plan.events if str(event.event_id) not in known]
+    if not new:
+        return None, 0, False
+    events = _resolve_kept_from(plan, new, known)
+    return (
+        SessionWrite(plan.session_id, events, expected_seq=stored[-1].seq if stored else 0),
+        len(new),
+        False,
+    )
+
+
+def _write(store: SessionStore, plans: list[_Plan]) -> list[tuple[int, bool]]:
+    """Write every session of the import in ONE transaction; per plan (events written, created).
+
+    All or nothing: a sub-agent that cannot be written (a parent that does not exist, an event
+    that cannot be stored) leaves no main session behind linking to it. Another import of the
+    same files that commits first is no error: the next round finds its sessions stored.
+    """
+    for plan in plans:
+        _put_blobs(store, plan)
+    for round_ in range(1, _WRITE_ROUNDS + 1):
+        planned = [_session_write(store, plan) for plan in plans]
+        writes = [write for write, _, _ in planned if write is not None]
+        try:
+            if writes:
+                store.write_sessions(writes)
+        except (SessionExistsError, ConcurrencyError):
+            if round_ == _WRITE_ROUNDS:
+                raise
+            continue
+        return [(written, created) for _, written, created in planned]
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _resolve_kept_from(plan: _Plan, events: list[Event], stored: dict[str, int]) -> list[Event]:
+    """``events`` (to be written after ``stored``) with each compaction's ``keep_from_seq`` set.
+
+    A compaction that kept messages verbatim keeps them from its first kept message on: that
+    message's seq, already stored or about to be written in this batch.
+    """
+    if not plan.kept_from:
+        return events
+    first_new = max(stored.values(), default=0) + 1
+    seqs = {**stored, **{str(event.event_id): first_new + i for i, event in enumerate(events)}}
+    resolved: list[Event] = []
+    for event in events:
+        head = plan.kept_from.get(str(event.event_id))
+        if isinstance(event, CompactBoundary) and head in seqs:
+            event = event.model_copy(update={"keep_from_seq": seqs[head]})
+        resolved.append(event)
+    return resolved
+
+
+def import_claude_code(
+    store: SessionStore,
+    paths: Sequence[str | Path],
+    *,
+    skip_bad_lines: bool = False,
+    progress: ProgressCallback | None = None,
+) -> ImportReport:
+    """Import Claude Code transcripts: files, or project folders (``~/.claude/projects/<dir>``).
+
+    A main transcript brings its sub-agents along (flat ``agent-*.jsonl`` siblings with the same
+    ``sessionId``, and ``<sessionId>/subagents/**/agent-*.jsonl``). Every file is read and
+    converted before anything is written; then all sessions are written in one transaction,
+    parents first. Importing the same files again (or concurrently) writes nothing more.
+
+    Args:
+        store: where the sessions go.
+        paths: transcript files and/or folders.
+        skip_bad_lines: skip lines that are not JSON objects (and keep lines that cannot be
+            modelled as opaque entries) instead of failing; each is reported in ``skipped``.
+        progress: called with (lines done, lines in total) as the import advances.
+
+    Returns:
+        What each file became, and every line skipped.
+
+    Raises:
+        ValidationError: a path does not exist, a line is malformed (naming file and line;
+            nothing is written), a sub-agent's main session is missing, or a session with the
+            same id exists that was not imported from Claude Code.
+    """
+    # Reading builds millions of small objects that all stay alive until written: the cyclic
+    # collector would rescan them over and over (about a quarter of a large import's time).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _import(store, paths, skip_bad_lines=skip_bad_lines, progress=progress)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _import(
+    store: SessionStore,
+    paths: Sequence[str | Path],
+    *,
+    skip_bad_lines: bool,
+    progress: ProgressCallback | None,
+) -> ImportReport:
+    skipped: list[SkippedLine] = []
+    files = [
+        _read_file(path, skip_bad_lines, skipped, optional=optional)
+        for path, optional in _discover(paths, skipped)
+    ]
+    total = 2 * sum(len(f.lines) for f in files)
+    done = sum(len(f.lines) for f in files)
+    if progress is not None:
+        progress(done, total)
+    plans = _plans(files, store, _count_text(store), skip_bad_lines, skipped)
+    imported: list[ImportedSession] = []
+    for plan, (written, created) in zip(plans, _write(store, plans), strict=True):
+        read = 0 if plan.stored else len(plan.file.lines)  # a stored parent was not read from a file
+        done += read
+        if progress is not None:
+            progress(min(done, total), total)
+        imported.append(
+            ImportedSession(
+                session_id=plan.session_id,
+                path=str(plan.file.path),
+                parent_session_id=plan.parent_session_id,
+                parent_tool_use_id=plan.parent_tool_use_id,
+                lines=0 if plan.stored else len({line.number for line in plan.file.lines}),
+                entries=plan.entries,
+                messages=plan.messages,
+                opaque=plan.opaque,
+                events=len(plan.events),
+                written=written,
+                created=created,
+            )
+        )
+    if progress is not None:
+        progress(total, total)
+    return ImportReport(tuple(imported), tuple(skipped))

@@ -1,0 +1,141 @@
+"""The CLI's ``import`` and ``export`` commands: argument parsing and output.
+
+The work is in ``sessionstore.claude_code``; this module holds the two commands' arguments and
+printing, so the CLI's main module only registers and dispatches them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from ..claude_code._export import export_claude_code, write_claude_code
+from ..claude_code._import import import_claude_code
+from ..store._contract import SessionStore
+
+__all__ = ["add_commands", "run_command"]
+
+FORMATS = ("claude-code",)
+
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_db: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Register ``import`` and ``export`` on the CLI's sub-command parser."""
+    imp = commands.add_parser("import", help="import Claude Code transcripts (files or project folders)")
+    add_db(imp)
+    imp.add_argument("paths", nargs="+", metavar="PATH", help="transcript .jsonl files or project folders")
+    imp.add_argument("--format", choices=FORMATS, default="claude-code")
+    imp.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="skip malformed lines (each is reported) instead of importing nothing",
+    )
+    imp.add_argument("--progress", action="store_true", help="show progress on stderr even when not a TTY")
+    imp.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+    exp = commands.add_parser("export", help="write a session as Claude Code JSONL (resumable)")
+    add_db(exp)
+    exp.add_argument("session_id")
+    exp.add_argument("--format", choices=FORMATS, default="claude-code")
+    where = exp.add_mutually_exclusive_group()
+    where.add_argument(
+        "-o", "--output", metavar="FILE", help="write the session's lines here (default: stdout)"
+    )
+    where.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="write a project folder: <sessionId>.jsonl, sub-agents and tool-results sidecars",
+    )
+    exp.add_argument("--force", action="store_true", help="overwrite existing files")
+    exp.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
+class _StderrProgress:
+    """One self-rewriting stderr line: ``importing: 42% (1234/2938 lines)``."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = -1
+        self.open_line = False
+
+    def __call__(self, done: int, total: int) -> None:
+        percent = 100 * done // total if total else 100
+        if percent == self.shown:
+            return  # redraw only when the number changes: a big import has many callbacks
+        self.shown = percent
+        self.open_line = done < total
+        end = "" if self.open_line else "\n"
+        self.stream.write(f"\rimporting: {percent:3d}% ({done}/{total} lines){end}")
+        self.stream.flush()
+
+    def end_line(self) -> None:
+        """Finish a line the import left unfinished (it failed or was interrupted)."""
+        if self.open_line:
+            self.stream.write("\n")
+            self.open_line = False
+
+
+def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    show = args.progress or sys.stderr.isatty()
+    progress = _StderrProgress(sys.stderr) if show else None
+    try:
+        report = import_claude_code(store, args.paths, skip_bad_lines=args.skip_bad_lines, progress=progress)
+    finally:
+        if progress is not None:
+            progress.end_line()  # an error or Ctrl-C then prints on a line of its own
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False), file=out)
+        return 0
+    for bad in report.skipped:
+        print(f"skipped {bad}", file=sys.stderr)
+    for item in report.sessions:
+        parent = f" (sub-agent of {item.parent_session_id})" if item.parent_session_id else ""
+        outcome = f"{item.written} events written" if item.written else "already imported: nothing written"
+        print(
+            f"{item.session_id}{parent}: {item.lines} lines -> {item.messages} messages, "
+            f"{item.opaque} opaque entries; {outcome}",
+            file=out,
+        )
+    return 0
+
+
+def _run_export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    if args.dir is not None:
+        files = write_claude_code(store, args.session_id, args.dir, overwrite=args.force)
+        rows: list[dict[str, Any]] = [
+            {"path": str(f.path), "session_id": f.session_id, "lines": f.lines} for f in files
+        ]
+        for row in rows:
+            if args.json:
+                print(json.dumps(row, ensure_ascii=False), file=out)
+            else:
+                what = f"{row['lines']} lines of {row['session_id']}" if row["session_id"] else "sidecar"
+                print(f"{row['path']}: {what}", file=out)
+        return 0
+    lines = export_claude_code(store, args.session_id)
+    text = "".join(line + "\n" for line in lines)
+    if args.output is None:
+        out.write(text)
+        return 0
+    from pathlib import Path
+
+    target = Path(args.output)
+    if target.exists() and not args.force:
+        raise FileExistsError(errno.EEXIST, "exists (use --force to overwrite)", str(target))
+    target.write_text(text, encoding="utf-8", newline="\n")
+    if args.json:
+        print(json.dumps({"path": str(target), "session_id": args.session_id, "lines": len(lines)}), file=out)
+    return 0
+
+
+def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    """Run ``import`` or ``export``; returns the exit status."""
+    if args.command == "import":
+        return _run_import(args, store, out)
+    return _run_export(args, store, out)

@@ -1,0 +1,277 @@
+"""Every error sessionstore raises, under one root.
+
+The tree::
+
+    SessionStoreError
+    ├── ValidationError (ValueError)         bad input: names the event and the field
+    │   └── PathRefusedError                 a path outside the root or folder, or not a regular file (_paths)
+    ├── InvalidRequestError (ValueError)     a Messages API payload breaks an invariant (_validate)
+    ├── BlockingLimitError                   still at the blocking limit after every stage (_pipeline)
+    ├── PromptTooLongError                   the API refused a request as too long; recovery
+    │                                        could not help (_conversation)
+    ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
+    ├── FilesRewindError                     a files rewind stopped half way; logged (_file_history)
+    ├── SummaryFailed                        no usable summary; nothing recorded (_summarizers)
+    │   └── PromptTooLong                    the summarization request was over the limit
+    ├── CompactionDisabledError              the session disables all compaction (_compaction)
+    ├── SessionNotFoundError (LookupError)
+    ├── SessionExistsError
+    ├── ConcurrencyError                     expected seq != actual seq; nothing written
+    ├── DuplicateEventError                  an event_id reused with different content
+    ├── AppendOnlyViolation                  the database refused an UPDATE / DELETE / TRUNCATE
+    ├── IntegrityCheckError                  the hash chain does not verify (tampering)
+    ├── UnknownEventTypeError                a stored event type this version cannot read
+    ├── SchemaOutOfDateError                 not migrated to this version (or by a newer one)
+    ├── DatabaseNotFoundError (LookupError)  no database at the path, and this call may not create one
+    └── DatabaseError                        PEP 249 names for storage failures
+        ├── OperationalError                 lost connection, lock timeout, disk full ...
+        │   ├── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
+        │   └── DatabaseFileGoneError        the SQLite file was deleted or replaced while open
+        ├── IntegrityError                   a constraint the store did not expect
+        └── ProgrammingError                 broken SQL, missing table
+
+Driver errors are translated in exactly one place (``sessionstore.store._sql``)
+with ``raise ... from e``, so callers never import SQLAlchemy or a driver to catch errors.
+
+The command line turns an error into one ``sessionstore: ...`` line on stderr and an exit
+status (``EXIT_*`` below; docs/cli.md has the table).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AppendOnlyViolation",
+    "ConcurrencyError",
+    "DatabaseError",
+    "DatabaseFileGoneError",
+    "DatabaseNotFoundError",
+    "DuplicateEventError",
+    "IntegrityCheckError",
+    "IntegrityError",
+    "OperationalError",
+    "ProgrammingError",
+    "SchemaOutOfDateError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "SessionStoreError",
+    "StoreUnavailableError",
+    "UnknownEventTypeError",
+    "ValidationError",
+]
+
+
+#: Exit statuses of the ``sessionstore`` command (docs/cli.md, "Exit status").
+EXIT_OK = 0
+#: Any error: a missing session, an invalid event, a file that cannot be written ...
+EXIT_ERROR = 1
+#: A malformed command line (argparse's own status).
+EXIT_USAGE = 2
+#: An integrity check failed: ``verify`` found tampering, ``served`` a request that differs.
+EXIT_INTEGRITY = 3
+#: Interrupted by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: The reader closed the pipe (``sessionstore context SID | head``): stopped quietly
+#: (128 + SIGPIPE, as a shell reports a program the pipe ended).
+EXIT_BROKEN_PIPE = 141
+
+
+class SessionStoreError(Exception):
+    """Root of every error raised by sessionstore."""
+
+
+class ValidationError(SessionStoreError, ValueError):
+    """An event or argument failed validation; nothing was written.
+
+    Attributes:
+        index: position of the offending event in the batch (None for a single value).
+        event_type: the event's ``type``, when known.
+        field: dotted path of the offending field, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        event_type: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.event_type = event_type
+        self.field = field
+
+
+class SessionNotFoundError(SessionStoreError, LookupError):
+    """The session id does not exist in this store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} does not exist")
+        self.session_id = session_id
+
+
+class SessionExistsError(SessionStoreError):
+    """A session with this id already exists."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class ConcurrencyError(SessionStoreError):
+    """Another writer appended first: the session's last seq is not the one expected.
+
+    Nothing of the batch was written. Reload the session and decide again; the store
+    never retries this by itself.
+    """
+
+    def __init__(self, session_id: str, expected: int | None, actual: int) -> None:
+        super().__init__(f"session {session_id!r}: expected last seq {expected}, but it is {actual}")
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+
+class DuplicateEventError(SessionStoreError):
+    """An event_id already stored with different content (or in another session or batch)."""
+
+    def __init__(self, event_id: str, reason: str) -> None:
+        super().__init__(f"event {event_id}: {reason}")
+        self.event_id = event_id
+
+
+class AppendOnlyViolation(SessionStoreError):
+    """The database itself refused to change or remove a stored event or blob."""
+
+
+class IntegrityCheckError(SessionStoreError):
+    """Stored data does not match its hash: an event or blob was altered.
+
+    Attributes:
+        session_id: the session checked (None for a blob).
+        seq: the first seq whose hash or link does not match (None for a blob).
+    """
+
+    def __init__(self, message: str, *, session_id: str | None = None, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.seq = seq
+
+
+class UnknownEventTypeError(SessionStoreError):
+    """A stored event has a type or schema version this version of sessionstore cannot read."""
+
+
+class SchemaOutOfDateError(SessionStoreError):
+    """The database schema is missing or older/newer than this version expects.
+
+    Attributes:
+        current: the database's revision (None: no sessionstore schema).
+        expected: the revision this version of sessionstore needs.
+        newer: the database was migrated by a newer sessionstore (a revision this version does
+            not know): ``db upgrade`` cannot help, upgrading sessionstore does.
+    """
+
+    def __init__(self, url: str, current: str | None, expected: str, *, newer: bool = False) -> None:
+        if newer:
+            message = (
+                f"database {url} is at schema revision {current}, written by a newer sessionstore: "
+                f"this one knows revisions up to {expected}. Upgrade sessionstore to use it"
+            )
+        else:
+            message = (
+                f"database {url} is at revision {current or 'no schema'}, this sessionstore needs "
+                f"{expected}: run `sessionstore db upgrade --db {url}`"
+            )
+        super().__init__(message)
+        self.current = current
+        self.expected = expected
+        self.newer = newer
+
+
+class DatabaseNotFoundError(SessionStoreError, LookupError):
+    """There is no database at the path, and this call only reads: it never creates one.
+
+    Attributes:
+        path: the SQLite file that does not exist.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"no database at {path}: reading never creates one (check the path; "
+            f"`sessionstore db upgrade --db {path}` creates it)"
+        )
+        self.path = path
+
+
+class DatabaseError(SessionStoreError):
+    """A storage failure (PEP 249 ``DatabaseError``)."""
+
+
+class OperationalError(DatabaseError):
+    """The database could not do the work: connection lost, lock timeout, disk full.
+
+    Attributes:
+        transient: the failure is worth retrying (a dropped connection, a server restarting,
+            a serialization failure); the store's retry policy retries only these.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class StoreUnavailableError(OperationalError):
+    """A transient failure outlasted the retry policy: the database stayed unreachable.
+
+    Nothing is known to be half-written: the call was retried as a whole each time, and an
+    append that did commit before its acknowledgement was lost is found again by its event ids.
+
+    Attributes:
+        operation: the store call that failed.
+        attempts: how many times it was tried.
+        elapsed: seconds from the first try to giving up.
+    """
+
+    def __init__(self, operation: str, attempts: int, elapsed: float, last: OperationalError) -> None:
+        tries = f"{attempts} time(s) over {elapsed:.1f} s"
+        super().__init__(
+            f"database unavailable: {operation} failed {tries}; last error: {last}", transient=True
+        )
+        self.operation = operation
+        self.attempts = attempts
+        self.elapsed = elapsed
+
+
+class IntegrityError(DatabaseError):
+    """A database constraint the store does not translate into a domain error.
+
+    Attributes:
+        constraint: the violated constraint's name, when the driver reports it.
+    """
+
+    def __init__(self, message: str, *, constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
+class ProgrammingError(DatabaseError):
+    """Broken SQL or a missing table or column."""
+
+
+class DatabaseFileGoneError(OperationalError):
+    """The SQLite file was deleted or replaced while the store had it open.
+
+    Writes would go to the deleted file and be lost with it, so nothing was acknowledged: the
+    write was refused (or, if the file vanished during the commit, reported as not kept).
+
+    Attributes:
+        path: the database file's path.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"database file {path} was {what} while open: the write was not kept; "
+            "reopen the store on the file that should hold the data"
+        )
+        self.path = path

@@ -1,0 +1,755 @@
+"""Compaction (SPEC 5.5): session memory first, then an LLM summary; retries, hooks, breaker.
+
+``compact(session, summarizer, ...)`` runs one compaction and records a ``CompactBoundary``
+(or a ``CompactFailed`` — the context is then exactly as it was, never an error text used as a
+summary). ``autocompact_stage`` is the pipeline stage: it fires when
+``used - snip_freed >= autocompact threshold``, auto-compact is enabled, collapse is not, the
+session is the main thread, and the circuit breaker is closed (fewer than 3 consecutive
+automatic failures, counted from events, so the breaker survives a restart).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import math
+import re
+import subprocess
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import SessionStoreError, ValidationError
+from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
+from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
+from ..projections._session import Session
+from ._compact_prompt import SUMMARY_SECTIONS
+from ._restore import Candidate, paths_in, select_attachments
+from ._summarizers import PromptTooLong, Summarizer, SummaryFailed, SummaryRequest
+
+__all__ = [
+    "MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES",
+    "PTL_RETRY_MARKER",
+    "CompactConfig",
+    "CompactHooks",
+    "CompactReport",
+    "CompactionDisabledError",
+    "autocompact_stage",
+    "breaker_open",
+    "compact",
+    "compact_session",
+    "drop_for_retry",
+    "memory_is_empty",
+    "maybe_extract_memory",
+    "memory_keep_index",
+    "round_groups",
+    "shell_pre_compact_hook",
+    "shell_text_hook",
+    "summarizer_input",
+]
+
+MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
+MAX_PTL_RETRIES = 3
+PTL_FALLBACK_FRACTION = 0.2
+#: The synthetic user message put first when a retry leaves an assistant message in front.
+PTL_RETRY_MARKER = "[Earlier messages were dropped to fit the summarization request]"
+
+Trigger = Literal["auto", "manual", "reactive"]
+Message = dict[str, Any]
+
+
+class CompactionDisabledError(SessionStoreError):
+    """Compaction is switched off for the session (``WindowConfig(disable_compaction=True)``).
+
+    Raised by every compaction, manual or not, before anything is summarized or recorded.
+
+    Attributes:
+        session_id: the session whose compaction was refused.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"compaction is disabled for session {session_id!r} "
+            "(WindowConfig.disable_compaction): nothing was summarized or recorded"
+        )
+        self.session_id = session_id
+
+
+@dataclass(frozen=True)
+class CompactHooks:
+    """Callables run around a compaction (SPEC 5.5.2 and 5.5.4).
+
+    * ``pre_compact(trigger) -> (custom instructions or None, user-facing message or None)``
+    * ``session_start(source="compact") -> text to add after the summary, or None``
+    * ``post_compact(summary) -> text to add after the summary, or None``
+    """
+
+    pre_compact: Sequence[Callable[[str], tuple[str | None, str | None]]] = ()
+    session_start: Sequence[Callable[[str], str | None]] = ()
+    post_compact: Sequence[Callable[[str], str | None]] = ()
+
+
+def _run_shell(command: Sequence[str], payload: dict[str, Any], timeout: float) -> str:
+    """Run ``command`` with ``payload`` as JSON on stdin; its stdout, stripped.
+
+    Raises:
+        SummaryFailed: the command failed or timed out (the compaction then records a failure).
+    """
+    try:
+        done = subprocess.run(
+            list(command),
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        msg = f"hook {command[0]!r} could not run: {e}"
+        raise SummaryFailed(msg) from e
+    if done.returncode != 0:
+        msg = f"hook {command[0]!r} exited with {done.returncode}: {done.stderr.strip()[:200]}"
+        raise SummaryFailed(msg)
+    return done.stdout.strip()
+
+
+def shell_pre_compact_hook(
+    command: Sequence[str], timeout: float = 30.0
+) -> Callable[[str], tuple[str | None, str | None]]:
+    """A pre-compact hook that runs a command: stdin ``{"hook": "pre_compact", "trigger": ...}``.
+
+    Its stdout is either JSON ``{"instructions": ..., "message": ...}`` or plain text taken as
+    extra instructions.
+    """
+
+    def hook(trigger: str) -> tuple[str | None, str | None]:
+        out = _run_shell(command, {"hook": "pre_compact", "trigger": trigger}, timeout)
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError:
+            return (out or None), None
+        if not isinstance(data, dict):
+            return (out or None), None
+        return data.get("instructions"), data.get("message")
+
+    return hook
+
+
+def shell_text_hook(
+    command: Sequence[str], event: Literal["session_start", "post_compact"], timeout: float = 30.0
+) -> Callable[[str], str | None]:
+    """A session-start or post-compact hook that runs a command; its stdout is added after the summary.
+
+    stdin is ``{"hook": event, "source": ...}`` for session-start hooks and
+    ``{"hook": event, "summary": ...}`` for post-compact hooks.
+    """
+    key = "source" if event == "session_start" else "summary"
+
+    def hook(value: str) -> str | None:
+        return _run_shell(command, {"hook": event, key: value}, timeout) or None
+
+    return hook
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    """Auto-compact and session-memory settings (SPEC 5.5 and 11)."""
+
+    session_memory: bool = True
+    memory_min_tokens: int = 10_000
+    memory_min_text_messages: int = 5
+    memory_max_tokens: int = 40_000
+    extract_init_tokens: int = 10_000
+    extract_growth_tokens: int = 5_000
+    extract_tool_calls: int = 3
+    hooks: CompactHooks = field(default_factory=CompactHooks)
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    """The outcome of one compaction."""
+
+    event_id: str
+    ok: bool
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+    above_threshold: bool = False
+    reason: str | None = None
+
+
+def breaker_open(session: Session) -> bool:
+    """True after 3 consecutive automatic compaction failures (until a compaction succeeds)."""
+    return session.api_state.compact_failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+
+
+# --- prompt-too-long retry (SPEC 5.5.3) -------------------------------------------------------
+
+
+def round_groups(messages: Sequence[Message]) -> list[list[Message]]:
+    """Messages grouped by API round: each assistant message opens a group; results stay with it."""
+    groups: list[list[Message]] = []
+    for message in messages:
+        if message["role"] == "assistant" or not groups:
+            groups.append([message])
+        else:
+            groups[-1].append(message)
+    return groups
+
+
+def _is_marker(message: Message) -> bool:
+    content = message["content"]
+    return (
+        message["role"] == "user"
+        and isinstance(content, list)
+        and len(content) == 1
+        and content[0].get("text") == PTL_RETRY_MARKER
+    )
+
+
+def drop_for_retry(
+    messages: Sequence[Message], gap: int | None, count: Callable[[Message], int]
+) -> list[Message] | None:
+    """The messages for the next try: the oldest round groups dropped; None if nothing is left.
+
+    Drops enough groups to cover ``gap`` tokens when it is known, else 20% of the groups (at
+    least one). A marker left by an earlier retry is stripped first, so markers never pile up;
+    if the first remaining message is an assistant message, a marker user message goes first.
+    """
+    remaining = [m for m in messages if not _is_marker(m)]
+    groups = round_groups(remaining)
+    if len(groups) <= 1:
+        return None
+    drop = max(1, math.ceil(len(groups) * PTL_FALLBACK_FRACTION))
+    if gap is not None:
+        covered, drop = 0, 0
+        while drop < len(groups) - 1 and covered < gap:
+            covered += sum(count(m) for m in groups[drop])
+            drop += 1
+    kept = [m for group in groups[drop:] for m in group]
+    if not kept:
+        return None
+    if kept[0]["role"] == "assistant":
+        kept.insert(0, {"role": "user", "content": [{"type": "text", "text": PTL_RETRY_MARKER}]})
+    elif leading_results(kept[0]["content"]):
+        # Results whose calls were dropped cannot be sent alone.
+        content = kept[0]["content"][leading_results(kept[0]["content"]) :]
+        kept[0] = {"role": "user", "content": content or [{"type": "text", "text": PTL_RETRY_MARKER}]}
+    return kept
+
+
+# --- session memory (SPEC 5.5.1) --------------------------------------------------------------
+
+
+def _opens_with_prompt(message: Message) -> bool:
+    """A clean place to start keeping: a user message that opens with a prompt, not results."""
+    return message["role"] == "user" and leading_results(message["content"]) == 0
+
+
+def memory_keep_index(session: Session, config: CompactConfig) -> int | None:
+    """Index (in the state's messages) of the first message a session-memory compact keeps.
+
+    Every message after the memory's last summarized one is kept (the memory does not cover
+    them), and the cut extends backwards, prompt by prompt, until at least
+    ``memory_min_tokens`` and ``memory_min_text_messages`` are kept, never beyond
+    ``memory_max_tokens``. Tokens are calibrated, as the thresholds are. The cut always lands
+    on a user prompt, so it never separates a tool result from its call nor splits one API
+    message; the minimum is checked at that cut. None when no cut keeps at most the maximum.
+    """
+    state = session.api_state
+    memory = state.memory
+    if memory is None:
+        return None
+    first = state.first_visible
+    messages = state.messages
+    start = max(first, _index_after_seq(session, memory["last_seq"]))
+    raw = blocks = texts = 0
+    chosen = None
+    for index in range(len(messages) - 1, first, -1):
+        message = messages[index]
+        raw += state.message_tokens[index]
+        blocks += len(message["content"])
+        texts += 1 if any(b.get("type") == "text" for b in message["content"]) else 0
+        if index > start or not _opens_with_prompt(message):
+            continue
+        if session.estimate(raw, blocks) > config.memory_max_tokens:
+            break
+        chosen = index
+        if (
+            session.estimate(raw, blocks) >= config.memory_min_tokens
+            and texts >= config.memory_min_text_messages
+        ):
+            break
+    return chosen
+
+
+#: Lines a memory holds before anything was written in it: its headings and their descriptions.
+_TEMPLATE_LINE = re.compile(
+    r"^\s*(#+\s.*|_[^_].*_|\*[^*].*\*|(\d+\.\s*)?("
+    + "|".join(re.escape(name) for name in SUMMARY_SECTIONS)
+    + r"):?)\s*$",
+    re.IGNORECASE,
+)
+
+
+def memory_is_empty(text: str) -> bool:
+    """True when a session memory holds nothing beyond its template (headings, descriptions).
+
+    Such a memory would become an empty summary, so the compaction uses the LLM instead.
+    """
+    return all(not line.strip() or _TEMPLATE_LINE.match(line) for line in text.splitlines())
+
+
+def _index_after_seq(session: Session, seq: int) -> int:
+    return bisect.bisect_right(session.api_state.message_first_seq, seq)
+
+
+def maybe_extract_memory(session: Session, summarizer: Summarizer, config: CompactConfig) -> bool:
+    """Update the session memory when due (first at 10,000 tokens, then every 5,000 more with 3
+    tool calls or a turn without one); returns True when it recorded a ``SessionMemoryUpdated``.
+    """
+    state = session.api_state
+    used = session.used_tokens()
+    memory = state.memory
+    compacted_since = (
+        memory is not None and state.compact is not None and memory["last_seq"] < state.compact["seq"]
+    )
+    if memory is None or compacted_since:
+        # First extraction, or the first since a compaction reset the context it measured.
+        due = used >= config.extract_init_tokens
+    else:
+        grown = used - memory["tokens"] >= config.extract_growth_tokens
+        calls = state.tool_calls - memory["tool_calls"] >= config.extract_tool_calls
+        last = state.messages[-1] if state.messages else None
+        quiet_turn = (
+            last is not None
+            and last["role"] == "assistant"
+            and not any(b.get("type") == "tool_use" for b in last["content"])
+        )
+        due = grown and (calls or quiet_turn)
+    if not due or not state.messages:
+        return False
+    try:
+        summary = summarizer.summarize(
+            SummaryRequest(
+                messages=session.request()["messages"],
+                system=state.system,
+                tools=state.tools,
+                model=state.model,
+            )
+        )
+    except SummaryFailed:
+        return False  # background work: the next turn tries again
+    session.append(
+        [
+            SessionMemoryUpdated(
+                memory=summary.text,
+                last_summarized_seq=session.last_seq,
+                tokens_at_extraction=used,
+                tool_calls_at_extraction=state.tool_calls,
+            )
+        ]
+    )
+    return True
+
+
+# --- compaction ------------------------------------------------------------------------------
+
+
+def _message_tokens(session: Session, message: Message) -> int:
+    content = message["content"]
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [str(b.get("text") or b.get("content") or "") for b in content]
+    )
+    return sum(session.count_text(t) for t in texts)
+
+
+def summarizer_input(session: Session) -> list[Message]:
+    """The request's messages as a summarizer should see them: what the last compaction put back
+    (its summary, restored files, skills and plan, hook results) is stripped.
+
+    The attachments come back from the session's state after the new boundary anyway, and the
+    previous summary goes to the summarizer separately (``SummaryRequest.previous_summary``),
+    so neither is summarized again and summaries never nest.
+    """
+    messages = session.request()["messages"]
+    compact_state = session.api_state.compact
+    if compact_state is None:
+        return list(messages)
+    summary = str(compact_state["summary"])
+    reinjected = {
+        summary,
+        COMPACT_SUMMARY_PREFIX + summary,
+        *(str(t) for t in compact_state["attachments"]),
+        *(str(t) for t in compact_state["hook_results"]),
+    }
+    stripped: list[Message] = []
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "user" and isinstance(content, list):
+            content = [b for b in content if not (b.get("type") == "text" and b.get("text") in reinjected)]
+            if not content:
+                continue
+        stripped.append({"role": message["role"], "content": content})
+    if stripped and stripped[0]["role"] == "assistant":
+        stripped.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_MARKER}]})
+    return stripped
+
+
+def _previous_summary(session: Session) -> str | None:
+    compact_state = session.api_state.compact
+    return None if compact_state is None else str(compact_state["summary"]) or None
+
+
+def _summarize_with_retries(
+    session: Session, summarizer: Summarizer, request: SummaryRequest
+) -> tuple[str, str, int, list[Message]]:
+    """(summary, summarizer name, retries, messages summarized), retrying prompt-too-long up to 3 times."""
+    messages = list(request.messages)
+    for retry in range(MAX_PTL_RETRIES + 1):
+        try:
+            summary = summarizer.summarize(dataclasses.replace(request, messages=messages))
+            return summary.text, summary.summarizer, retry, messages
+        except PromptTooLong as e:
+            if retry == MAX_PTL_RETRIES:
+                msg = f"summarization prompt still too long after {MAX_PTL_RETRIES} retries"
+                raise SummaryFailed(msg) from e
+            shorter = drop_for_retry(messages, e.gap, lambda m: _message_tokens(session, m))
+            if shorter is None:
+                raise SummaryFailed("nothing left to summarize after dropping rounds") from e
+            messages = shorter
+    raise AssertionError  # pragma: no cover - the loop returns or raises
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a compaction will record, decided before any post-compact hook runs."""
+
+    strategy: Literal["llm", "session_memory"]
+    template: Literal["base", "partial_from", "partial_up_to"]
+    summary: str
+    summarizer: str
+    #: The first message kept after the summary (``len(messages)``: none).
+    keep_index: int
+    #: For a partial "from" compact: the first summarized message (0 otherwise).
+    from_index: int = 0
+    retries: int = 0
+    #: After prompt-too-long retries: messages that began before this seq were not summarized.
+    dropped_before_seq: int = 0
+
+
+def _kept(session: Session, plan: _Plan) -> list[Message]:
+    state = session.api_state
+    if plan.from_index:
+        return list(state.messages[state.first_visible : plan.from_index])
+    return list(state.messages[plan.keep_index :])
+
+
+def _kept_raw_tokens(session: Session, plan: _Plan) -> int:
+    state = session.api_state
+    if plan.from_index:
+        return sum(state.message_tokens[state.first_visible : plan.from_index])
+    return sum(state.message_tokens[plan.keep_index :])
+
+
+def _predicted_used(session: Session, raw_tokens: int, blocks: int) -> int:
+    """The tokens used right after a boundary of ``raw_tokens`` and ``blocks`` (as
+    ``Session.used_tokens`` estimates them: no API usage follows the boundary yet)."""
+    return max(0, session.estimate(session.api_state.context_tokens + raw_tokens, blocks))
+
+
+def _memory_plan(session: Session, config: CompactConfig) -> _Plan | None:
+    """A session-memory compact, or None when it cannot be used (seeds: then the LLM summary runs).
+
+    Not used when the memory is empty or only its template, when no clean cut keeps enough
+    within the maximum, or when the result would still be at or above the auto-compact
+    threshold (nothing is recorded for it then: the LLM compaction starts from the original
+    history, not from the session-memory view).
+    """
+    memory = session.api_state.memory
+    if memory is None or memory_is_empty(str(memory["text"])):
+        return None
+    index = memory_keep_index(session, config)
+    if index is None:
+        return None
+    plan = _Plan("session_memory", "base", str(memory["text"]), "session_memory", index)
+    kept = _kept(session, plan)
+    attachments = _restored(session, kept)
+    raw = (
+        session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
+        + sum(int(a["tokens"]) for a in attachments)
+        + _kept_raw_tokens(session, plan)
+    )
+    blocks = 1 + len(attachments) + sum(len(m["content"]) for m in kept)
+    if _predicted_used(session, raw, blocks) >= session.token_state().window.autocompact_threshold:
+        return None
+    return plan
+
+
+def _llm_plan(
+    session: Session,
+    summarizer: Summarizer,
+    instructions: str | None,
+    up_to_uuid: str | None,
+    from_uuid: str | None,
+) -> _Plan:
+    """Summarize with the model (retrying prompt-too-long).
+
+    Raises:
+        ValidationError: a pivot that would split a tool call from its result.
+        SummaryFailed: no usable summary.
+    """
+    state = session.api_state
+    keep_index = len(state.messages)  # nothing kept
+    template: Literal["base", "partial_from", "partial_up_to"] = "base"
+    from_index = 0
+    if up_to_uuid is not None:
+        template = "partial_up_to"
+        keep_index = session.message_index(up_to_uuid) + 1
+        if not _clean_cut(session, keep_index):
+            msg = f"compacting up to {up_to_uuid!r} would split a tool call from its result or keep nothing"
+            raise ValidationError(msg, field="message_uuid")
+        messages = list(state.messages[state.first_visible : keep_index])
+    elif from_uuid is not None:
+        template = "partial_from"
+        from_index = session.message_index(from_uuid)
+        if not _clean_cut(session, from_index):
+            msg = f"compacting from {from_uuid!r} would split a tool call from its result or keep nothing"
+            raise ValidationError(msg, field="message_uuid")
+        messages = list(state.messages[from_index:])
+    else:
+        messages = summarizer_input(session)
+    summary, name, retries, summarized = _summarize_with_retries(
+        session,
+        summarizer,
+        SummaryRequest(
+            messages,
+            template,
+            instructions,
+            state.system,
+            state.tools,
+            state.model,
+            previous_summary=None if template == "partial_from" else _previous_summary(session),
+        ),
+    )
+    dropped_before_seq = _first_seq_summarized(session, summarized) if retries else 0
+    return _Plan("llm", template, summary, name, keep_index, from_index, retries, dropped_before_seq)
+
+
+def _first_seq_summarized(session: Session, summarized: Sequence[Message]) -> int:
+    """The seq of the first view message the summarizer still got after prompt-too-long retries.
+
+    Retries drop whole round groups from the front, so what was summarized resumes at an
+    assistant message of the view, sent as it is: everything before it was dropped.
+    """
+    state = session.api_state
+    resumed = next((m for m in summarized if m["role"] == "assistant"), None)
+    visible = range(state.first_visible, len(state.messages))
+    # The view's own message object, else (a copy, after an earlier compaction) an equal one.
+    found = next((i for i in visible if state.messages[i] is resumed), None)
+    if found is None:
+        found = next((i for i in visible if state.messages[i] == resumed), None)
+    return 0 if found is None else state.message_first_seq[found]
+
+
+def compact(
+    session: Session,
+    summarizer: Summarizer,
+    *,
+    trigger: Trigger = "manual",
+    custom_instructions: str | None = None,
+    up_to_uuid: str | None = None,
+    from_uuid: str | None = None,
+    config: CompactConfig | None = None,
+    use_memory: bool = False,
+) -> CompactReport:
+    """Compact the session now; returns what it recorded (a boundary, or a failure).
+
+    Args:
+        up_to_uuid: summarize up to and including this message and keep what follows verbatim
+            (the partial "up to" template); it must end an API round.
+        from_uuid: summarize from this user prompt on and keep what precedes it verbatim,
+            before the summary (the partial "from" template).
+        config: hooks and session-memory settings (the pipeline's ``PipelineConfig.compact``).
+        use_memory: try a session-memory compact (no model call) before the LLM summary; it
+            is skipped, recording nothing, when it is not usable (see ``_memory_plan``).
+
+    Raises:
+        CompactionDisabledError: the session's window config disables all compaction.
+        ValidationError: an unknown pivot, or one that would split a tool call from its result.
+    """
+    if session.config.window.disable_compaction:
+        raise CompactionDisabledError(session.id)
+    config = config or CompactConfig()
+    before = session.used_tokens()
+    instructions = custom_instructions
+    shown: list[str] = []
+    try:
+        for hook in config.hooks.pre_compact:
+            extra, message = hook(trigger)
+            if extra:
+                instructions = f"{instructions}\n{extra}" if instructions else extra
+            if message:
+                shown.append(message)
+    except SummaryFailed as e:
+        return _failed(session, trigger, e.reason, before)
+    pivot = up_to_uuid is not None or from_uuid is not None
+    plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
+    try:
+        if plan is None:
+            plan = _llm_plan(session, summarizer, instructions, up_to_uuid, from_uuid)
+        hook_results = [*shown]
+        hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
+        hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
+    except SummaryFailed as e:
+        return _failed(session, trigger, e.reason, before)
+    boundary = _boundary(session, plan, trigger, instructions, hook_results, before)
+    session.append([boundary])
+    after = session.used_tokens()
+    return CompactReport(
+        str(boundary.event_id),
+        True,
+        plan.strategy,
+        before,
+        after,
+        above_threshold=after >= session.token_state().window.autocompact_threshold,
+    )
+
+
+def _boundary(
+    session: Session,
+    plan: _Plan,
+    trigger: Trigger,
+    instructions: str | None,
+    hook_results: list[str],
+    before: int,
+) -> CompactBoundary:
+    state = session.api_state
+    kept = _kept(session, plan)
+    attachments = _restored(session, kept)
+    return CompactBoundary(
+        trigger=trigger,
+        strategy=plan.strategy,
+        template=plan.template,
+        summarizer=plan.summarizer,
+        summary=plan.summary,
+        keep_from_seq=state.message_first_seq[plan.keep_index] if kept and not plan.from_index else 0,
+        summarized_from_seq=state.message_first_seq[plan.from_index] if plan.from_index else 0,
+        last_pre_compact_uuid=_last_message_uuid(session),
+        pre_compact_tokens=before,
+        post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
+        + sum(session.count_text(h) for h in hook_results)
+        + sum(int(a["tokens"]) for a in attachments)
+        + _kept_raw_tokens(session, plan),
+        post_compact_blocks=1 + len(hook_results) + len(attachments) + sum(len(m["content"]) for m in kept),
+        attachments=attachments,
+        hook_results=hook_results,
+        custom_instructions=instructions,
+        ptl_retries=plan.retries,
+        ptl_dropped_before_seq=plan.dropped_before_seq,
+        discovered_tools=[str(t.get("name")) for t in state.tools],
+    )
+
+
+_FILE_HISTORIES: weakref.WeakKeyDictionary[Session, Any] = weakref.WeakKeyDictionary()
+
+
+def _restored(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]:
+    """Recently read files, invoked skills and the plan, within the post-compact budgets."""
+    from ..projections._file_history import FileHistory
+
+    # One view per session, refreshed with what each turn added: never refolded from the log.
+    history = _FILE_HISTORIES.get(session)
+    if history is None:
+        history = _FILE_HISTORIES[session] = FileHistory(session)
+    candidates = []
+    for read in history.state.recent_reads(None):
+        if read.blob_sha256 is None:
+            continue
+        try:
+            text = session.store.get_blob(read.blob_sha256).decode("utf-8", errors="replace")
+        except KeyError:
+            continue
+        candidates.append(Candidate("file", read.path, text))
+    state = session.api_state
+    skills = [Candidate("skill", name, text) for name, text in reversed(state.skills.items())]
+    plan = Candidate("plan", "plan", state.plan) if state.plan else None
+    return select_attachments(
+        candidates,
+        skills,
+        plan,
+        visible_paths=paths_in(kept, history.recorded_root),
+        count=session.count_text,
+    )
+
+
+def _failed(session: Session, trigger: Trigger, reason: str, before: int) -> CompactReport:
+    """Record a failed compaction; the context stays exactly as it was."""
+    failed = CompactFailed(trigger=trigger, reason=reason)
+    session.append([failed])
+    return CompactReport(str(failed.event_id), False, "llm", before, before, reason=reason)
+
+
+def _clean_cut(session: Session, index: int) -> bool:
+    """True when the messages from ``index`` on can be kept alone: they open with a user prompt."""
+    messages = session.api_state.messages
+    return (
+        session.api_state.first_visible < index < len(messages)
+        and messages[index]["role"] == "user"
+        and leading_results(messages[index]["content"]) == 0
+    )
+
+
+def _last_message_uuid(session: Session) -> str | None:
+    """The newest message's uuid, read from the log's tail (not the whole transcript)."""
+    end = session.last_seq
+    width = 64
+    while end >= 1:
+        start = max(1, end - width + 1)
+        for recorded in reversed(session.log.read(start, end)):
+            if recorded.type == "message_appended":
+                value = recorded.payload_dict().get("message_uuid")
+                if isinstance(value, str):
+                    return value
+        end, width = start - 1, width * 4
+    return None
+
+
+def compact_session(
+    session: Session, summarizer: Summarizer, config: CompactConfig, *, trigger: Trigger
+) -> CompactReport:
+    """The one compaction path of automatic and reactive compaction (and the pipeline's).
+
+    Session memory first when enabled and usable, else the LLM summary, with the configured
+    hooks either way.
+
+    Raises:
+        CompactionDisabledError: the session's window config disables all compaction.
+    """
+    return compact(session, summarizer, trigger=trigger, config=config, use_memory=config.session_memory)
+
+
+def autocompact_stage(
+    session: Session,
+    summarizer: Summarizer,
+    config: CompactConfig,
+    *,
+    snip_freed: int = 0,
+    collapse_enabled: bool = False,
+) -> CompactReport | None:
+    """Compact when the context reached the auto-compact threshold and every condition holds."""
+    state = session.token_state()
+    window = state.window
+    if (
+        not window.auto_compact_enabled
+        or collapse_enabled
+        or session.api_state.query_source != "main"
+        or breaker_open(session)
+        or state.used - snip_freed < window.autocompact_threshold
+    ):
+        return None
+    return compact_session(session, summarizer, config, trigger="auto")

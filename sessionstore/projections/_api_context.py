@@ -1,0 +1,980 @@
+"""The API context view: the ``{system, tools, messages}`` request for ``client.messages.create``.
+
+Normalization, applied incrementally as events arrive (each rule is one named step below):
+
+* ``_content_blocks``: string content becomes one text block; empty or whitespace-only text
+  blocks are dropped (the API rejects them); every other block is kept verbatim, thinking
+  blocks with their signatures.
+* ``_skip``: meta entries and sidechain (sub-agent) entries are not sent.
+* ``_add_assistant``: streamed chunks of one API round (same ``api_message_id``) form one
+  assistant message, even when the round's tool results were written between its chunks;
+  consecutive assistant messages are merged so roles alternate.
+* ``_add_user``: consecutive user messages are merged; tool_result blocks go first in their
+  message; a tool_result that answers no open tool_use of the preceding assistant message
+  (an orphan, or a duplicate) is dropped.
+* ``_close_interrupted_tools``: a tool_use still unanswered when the next API round starts gets
+  a synthetic error result (``INTERRUPTED_TOOL_RESULT``) so the request stays valid.
+* ``materialize``: the same repair for the tail, and a leading assistant message gets a
+  synthetic user message (``LEADING_USER_MARKER``) before it, since requests start with a user.
+
+Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReverted``:
+
+* ``ToolResultPersisted``: the result's content becomes the recorded preview string.
+* ``MicrocompactApplied``: the listed results' content becomes ``CLEARED_PLACEHOLDER``.
+* ``SnipApplied``: messages that began before ``keep_from_seq`` leave the request, and so do
+  the tool results opening the first kept message (their calls were snipped).
+* ``ContextServed``: results served un-replaced become frozen (the budget stage never touches
+  them again).
+
+* ``CollapseStaged``: a span's summary is kept ready; nothing changes yet.
+* ``CollapseCommitted``: the span's messages leave the request and one user message with the
+  summary stands in their place (results opening the span, answering a call before it, stay;
+  results opening the message after it, answering a call inside it, go: ``collapse_span``).
+
+* A server-side ``compaction`` block (the Messages API's own compaction) in an assistant
+  message: the request starts at that message, the block standing in for what came before.
+* ``CompactBoundary``: everything before the latest boundary leaves the request except the
+  messages it keeps; the summary opens the request, attachments and hook results follow the
+  kept messages (``_with_compaction``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from ..events._base import ContextConfigured, Event, MessageAppended, SessionStarted, UsageRecorded
+from ..events._context import (
+    CollapseCommitted,
+    CollapseStaged,
+    CompactBoundary,
+    CompactFailed,
+    ContextEditReverted,
+    ContextServed,
+    MicrocompactApplied,
+    PlanUpdated,
+    SessionMemoryUpdated,
+    SkillInvoked,
+    SnipApplied,
+    ToolResultPersisted,
+)
+from ..store._contract import RecordedEvent
+from ._base import Projection, register_projection
+from ._message_list import MessageList, canonical_json
+
+__all__ = [
+    "CLEARED_PLACEHOLDER",
+    "COLLAPSE_PREFIX",
+    "COMPACT_SUMMARY_PREFIX",
+    "INTERRUPTED_TOOL_RESULT",
+    "LEADING_USER_MARKER",
+    "ApiContextProjection",
+    "ApiContextState",
+    "IncrementalFingerprint",
+    "collapse_span",
+    "collapse_span_tokens",
+    "committed_spans",
+    "encode_request",
+    "leading_results",
+    "materialize",
+    "request_bytes",
+]
+
+#: Content of the synthetic tool_result that answers a tool call with no recorded result.
+INTERRUPTED_TOOL_RESULT = "[Tool call interrupted: no result was recorded]"
+#: Opens the summary message of a compaction.
+COMPACT_SUMMARY_PREFIX = (
+    "This session continues an earlier conversation that ran out of context. It is summarized below.\n\n"
+)
+#: Opens the user message that stands in for a committed collapse.
+COLLAPSE_PREFIX = "[Collapsed: summary of earlier messages]\n"
+#: Summarizers whose summary already is the whole message the model got: an imported Claude Code
+#: compaction opens with Claude Code's own continuation notice, so no prefix is added to it.
+_VERBATIM_SUMMARIZERS = frozenset({"claude-code"})
+#: What a micro-compacted tool result's content becomes.
+CLEARED_PLACEHOLDER = "[Old tool result content cleared]"
+#: Text of the synthetic user message placed before a leading assistant message.
+LEADING_USER_MARKER = "[Earlier conversation not shown]"
+
+Block = dict[str, Any]
+Message = dict[str, Any]
+_NOT_CACHEABLE = frozenset({"thinking", "redacted_thinking"})
+_CACHE_CONTROL = {"type": "ephemeral"}
+
+
+@dataclass
+class ApiContextState:
+    """What the model will see, kept normalized, plus the token accounting that goes with it.
+
+    ``message_tokens[i]`` is the stored (raw) token count of everything merged into
+    ``messages[i]``. ``usage_total`` is the latest API-reported context size (input + cache
+    creation + cache read + output) and ``tokens_since_usage`` the raw count of what was added
+    to the view after it. Content blocks are counted too (``view_blocks``,
+    ``blocks_since_usage``): each costs a roughly fixed overhead a text count cannot see.
+    """
+
+    system: str | list[Block] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    context_tokens: int = 0
+    messages: MessageList = field(default_factory=MessageList)
+    message_tokens: list[int] = field(default_factory=list)
+    message_tokens_total: int = 0
+    open_tool_ids: list[str] = field(default_factory=list)
+    last_assistant_index: int = -1
+    last_assistant_api_id: str | None = None
+    model: str | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    usage_total: int | None = None
+    usage_api_id: str | None = None
+    tokens_since_usage: int = 0
+    view_blocks: int = 0
+    blocks_since_usage: int = 0
+    query_source: str = "main"
+    #: Seq of the first event that contributed to each message (ascending).
+    message_first_seq: list[int] = field(default_factory=list)
+    #: Timestamp (ISO 8601) of the latest main-thread assistant message.
+    last_assistant_time: str | None = None
+    tool_names: dict[str, str] = field(default_factory=dict)
+    #: tool_use_id -> index of the message holding its result; insertion order = arrival order.
+    result_index: dict[str, int] = field(default_factory=dict)
+    #: tool_use_id -> raw tokens of its result: the message event's stored count, shared among
+    #: its results by characters (exact for a message holding one result). Stages use it
+    #: instead of tokenizing the result again.
+    result_tokens: dict[str, int] = field(default_factory=dict)
+    #: Results never served un-replaced and never replaced: the budget stage may still act.
+    fresh_results: dict[str, int] = field(default_factory=dict)
+    #: Results served un-replaced (ContextServed): never touched again, to keep the cached prefix.
+    frozen_results: dict[str, int] = field(default_factory=dict)
+    #: tool_use_id -> {"by": event id, "original": the block before replacement}.
+    replaced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Replacements whose result is not in the view yet: tool_use_id -> {"by", "content"}.
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Active (unreverted) edits: event id -> {"type", "tokens", "blocks", "ids" | "seq"}.
+    edits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reverted: dict[str, str] = field(default_factory=dict)
+    #: Staged (not yet committed) collapses: event id -> first_seq, end_seq, summary, tokens.
+    staged: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Messages that began before this seq are snipped (0: nothing snipped).
+    snip_keep_from: int = 0
+    removed_tokens: int = 0
+    removed_blocks: int = 0
+    removed_tokens_at_usage: int = 0
+    removed_blocks_at_usage: int = 0
+    #: The latest compact boundary: its seq, what it keeps and adds, and the counts at that point.
+    compact: dict[str, Any] | None = None
+    #: Messages below this index are behind a compact boundary: nothing new merges into them.
+    merge_floor: int = 0
+    #: Index of the assistant message holding the latest server-side compaction block (-1: none);
+    #: the request starts there, the block standing in for everything before it.
+    server_compaction_index: int = -1
+    #: Consecutive failed automatic compactions (the circuit breaker counts these).
+    compact_failures: int = 0
+    #: The latest session memory: text, last summarized seq, tokens and tool calls at extraction.
+    memory: dict[str, Any] | None = None
+    #: Main-thread tool calls so far (session-memory extraction paces itself by them).
+    tool_calls: int = 0
+    #: Skills invoked, oldest first (a re-invocation moves to the end), and the current plan:
+    #: what a compaction puts back after the summary.
+    skills: dict[str, str] = field(default_factory=dict)
+    plan: str | None = None
+
+    @property
+    def view_tokens(self) -> int:
+        """Raw token count of everything in the view: system, tools and messages."""
+        compact = self.compact
+        if compact is None:
+            return self.context_tokens + self.message_tokens_total - self.removed_tokens
+        added = self.message_tokens_total - int(compact["messages_total_at"])
+        removed = self.removed_tokens - int(compact["removed_at"])
+        return self.context_tokens + int(compact["base_tokens"]) + added - removed
+
+    @property
+    def visible_blocks(self) -> int:
+        """Content blocks in the view (each costs a fixed overhead beyond its text)."""
+        compact = self.compact
+        if compact is None:
+            return self.view_blocks - self.removed_blocks
+        added = self.view_blocks - int(compact["blocks_at"])
+        return int(compact["base_blocks"]) + added - (self.removed_blocks - int(compact["removed_blocks_at"]))
+
+    @property
+    def first_visible(self) -> int:
+        """Index of the first message neither snipped nor behind the latest compact boundary."""
+        first = bisect.bisect_left(self.message_first_seq, self.snip_keep_from) if self.snip_keep_from else 0
+        if self.compact is not None and not self.compact.get("from_seq"):
+            keep = self.compact["keep_from_seq"] or self.compact["seq"] + 1
+            first = max(first, bisect.bisect_left(self.message_first_seq, keep))
+        return max(first, self.server_compaction_index)
+
+
+# --- normalization steps -----------------------------------------------------------------
+
+
+def _content_blocks(content: str | list[Block]) -> list[Block]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content.strip() else []
+    return [b for b in content if not (b.get("type") == "text" and not str(b.get("text", "")).strip())]
+
+
+def _skip(event: MessageAppended) -> bool:
+    return event.is_meta or event.is_sidechain
+
+
+def leading_results(content: list[Block]) -> int:
+    """How many tool_result blocks open ``content``."""
+    count = 0
+    for block in content:
+        if block.get("type") != "tool_result":
+            break
+        count += 1
+    return count
+
+
+def _interrupted(tool_use_id: str) -> Block:
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": INTERRUPTED_TOOL_RESULT,
+        "is_error": True,
+    }
+
+
+def _with_results_first(message: Message, results: list[Block]) -> Message:
+    content = list(message["content"])
+    at = leading_results(content)
+    content[at:at] = results
+    return {"role": message["role"], "content": content}
+
+
+def _new_message(state: ApiContextState, role: str, blocks: list[Block], tokens: int, seq: int) -> None:
+    state.messages.append({"role": role, "content": blocks})
+    state.message_tokens.append(tokens)
+    state.message_tokens_total += tokens
+    state.message_first_seq.append(seq)
+
+
+def _mergeable(state: ApiContextState, role: str) -> bool:
+    """True when new content of ``role`` joins the last message (same role, not behind a boundary)."""
+    return (
+        bool(state.messages) and state.messages.role(-1) == role and len(state.messages) > state.merge_floor
+    )
+
+
+def _close_interrupted_tools(state: ApiContextState, seq: int) -> None:
+    """Answer every still-open tool_use with a synthetic error result, before a new round."""
+    if not state.open_tool_ids:
+        return
+    results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
+    state.open_tool_ids.clear()
+    if state.messages and state.messages[-1]["role"] == "user":
+        state.messages[-1] = _with_results_first(state.messages[-1], results)
+    else:
+        _new_message(state, "user", results, 0, seq)
+
+
+def _extend(state: ApiContextState, index: int, blocks: list[Block], tokens: int) -> None:
+    # A new dict, never an in-place edit: requests handed out earlier share message dicts.
+    message = state.messages[index]
+    state.messages[index] = {"role": message["role"], "content": [*message["content"], *blocks]}
+    state.message_tokens[index] += tokens
+    state.message_tokens_total += tokens
+
+
+def _only_tool_results_after(state: ApiContextState, index: int) -> bool:
+    return all(
+        message["role"] == "user" and leading_results(message["content"]) == len(message["content"])
+        for message in state.messages[index + 1 :]
+    )
+
+
+def _add_assistant(
+    state: ApiContextState, event: MessageAppended, blocks: list[Block], tokens: int, seq: int
+) -> None:
+    index = state.last_assistant_index
+    same_round = (
+        event.api_message_id is not None
+        and event.api_message_id == state.last_assistant_api_id
+        and index >= 0
+        and _only_tool_results_after(state, index)
+    )
+    if same_round:
+        _extend(state, index, blocks, tokens)
+    else:
+        _close_interrupted_tools(state, seq)
+        if _mergeable(state, "assistant"):
+            _extend(state, len(state.messages) - 1, blocks, tokens)
+        else:
+            _new_message(state, "assistant", blocks, tokens, seq)
+        state.last_assistant_index = len(state.messages) - 1
+        state.last_assistant_api_id = event.api_message_id
+    if any(b.get("type") == "compaction" and b.get("content") is not None for b in blocks):
+        # The API summarized everything before this block (a null content means it failed: a no-op).
+        state.server_compaction_index = state.last_assistant_index
+    for block in blocks:
+        if block.get("type") == "tool_use":
+            tool_id = str(block.get("id"))
+            state.tool_calls += 1
+            state.open_tool_ids.append(tool_id)
+            state.tool_names[tool_id] = str(block.get("name", ""))
+
+
+def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int) -> None:
+    results: list[Block] = []
+    others: list[Block] = []
+    for block in blocks:
+        if block.get("type") != "tool_result":
+            others.append(block)
+        elif block.get("tool_use_id") in state.open_tool_ids:
+            tool_id = str(block["tool_use_id"])
+            state.open_tool_ids.remove(tool_id)
+            pending = state.pending.pop(tool_id, None)
+            if pending is not None:
+                state.replaced[tool_id] = {"by": pending["by"], "original": block}
+                block = {**block, "content": pending["content"]}
+            results.append(block)
+    if not results and not others:
+        return
+    if _mergeable(state, "user"):
+        merged = _with_results_first(state.messages[-1], results)
+        merged["content"].extend(others)
+        state.messages[-1] = merged
+        state.message_tokens[-1] += tokens
+        state.message_tokens_total += tokens
+    else:
+        _new_message(state, "user", results + others, tokens, seq)
+    index = len(state.messages) - 1
+    sizes = [len(_block_chars(block)) for block in blocks]
+    total = sum(sizes) or 1
+    shares = {str(b.get("tool_use_id")): size for b, size in zip(blocks, sizes, strict=True)}
+    for block in results:
+        tool_id = str(block["tool_use_id"])
+        state.result_tokens[tool_id] = tokens * shares.get(tool_id, 0) // total
+        state.result_index[tool_id] = index
+        if tool_id not in state.replaced:
+            state.fresh_results[tool_id] = index
+
+
+def _block_chars(block: Block) -> str:
+    """A block's text for sharing out its message's token count (JSON for non-text content)."""
+    content = block.get("content", block.get("text", ""))
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+
+# --- context edits: persisted results, micro-compaction, snip, revert ------------------------
+
+
+def _set_result_content(state: ApiContextState, tool_use_id: str, content: object) -> Block | None:
+    """Swap the content of a result in the view; returns the block it replaced."""
+    index = state.result_index[tool_use_id]
+    message = state.messages[index]
+    content_blocks: list[Block] = list(message["content"])
+    for i, block in enumerate(content_blocks):
+        if block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
+            content_blocks[i] = {**block, "content": content}
+            state.messages[index] = {"role": message["role"], "content": content_blocks}
+            return block
+    return None  # pragma: no cover - result_index always points at the message holding it
+
+
+def _replace_results(state: ApiContextState, event_id: str, contents: dict[str, object]) -> list[str]:
+    """Replace results' content (or remember it for results not in the view yet)."""
+    done: list[str] = []
+    for tool_use_id, content in contents.items():
+        if tool_use_id in state.replaced or tool_use_id in state.pending:
+            continue  # the first replacement stands; a revert restores the original
+        state.fresh_results.pop(tool_use_id, None)
+        if tool_use_id in state.result_index:
+            original = _set_result_content(state, tool_use_id, content)
+            state.replaced[tool_use_id] = {"by": event_id, "original": original}
+        else:
+            state.pending[tool_use_id] = {"by": event_id, "content": content}
+        done.append(tool_use_id)
+    return done
+
+
+def _record_edit(state: ApiContextState, event_id: str, edit: dict[str, Any]) -> None:
+    state.edits[event_id] = edit
+    state.removed_tokens += edit["tokens"]
+    state.removed_blocks += edit["blocks"]
+
+
+def _revert(state: ApiContextState, event_id: str, reverted_by: str) -> None:
+    edit = state.edits.pop(event_id, None)
+    if edit is None:
+        return  # the pipeline refuses such reverts before writing them; a no-op keeps folds total
+    state.removed_tokens -= edit["tokens"]
+    state.removed_blocks -= edit["blocks"]
+    state.reverted[event_id] = reverted_by
+    if edit["type"] == "snip_applied":
+        seqs = [e["seq"] for e in state.edits.values() if e["type"] == "snip_applied"]
+        state.snip_keep_from = max(seqs, default=0)
+        return
+    if edit["type"] == "collapse_committed":
+        return  # the request is built from the active edits: the span is simply back
+    for tool_use_id in edit["ids"]:
+        if state.pending.pop(tool_use_id, None) is not None:
+            continue
+        replaced = state.replaced.pop(tool_use_id, None)
+        if replaced is not None and replaced["original"] is not None:
+            _set_result_content(state, tool_use_id, replaced["original"].get("content"))
+            if tool_use_id not in state.frozen_results:
+                state.fresh_results[tool_use_id] = state.result_index[tool_use_id]
+
+
+def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) -> None:
+    if isinstance(edit, ToolResultPersisted):
+        ids = _replace_results(state, event_id, {edit.tool_use_id: edit.preview})
+        freed = edit.tokens_freed if ids else 0
+        _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
+    elif isinstance(edit, MicrocompactApplied):
+        ids = _replace_results(state, event_id, dict.fromkeys(edit.cleared_tool_use_ids, CLEARED_PLACEHOLDER))
+        freed = edit.tokens_freed if ids else 0
+        _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
+    elif isinstance(edit, SnipApplied):
+        stop = _index_of_seq(state, edit.keep_from_seq)
+        span = state.messages[state.first_visible : stop]
+        blocks = sum(len(m["content"]) for m in span) - _collapsed_blocks(state, state.first_visible, stop)
+        _record_edit(
+            state,
+            event_id,
+            {
+                "type": edit.type,
+                "tokens": edit.tokens_freed,
+                "blocks": max(0, blocks),
+                "seq": edit.keep_from_seq,
+            },
+        )
+        state.snip_keep_from = max(state.snip_keep_from, edit.keep_from_seq)
+    elif isinstance(edit, CollapseStaged):
+        state.staged[event_id] = {
+            "first_seq": edit.first_seq,
+            "end_seq": edit.end_seq,
+            "summary": edit.summary,
+            "summary_tokens": edit.summary_tokens,
+            "tokens_covered": edit.tokens_covered,
+        }
+    elif isinstance(edit, CollapseCommitted):
+        staged = state.staged.pop(edit.staged_event_id, None)
+        if staged is not None:
+            span = collapse_span(
+                state, _index_of_seq(state, staged["first_seq"]), _index_of_seq(state, staged["end_seq"])
+            )
+            blocks = max(0, sum(len(m["content"]) for m in span) - 1)
+            _record_edit(
+                state,
+                event_id,
+                {
+                    "type": edit.type,
+                    "tokens": edit.tokens_freed,
+                    "blocks": blocks,
+                    "staged": edit.staged_event_id,
+                }
+                | {k: staged[k] for k in ("first_seq", "end_seq", "summary")},
+            )
+    elif isinstance(edit, ContextEditReverted):
+        _revert(state, edit.target_event_id, event_id)
+    elif isinstance(edit, CompactBoundary):
+        state.compact = {
+            "seq": seq,
+            "keep_from_seq": edit.keep_from_seq,
+            "from_seq": edit.summarized_from_seq,
+            "summary": edit.summary,
+            "verbatim": edit.summarizer in _VERBATIM_SUMMARIZERS,
+            "attachments": [str(a.get("text", "")) for a in edit.attachments],
+            "hook_results": list(edit.hook_results),
+            "base_tokens": edit.post_compact_raw_tokens,
+            "base_blocks": edit.post_compact_blocks,
+            "messages_total_at": state.message_tokens_total,
+            "removed_at": state.removed_tokens,
+            "removed_blocks_at": state.removed_blocks,
+            "blocks_at": state.view_blocks,
+        }
+        if not edit.keep_from_seq or edit.summarized_from_seq:
+            # Calls still open were summarized away with everything else: no result can follow them.
+            state.open_tool_ids.clear()
+            state.last_assistant_index = -1
+            state.last_assistant_api_id = None
+            state.merge_floor = len(state.messages)
+        # The last usage measured the context before the boundary: estimate afresh until the next.
+        state.usage_total = None
+        state.compact_failures = 0
+    elif isinstance(edit, CompactFailed):
+        if edit.trigger == "auto":
+            state.compact_failures += 1
+    elif isinstance(edit, SkillInvoked):
+        state.skills.pop(edit.name, None)
+        state.skills[edit.name] = edit.content
+    elif isinstance(edit, PlanUpdated):
+        state.plan = edit.plan
+    elif isinstance(edit, SessionMemoryUpdated):
+        state.memory = {
+            "text": edit.memory,
+            "last_seq": edit.last_summarized_seq,
+            "tokens": edit.tokens_at_extraction,
+            "tool_calls": edit.tool_calls_at_extraction,
+        }
+    elif isinstance(edit, ContextServed):
+        for tool_use_id in edit.unreplaced_tool_results:
+            index = state.fresh_results.pop(tool_use_id, None)
+            state.frozen_results[tool_use_id] = index if index is not None else -1
+
+
+def _index_of_seq(state: ApiContextState, seq: int) -> int:
+    return bisect.bisect_left(state.message_first_seq, seq)
+
+
+def _collapsed_blocks(state: ApiContextState, start: int, stop: int) -> int:
+    """Blocks that committed collapses within messages ``start``..``stop - 1`` already removed."""
+    return sum(
+        edit["blocks"]
+        for edit in state.edits.values()
+        if edit["type"] == "collapse_committed"
+        and start <= _index_of_seq(state, edit["first_seq"])
+        and _index_of_seq(state, edit["end_seq"]) <= stop
+    )
+
+
+_EDIT_TYPES = (
+    ToolResultPersisted,
+    MicrocompactApplied,
+    SnipApplied,
+    CollapseStaged,
+    CollapseCommitted,
+    ContextEditReverted,
+    ContextServed,
+    CompactBoundary,
+    CompactFailed,
+    SessionMemoryUpdated,
+    SkillInvoked,
+    PlanUpdated,
+)
+
+
+# --- the projection ------------------------------------------------------------------------
+
+
+@register_projection
+class ApiContextProjection(Projection[ApiContextState]):
+    """Folds a session's events into the normalized request state."""
+
+    name: ClassVar[str] = "api_context"
+    #: 2: snapshots keep each message's JSON (MessageList) instead of one JSON document.
+    version: ClassVar[int] = 2
+
+    def initial(self) -> ApiContextState:
+        """An empty conversation."""
+        return ApiContextState()
+
+    def apply(self, state: ApiContextState, event: RecordedEvent) -> ApiContextState:
+        """Add one event's effect on what the model sees."""
+        decoded = event.event
+        tokens = event.token_count or 0
+        if isinstance(decoded, MessageAppended):
+            if _skip(decoded):
+                return state
+            blocks = _content_blocks(decoded.content)
+            if not blocks:
+                return state
+            if decoded.role == "assistant":
+                _add_assistant(state, decoded, blocks, tokens, event.seq)
+                moment = decoded.timestamp or event.created_at
+                state.last_assistant_time = moment.isoformat()
+            else:
+                _add_user(state, blocks, tokens, event.seq)
+            state.view_blocks += len(blocks)
+            # An assistant message the latest usage already reports is not new context.
+            if decoded.api_message_id is None or decoded.api_message_id != state.usage_api_id:
+                state.tokens_since_usage += tokens
+                state.blocks_since_usage += len(blocks)
+        elif isinstance(decoded, UsageRecorded):
+            state.usage_total = decoded.total_tokens
+            state.usage_api_id = decoded.api_message_id
+            state.tokens_since_usage = 0
+            state.blocks_since_usage = 0
+            state.removed_tokens_at_usage = state.removed_tokens
+            state.removed_blocks_at_usage = state.removed_blocks
+        elif isinstance(decoded, ContextConfigured):
+            state.tokens_since_usage += tokens - state.context_tokens
+            state.system = decoded.system
+            state.tools = list(decoded.tools)
+            state.context_tokens = tokens
+        elif isinstance(decoded, SessionStarted):
+            state.model = decoded.model
+            state.context_window = decoded.context_window
+            state.max_output_tokens = decoded.max_output_tokens
+            state.query_source = decoded.query_source
+        elif isinstance(decoded, _EDIT_TYPES):
+            _apply_edit(state, event.event_id, decoded, event.seq)
+        return state
+
+    def dump(self, state: ApiContextState) -> bytes:
+        """The state: one line of JSON with every field but the messages, then the messages.
+
+        The messages are their canonical JSON joined by commas (the body of the request's
+        messages array), so a resume can send them without parsing them; the header holds
+        where each one starts, the total size and a CRC-32 of both that ``load`` checks.
+        """
+        header = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "messages"}
+        pieces, starts = state.messages.joined_json()
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        size = sum(len(piece) for piece in pieces)
+        header["messages"] = {"starts": starts, "bytes": size, "crc32": _layout_crc(crc, starts)}
+        # JSON escapes every control character, so the header holds no newline of its own.
+        return b"".join([canonical_json(header), b"\n", *pieces])
+
+    def load(self, data: bytes) -> ApiContextState:
+        """A state from ``dump``'s bytes (raises on a damaged snapshot or unknown or missing keys)."""
+        newline = data.find(b"\n")
+        if newline < 0:
+            msg = "api_context snapshot has no header line"
+            raise ValueError(msg)
+        header = json.loads(data[:newline])
+        if not isinstance(header, dict) or not isinstance(header.get("messages"), dict):
+            msg = "api_context snapshot header is not a JSON object with messages"
+            raise TypeError(msg)
+        layout = header.pop("messages")
+        joined = memoryview(data)[newline + 1 :]
+        if (
+            len(joined) != layout["bytes"]
+            or _layout_crc(zlib.crc32(joined), layout["starts"]) != layout["crc32"]
+        ):
+            written = layout["bytes"]
+            msg = f"api_context snapshot messages are damaged ({len(joined)} bytes, {written} written)"
+            raise ValueError(msg)
+        messages = MessageList.from_joined_json(joined, layout["starts"])
+        state = ApiContextState(messages=messages, **header)
+        if not len(messages) == len(state.message_tokens) == len(state.message_first_seq):
+            msg = f"api_context snapshot has {len(messages)} messages but {len(state.message_tokens)} counts"
+            raise ValueError(msg)
+        return state
+
+
+def _layout_crc(messages_crc: int, starts: list[int]) -> int:
+    """The CRC-32 of the messages' bytes continued over their offsets: a wrong offset would cut a
+    message inside a string that happens to hold ``},{`` and fail only when that message is read."""
+    return zlib.crc32(canonical_json(starts), messages_crc)
+
+
+# --- the request -----------------------------------------------------------------------------
+
+
+def _cached_block(block: Block) -> Block:
+    return {**block, "cache_control": dict(_CACHE_CONTROL)}
+
+
+#: One message of a request being built: an index into ``state.messages`` (that message as it
+#: is, so its kept JSON can be reused) or a message made for this request.
+Part = int | Message
+
+
+def _message(state: ApiContextState, part: Part) -> Message:
+    return state.messages[part] if isinstance(part, int) else part
+
+
+def _role(state: ApiContextState, part: Part) -> str:
+    return state.messages.role(part) if isinstance(part, int) else str(part["role"])
+
+
+def _cache_last_message(state: ApiContextState, parts: list[Part]) -> None:
+    """Put a breakpoint on the last cacheable block of the last message (copying, never mutating)."""
+    last = _message(state, parts[-1])
+    content = list(last["content"])
+    for i in range(len(content) - 1, -1, -1):
+        if content[i].get("type") not in _NOT_CACHEABLE:
+            content[i] = _cached_block(content[i])
+            parts[-1] = {"role": last["role"], "content": content}
+            return
+
+
+def committed_spans(state: ApiContextState) -> list[tuple[int, int, str]]:
+    """(first index, end index, summary) of every committed collapse, by position."""
+    spans = [
+        (_index_of_seq(state, e["first_seq"]), _index_of_seq(state, e["end_seq"]), e["summary"])
+        for e in state.edits.values()
+        if e["type"] == "collapse_committed"
+    ]
+    return sorted(spans)
+
+
+def _results_opening(state: ApiContextState, index: int) -> list[Block]:
+    """The tool_result blocks opening user message ``index``: answers to the calls just before it."""
+    message = state.messages[index]
+    if message["role"] != "user":
+        return []
+    return list(message["content"][: leading_results(message["content"])])
+
+
+def _without_opening_results(state: ApiContextState, index: int) -> Part:
+    """Message ``index`` without the results opening it (their calls were collapsed)."""
+    if not _results_opening(state, index):
+        return index
+    content = state.messages[index]["content"]
+    return {"role": "user", "content": content[leading_results(content) :]}
+
+
+def collapse_span(state: ApiContextState, start: int, end: int) -> list[Message]:
+    """The messages a collapse of ``start``..``end - 1`` takes out of the request, as the model saw them.
+
+    A span starts at a prompt, which may share its API message with the results of the calls
+    before it: those results stay (their calls precede the span). It ends before a prompt,
+    which may open with the results of the span's last calls: those go with the span. So the
+    span is whole: every call in it has its result, and it holds no result of a call outside it.
+    """
+    head = state.messages[start]
+    messages = [{"role": head["role"], "content": head["content"][len(_results_opening(state, start)) :]}]
+    messages.extend(state.messages[start + 1 : end])
+    answers = _results_opening(state, end) if end < len(state.messages) else []
+    if answers:
+        messages.append({"role": "user", "content": answers})
+    return messages
+
+
+def collapse_span_tokens(state: ApiContextState, start: int, end: int) -> int:
+    """Raw tokens of ``collapse_span(state, start, end)``, from the stored counts."""
+    kept = _results_opening(state, start)
+    taken = _results_opening(state, end) if end < len(state.messages) else []
+    return (
+        sum(state.message_tokens[start:end])
+        - sum(state.result_tokens.get(str(b["tool_use_id"]), 0) for b in kept)
+        + sum(state.result_tokens.get(str(b["tool_use_id"]), 0) for b in taken)
+    )
+
+
+def _with_collapses(state: ApiContextState, first: int) -> tuple[list[Part], list[int]]:
+    """The visible messages with each committed collapse's span replaced by its summary, and
+    for each part the index of the first message it holds (where compaction parts go).
+
+    A summary is a user message holding the results that open the span (answers to calls before
+    it), then the summary text; the prompt after the span, without the results that open it
+    (answers to calls inside the span), merges into it, so roles still alternate.
+    """
+    count = len(state.messages)
+    spans = [span for span in committed_spans(state) if span[0] >= first]
+    if not spans:
+        return list(range(first, count)), list(range(first, count))
+    out: list[Part] = []
+    starts: list[int] = []
+    position = first
+    after_span = False  # the results opening messages[position] answer calls in a collapsed span
+    for start, end, summary in spans:
+        if start < position or end >= count:
+            continue  # overlapping or reaching the tail: refused when staged; never applied
+        kept = [] if after_span and start == position else _results_opening(state, start)
+        out.extend(_visible_stretch(state, position, start, after_span))
+        starts.extend(range(position, start))
+        out.append({"role": "user", "content": [*kept, {"type": "text", "text": COLLAPSE_PREFIX + summary}]})
+        starts.append(start)
+        position, after_span = end, True
+    out.extend(_visible_stretch(state, position, count, after_span))
+    starts.extend(range(position, count))
+    return _merged(state, out, starts)
+
+
+def _visible_stretch(state: ApiContextState, start: int, stop: int, after_span: bool) -> list[Part]:
+    """Messages ``start``..``stop - 1``; the first without its opening results when a span precedes it."""
+    parts: list[Part] = list(range(start, stop))
+    if parts and after_span:
+        parts[0] = _without_opening_results(state, start)
+    return parts
+
+
+def _merged(state: ApiContextState, parts: list[Part], starts: list[int]) -> tuple[list[Part], list[int]]:
+    """Adjacent parts of one role merged into one; each keeps the start of its first part."""
+    merged: list[Part] = []
+    merged_starts: list[int] = []
+    for part, start in zip(parts, starts, strict=True):
+        if merged and _role(state, merged[-1]) == _role(state, part):
+            previous, message = _message(state, merged[-1]), _message(state, part)
+            merged[-1] = {"role": message["role"], "content": [*previous["content"], *message["content"]]}
+        else:
+            merged.append(part)
+            merged_starts.append(start)
+    return merged, merged_starts
+
+
+def _merge_same_role(state: ApiContextState, parts: list[Part]) -> list[Part]:
+    return _merged(state, parts, [0] * len(parts))[0]
+
+
+def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int]) -> list[Part]:
+    """Summary first, then the kept messages, then attachments and hook results, then what followed.
+
+    ``starts`` holds the first message index of each part: a committed collapse makes one part
+    of many messages, so message indexes are mapped to part positions through it.
+    """
+    compact = state.compact
+    assert compact is not None
+    summary_text = (
+        compact["summary"] if compact.get("verbatim") else COMPACT_SUMMARY_PREFIX + compact["summary"]
+    )
+    # A summary that was lost (a transcript cut between a boundary and its summary line) is no
+    # block at all: the API refuses an empty text block.
+    summary: list[Part] = (
+        [{"role": "user", "content": [{"type": "text", "text": summary_text}]}]
+        if summary_text.strip()
+        else []
+    )
+    kept = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1))
+    extra = [
+        {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
+    ]
+    middle: list[Part] = [{"role": "user", "content": extra}] if extra else []
+    if compact.get("from_seq"):
+        # Partial "from": the earlier messages stay first, the summary covers the rest.
+        pivot = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["from_seq"]))
+        return _merge_same_role(state, [*parts[:pivot], *summary, *middle, *parts[kept:]])
+    return _merge_same_role(state, [*summary, *parts[:kept], *middle, *parts[kept:]])
+
+
+def _request_parts(state: ApiContextState, cache_control: bool) -> tuple[dict[str, Any], list[Part]]:
+    """The request's keys before ``messages`` (system, tools), and its messages as parts."""
+    first = state.first_visible
+    parts, starts = _with_collapses(state, first)
+    if first and parts and _role(state, parts[0]) == "user":
+        # A snip cut here: the results opening this message answer calls that were snipped.
+        content = _message(state, parts[0])["content"]
+        parts[0] = {"role": "user", "content": content[leading_results(content) :]}
+    if state.compact is not None:
+        parts = _with_compaction(state, parts, starts)
+    if state.open_tool_ids:
+        results = [_interrupted(tool_id) for tool_id in state.open_tool_ids]
+        if parts and _role(state, parts[-1]) == "user":
+            parts[-1] = _with_results_first(_message(state, parts[-1]), results)
+        else:
+            parts.append({"role": "user", "content": results})
+    if parts and _role(state, parts[0]) == "assistant":
+        parts.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_MARKER}]})
+    head: dict[str, Any] = {}
+    if state.system:
+        system: str | list[Block] = state.system
+        if cache_control:
+            blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+            blocks[-1] = _cached_block(blocks[-1])
+            system = blocks
+        head["system"] = system
+    if state.tools:
+        tools = list(state.tools)
+        if cache_control:
+            tools[-1] = _cached_block(tools[-1])
+        head["tools"] = tools
+    if cache_control and parts:
+        _cache_last_message(state, parts)
+    return head, parts
+
+
+def materialize(state: ApiContextState, *, cache_control: bool = False) -> dict[str, Any]:
+    """The request (``system``, ``tools``, ``messages``) for the state, without model or max_tokens.
+
+    The result shares unchanged blocks with the state: treat it as read-only.
+
+    Args:
+        cache_control: add prompt-cache breakpoints on the system prompt, the last tool and
+            the last message's last cacheable block (three of the API's four).
+    """
+    head, parts = _request_parts(state, cache_control)
+    messages: list[Message] = []
+    for stretch in _stretches(parts):
+        if isinstance(stretch, range):
+            messages.extend(state.messages[stretch.start : stretch.stop])
+        else:
+            messages.append(stretch)
+    return {**head, "messages": messages}
+
+
+def _stretches(parts: list[Part]) -> Iterator[range | Message]:
+    """The parts as runs: each stretch of consecutive state messages as one range, made ones alone.
+
+    A turn's request is nearly all one stretch, so its messages are copied (or their JSON
+    joined) a stretch at a time rather than looked up one by one.
+    """
+    made = [at for at, part in enumerate(parts) if type(part) is not int]
+    position = 0
+    for stop in [*made, len(parts)]:
+        indices = [part for part in parts[position:stop] if isinstance(part, int)]
+        if indices and indices == list(range(indices[0], indices[-1] + 1)):
+            yield range(indices[0], indices[-1] + 1)
+        else:  # not produced by _request_parts (the view keeps its order); correct all the same
+            yield from (range(index, index + 1) for index in indices)
+        if stop < len(parts):
+            made_message = parts[stop]
+            assert not isinstance(made_message, int)
+            yield made_message
+        position = stop + 1
+
+
+def encode_request(state: ApiContextState, *, cache_control: bool = False) -> bytes:
+    """``request_bytes(materialize(state))``, joined from each message's kept JSON.
+
+    Only messages made for this request (summaries, repairs, breakpoints) are serialized; a
+    message of the state is serialized once, when first sent, and never parsed to be sent.
+    """
+    head, parts = _request_parts(state, cache_control)
+    pieces: list[bytes | memoryview] = []
+    for stretch in _stretches(parts):
+        if pieces:
+            pieces.append(b",")
+        if isinstance(stretch, range):
+            pieces.extend(state.messages.json_pieces(stretch.start, stretch.stop))
+        else:
+            pieces.append(canonical_json(stretch))
+    prefix, suffix = _around_messages(head, {})
+    return b"".join([prefix, *pieces, suffix])
+
+
+def _around_messages(before: dict[str, Any], after: dict[str, Any]) -> tuple[bytes, bytes]:
+    """A request's canonical bytes up to its first message, and from the end of its last one.
+
+    ``before`` and ``after`` are the request's keys before and after ``messages``.
+    """
+    prefix = (canonical_json(before)[:-1] + b"," if before else b"{") + b'"messages":['
+    suffix = b"]" + (b"," + canonical_json(after)[1:] if after else b"}")
+    return prefix, suffix
+
+
+class IncrementalFingerprint:
+    """SHA-256 of a request's canonical bytes, reusing the hash state of unchanged messages.
+
+    The canonical bytes of ``{..., "messages": [m1, m2, ...], ...}`` are the keys before
+    ``messages``, then each message's JSON joined by commas, then the keys after — exactly
+    ``request_bytes``. The state after each message is kept while the message objects stay
+    the same (the view never edits a message in place).
+    """
+
+    def __init__(self) -> None:
+        self._prefix: bytes | None = None
+        self._after: list[tuple[Message, Any]] = []
+
+    def digest(self, request: dict[str, Any]) -> str:
+        """The hex digest of ``request_bytes(request)``."""
+        keys = list(request)
+        at = keys.index("messages") if "messages" in keys else len(keys)
+        before = {k: request[k] for k in keys[:at]}
+        after = {k: request[k] for k in keys[at + 1 :]}
+        prefix_bytes, suffix = _around_messages(before, after)
+        if prefix_bytes != self._prefix:
+            self._prefix, self._after = prefix_bytes, []
+        messages = request.get("messages", [])
+        same = 0
+        while same < min(len(messages), len(self._after)) and self._after[same][0] is messages[same]:
+            same += 1
+        del self._after[same:]
+        state = self._after[-1][1].copy() if self._after else hashlib.sha256(prefix_bytes)
+        for index in range(same, len(messages)):
+            state.update((b"," if index else b"") + canonical_json(messages[index]))
+            self._after.append((messages[index], state.copy()))
+        final = state.copy()
+        final.update(suffix)
+        return final.hexdigest()
+
+
+def request_bytes(request: dict[str, Any]) -> bytes:
+    """The canonical serialization of a request: the bytes compared for byte-stability."""
+    return canonical_json(request)

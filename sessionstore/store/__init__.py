@@ -1,0 +1,67 @@
+"""The event store: its contract, schema, hash chain, lineage, and the SQLite and PostgreSQL backends."""
+
+from __future__ import annotations
+
+from ._config import (
+    default_database_path,
+    resolve_url,
+)
+from ._contract import (
+    ANY,
+    AppendResult,
+    BlobRef,
+    ChainHead,
+    ExpectedSeq,
+    RecordedEvent,
+    SessionInfo,
+    SessionStore,
+    SessionWrite,
+    SnapshotRecord,
+    VerifyReport,
+)
+from ._lineage import (
+    SessionLog,
+)
+from ._migrate import (
+    SCHEMA_REVISION,
+)
+from ._open import (
+    open_store,
+)
+from ._postgres import (
+    PostgresSessionStore,
+)
+from ._retry import (
+    RetryPolicy,
+)
+from ._sqlite import (
+    SQLiteSessionStore,
+)
+from ._tokens import (
+    TiktokenCounter,
+    TokenCounter,
+)
+
+__all__ = [
+    "ANY",
+    "AppendResult",
+    "BlobRef",
+    "ChainHead",
+    "ExpectedSeq",
+    "PostgresSessionStore",
+    "RecordedEvent",
+    "RetryPolicy",
+    "SCHEMA_REVISION",
+    "SQLiteSessionStore",
+    "SessionInfo",
+    "SessionLog",
+    "SessionStore",
+    "SessionWrite",
+    "SnapshotRecord",
+    "TiktokenCounter",
+    "TokenCounter",
+    "VerifyReport",
+    "default_database_path",
+    "open_store",
+    "resolve_url",
+]

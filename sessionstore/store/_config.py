@@ -1,0 +1,108 @@
+"""Where the database is and how to open it.
+
+Resolution order for the database URL: an explicit argument (``--db``), then the
+``SESSIONSTORE_URL`` environment variable, then the embedded default — a SQLite file at
+``$SESSIONSTORE_HOME/sessionstore.db``, where ``SESSIONSTORE_HOME`` defaults to
+``$XDG_DATA_HOME/sessionstore`` (``~/.local/share/sessionstore``). A bare path is taken as a
+SQLite file; ``postgresql://`` URLs use the psycopg 3 driver.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from ..errors import DatabaseNotFoundError, OperationalError, ValidationError
+from ._postgres import create_postgres_engine
+from ._sqlite import SQLiteDurability, create_sqlite_engine, sqlite_file, writable
+
+__all__ = ["create_engine_for_url", "default_database_path", "is_sqlite_url", "resolve_url"]
+
+URL_ENV = "SESSIONSTORE_URL"
+HOME_ENV = "SESSIONSTORE_HOME"
+
+
+def default_database_path() -> Path:
+    """The embedded default database file (not created by this call)."""
+    home = os.environ.get(HOME_ENV)
+    if home:
+        return Path(home).expanduser() / "sessionstore.db"
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home).expanduser() / "sessionstore" / "sessionstore.db"
+
+
+def resolve_url(url: str | os.PathLike[str] | None) -> str:
+    """The SQLAlchemy URL for ``url`` (argument, environment, or the embedded default)."""
+    chosen = os.fspath(url) if url is not None else os.environ.get(URL_ENV)
+    if not chosen:
+        return f"sqlite:///{default_database_path()}"
+    if "://" not in chosen:
+        if chosen == ":memory:":
+            return "sqlite://"
+        return f"sqlite:///{Path(chosen).expanduser().resolve()}"
+    if chosen.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + chosen.split("://", 1)[1]
+    return chosen
+
+
+def _parse(url: str) -> URL:
+    """``url`` parsed, or a ValidationError that does not echo a password."""
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError):
+        scheme = url.split("://", 1)[0]
+        msg = f"not a database URL: {scheme}://... (use a SQLite path or postgresql://user@host/db)"
+        raise ValidationError(msg, field="url") from None
+
+
+def is_sqlite_url(url: str) -> bool:
+    """True for any SQLite URL."""
+    return _parse(url).get_backend_name() == "sqlite"
+
+
+def _create_file(path: Path) -> None:
+    """An empty SQLite database file at ``path``, and its folder.
+
+    Raises:
+        OperationalError: the folder or file cannot be created (a file where a folder should
+            be, no permission ...), naming the path.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()  # an empty file is an empty SQLite database
+    except OSError as e:
+        where = e.filename or path
+        msg = f"cannot create the database {path}: {where}: {e.strerror or e}"
+        raise OperationalError(msg) from e
+
+
+def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", create: bool = True) -> Engine:
+    """An engine configured for sessionstore (PRAGMAs, begin modes, timeouts).
+
+    A missing SQLite file (and its folder) is created only with ``create``; a file this
+    process cannot write is opened read-only.
+
+    Raises:
+        DatabaseNotFoundError: the SQLite file does not exist and ``create`` is False.
+        OperationalError: the SQLite file or its folder cannot be created.
+        ValidationError: not a URL, or a backend sessionstore does not support.
+    """
+    parsed = _parse(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        path = sqlite_file(url)
+        if path is None:
+            return create_sqlite_engine(url, durability=durability)
+        if not path.exists():
+            if not create:
+                raise DatabaseNotFoundError(str(path))
+            _create_file(path)
+        return create_sqlite_engine(url, durability=durability, read_only=not writable(path))
+    if backend == "postgresql":
+        return create_postgres_engine(url)
+    msg = f"unsupported database {parsed.render_as_string(hide_password=True)}: use sqlite or postgresql"
+    raise ValidationError(msg, field="url")

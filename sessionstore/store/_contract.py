@@ -1,0 +1,635 @@
+"""The store contract and the records it returns.
+
+``SessionStore`` is the one seam between sessionstore and a database. Everything above it
+(projections, the pipeline, the CLI) talks to this contract and never branches on the
+backend it holds.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Literal
+
+from ..errors import IntegrityCheckError, SessionNotFoundError, ValidationError
+from ..events._base import Event, decode_event
+from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
+
+__all__ = [
+    "ANY",
+    "AppendResult",
+    "BlobRef",
+    "ChainHead",
+    "ExpectedSeq",
+    "RecordedEvent",
+    "SessionInfo",
+    "SessionStore",
+    "SessionWrite",
+    "SnapshotRecord",
+    "VerifyReport",
+    "check_int",
+    "check_session_id",
+]
+
+#: ``expected_seq`` value that skips the concurrency check (idempotency still holds).
+ANY: Literal["any"] = "any"
+ExpectedSeq = int | Literal["any"]
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+
+
+def check_session_id(session_id: str) -> str:
+    """Return ``session_id`` if it is 1-64 of ``[A-Za-z0-9._:-]`` starting alphanumeric.
+
+    Raises:
+        ValidationError: otherwise, saying what is allowed.
+    """
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        msg = (
+            f"invalid session id {session_id!r}: use 1-64 characters of letters, digits, "
+            "'.', '_', ':' or '-', starting with a letter or digit"
+        )
+        raise ValidationError(msg, field="session_id")
+    return session_id
+
+
+#: The range of the database's integer columns (seq, position: signed 64-bit).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
+    """Return ``value`` if it is an int (not a bool) from ``minimum`` to 2**63 - 1.
+
+    Seqs, positions and limits are compared with 64-bit columns: a larger number would reach
+    the driver and fail there (SQLite) or mean something else per backend.
+
+    Raises:
+        ValidationError: otherwise, naming the argument.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{name} must be an int, not {type(value).__name__}"
+        raise ValidationError(msg, field=name)
+    if not minimum <= value <= INT64_MAX:
+        lowest = "-2**63" if minimum == INT64_MIN else str(minimum)
+        # A huge int is described, not printed: str() refuses past 4,300 digits.
+        given = str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+        msg = f"{name} must be from {lowest} to 2**63 - 1, not {given}"
+        raise ValidationError(msg, field=name)
+    return value
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session's row: identity, lineage and metadata."""
+
+    id: str
+    created_at: datetime
+    parent_session_id: str | None = None
+    fork_seq: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as stored: the envelope plus the payload text exactly as hashed.
+
+    ``event`` decodes (and upcasts) the payload on first access.
+    """
+
+    session_id: str
+    seq: int
+    position: int
+    event_id: str
+    type: str
+    schema_version: int
+    payload: str
+    token_count: int | None
+    prev_hash: str
+    hash: str
+    created_at: datetime
+
+    @cached_property
+    def event(self) -> Event:
+        """The decoded event model (raises UnknownEventTypeError for unknown types)."""
+        return decode_event(self.type, self.schema_version, self.payload, self.event_id)
+
+    def payload_dict(self) -> dict[str, Any]:
+        """The payload as a dict, without decoding into a model."""
+        result: dict[str, Any] = json.loads(self.payload)
+        return result
+
+    def computed_hash(self) -> str:
+        """The hash this row should carry, recomputed from its stored columns."""
+        return event_hash(
+            self.prev_hash,
+            self.session_id,
+            self.seq,
+            self.event_id,
+            self.type,
+            self.schema_version,
+            self.token_count,
+            self.created_at,
+            self.payload,
+        )
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append assigned.
+
+    Attributes:
+        seqs: per-session sequence numbers of the events, in batch order.
+        positions: global positions of the events, in batch order.
+        last_seq: the session's last seq after the append (the next ``expected_seq``).
+        deduplicated: True when every event was already stored (an idempotent retry):
+            nothing was written and the original seqs and positions are returned.
+    """
+
+    session_id: str
+    seqs: tuple[int, ...]
+    positions: tuple[int, ...]
+    last_seq: int
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True)
+class SessionWrite:
+    """One session's part of ``SessionStore.write_sessions``: create it, or append to it.
+
+    Attributes:
+        session_id: the session.
+        events: its events (for a new session: its first events).
+        create: create the session (with ``metadata``, ``parent_session_id``, ``fork_seq``);
+            otherwise append after ``expected_seq``.
+        expected_seq: for an append, the session's expected last seq, or ``ANY``.
+    """
+
+    session_id: str
+    events: Sequence[Event | dict[str, Any]] = ()
+    create: bool = False
+    expected_seq: ExpectedSeq = "any"
+    metadata: dict[str, Any] | None = None
+    parent_session_id: str | None = None
+    fork_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A content-addressed blob: its SHA-256 (hex) and size in bytes."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A stored projection state: the fold of a session's events up to ``seq``."""
+
+    session_id: str
+    projection: str
+    projection_version: int
+    tokenizer: str
+    seq: int
+    #: The projection's own serialization (``Projection.dump``).
+    state: bytes
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """Where a session's chain ends: its last seq (own numbering) and that event's hash.
+
+    An empty session's head is seq 0 and its genesis (the hash of its identity). Keep heads
+    outside the database and pass one to ``SessionStore.verify(head=...)``: it proves the chain
+    still holds that event, which no rewrite inside the database can fake.
+    """
+
+    session_id: str
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of walking a session's hash chain.
+
+    Attributes:
+        first_bad_seq: the first seq that does not verify (None when the chain verifies, or
+            when the failure has no seq: an anchored head missing, a deleted sessions row).
+        reason: what failed (None when everything verified).
+        head: the chain's head hash (None when the chain did not verify).
+        identity_bound: False for a chain written before sessions bound their identity
+            (id, parent, fork point, creation, metadata) into it: edits to its sessions row
+            cannot be detected.
+    """
+
+    session_id: str
+    events_checked: int
+    first_bad_seq: int | None = None
+    reason: str | None = None
+    head: str | None = None
+    identity_bound: bool = True
+
+    @property
+    def ok(self) -> bool:
+        """True when every event's hash and link verified (and the anchored head, if one was given)."""
+        return self.reason is None
+
+
+_IDENTITY_CHANGED = (
+    "the chain does not start from the session's identity: its sessions row (parent_session_id, "
+    "fork_seq, created_at or metadata) or the parent's event at the fork point was changed"
+)
+
+
+def chain_problem(
+    events: Sequence[RecordedEvent], prev_hash: str | None, *, from_seq: int | None = None
+) -> tuple[int, str] | None:
+    """The first (seq, reason) where ``events`` break the chain, or None.
+
+    Within a session, global positions must increase with seq (the database assigns them in
+    commit order): a swapped ``position`` would reorder ``read_all`` and subscribers.
+
+    Args:
+        events: consecutive events of one session in seq order.
+        prev_hash: hash of the event before ``events[0]`` (the session's genesis for seq 1),
+            or None to trust ``events[0].prev_hash``.
+        from_seq: the seq ``events`` must start at (default: whatever ``events[0]`` has).
+    """
+    expected_prev = prev_hash
+    expected_seq = from_seq if from_seq is not None else events[0].seq if events else 1
+    previous: RecordedEvent | None = None
+    for recorded in events:
+        if recorded.seq != expected_seq:
+            return recorded.seq, f"seq gap: expected {expected_seq}"
+        if expected_prev is not None and recorded.prev_hash != expected_prev:
+            if recorded.seq == 1:
+                return 1, _IDENTITY_CHANGED
+            return recorded.seq, "prev_hash does not match the previous event's hash"
+        if recorded.computed_hash() != recorded.hash:
+            return recorded.seq, "stored content does not match its hash"
+        if previous is not None and recorded.position <= previous.position:
+            reason = (
+                f"position {recorded.position} is not after seq {previous.seq}'s position "
+                f"{previous.position}: the global order was changed"
+            )
+            return recorded.seq, reason
+        expected_prev = recorded.hash
+        expected_seq += 1
+        previous = recorded
+    return None
+
+
+def anchor_problem(hashes: dict[int, str], head: str | ChainHead) -> str | None:
+    """Why the chain (``hashes``: seq -> hash, 0 the genesis) does not hold ``head``, or None."""
+    if isinstance(head, ChainHead):
+        last = max(hashes)
+        if head.seq > last:
+            return (
+                f"the log ends at seq {last}, before the anchored head at seq {head.seq}: "
+                "events were removed from the end"
+            )
+        if hashes.get(head.seq) != head.hash:
+            return (
+                f"seq {head.seq} does not hold the anchored head {head.hash[:16]}: the chain up to it "
+                "was rewritten (hashes recomputed) or the session's identity changed"
+            )
+        return None
+    if head not in hashes.values():
+        return (
+            f"the anchored head {head[:16]} is not in the chain: events were removed from the end, "
+            "or the chain was rewritten (hashes recomputed)"
+        )
+    return None
+
+
+def session_identity(info: SessionInfo) -> SessionIdentity:
+    """The identity a session's chain starts from, as its row holds it."""
+    return SessionIdentity(info.id, info.parent_session_id, info.fork_seq, info.created_at, info.metadata)
+
+
+class SessionStore(abc.ABC):
+    """An append-only, per-session event log with a global order.
+
+    Guarantees every implementation keeps (the contract suite in ``sessionstore.testing``
+    proves them):
+
+    * ``append`` is one transaction: all events of the batch or none.
+    * Per-session ``seq`` starts at 1 and has no gaps; ``expected_seq`` turns a race into
+      a ``ConcurrencyError`` for every writer but one.
+    * Appends are idempotent by ``event_id``.
+    * Global positions strictly increase in commit order: a reader tailing
+      ``read_all`` never skips an event that commits later.
+    * Stored events and blobs are never changed or deleted (enforced by the database).
+    """
+
+    @abc.abstractmethod
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        parent_session_id: str | None = None,
+        fork_seq: int | None = None,
+        events: Sequence[Event | dict[str, Any]] = (),
+    ) -> SessionInfo:
+        """Create a session (and append ``events`` to it) in one transaction.
+
+        Raises:
+            SessionExistsError: the id is taken.
+            SessionNotFoundError: ``parent_session_id`` does not exist.
+            ValidationError: a bad id, fork point or event.
+        """
+
+    @abc.abstractmethod
+    def get_session(self, session_id: str) -> SessionInfo:
+        """The session's row.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def list_sessions(self, *, limit: int = 100, after: str | None = None) -> list[SessionInfo]:
+        """Sessions ordered by id, ``limit`` at a time, starting after id ``after``.
+
+        Raises:
+            ValidationError: ``limit`` is negative or not a 64-bit int.
+        """
+
+    @abc.abstractmethod
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event | dict[str, Any]],
+        expected_seq: ExpectedSeq,
+    ) -> AppendResult:
+        """Append ``events`` atomically after seq ``expected_seq`` (or ``ANY``).
+
+        Returns only after the transaction committed (durability per the backend's
+        setting). Retrying the same event ids returns the original result and writes
+        nothing, even if the session moved on meanwhile.
+
+        Raises:
+            ConcurrencyError: the session's last seq is not ``expected_seq``.
+            DuplicateEventError: an event id is stored with other content, in another
+                session, or only part of the batch was stored before.
+            ValidationError: a bad event; names its index, type and field.
+            SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
+        """Create and append to several sessions in ONE transaction: all of it, or nothing.
+
+        Writes apply in order, so a session created earlier in ``writes`` can be the parent of
+        a later one. Each append is checked and deduplicated as ``append`` does; a created
+        session's result has seqs from 1. For an import of a transcript with its sub-agents, a
+        failure in a later session leaves no earlier one half-linked. Appends in it are
+        idempotent by event id; a create is not: if the reply to a committed call was lost, a
+        retry gets ``SessionExistsError`` — re-read and write what is missing (the importer does).
+
+        Raises:
+            SessionExistsError, SessionNotFoundError, ConcurrencyError, DuplicateEventError,
+            ValidationError: as ``create_session`` / ``append`` would for that write; nothing of
+                any write is kept.
+        """
+
+    @abc.abstractmethod
+    def last_seq(self, session_id: str) -> int:
+        """The session's last seq (0 when it has no events).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+
+    @abc.abstractmethod
+    def read(
+        self,
+        session_id: str,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        *,
+        verify: bool = False,
+    ) -> list[RecordedEvent]:
+        """The session's events with ``from_seq <= seq <= to_seq``, in seq order.
+
+        With ``verify``, every returned event's hash and link is checked.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            IntegrityCheckError: ``verify`` found a stored event altered.
+            ValidationError: a seq that is not a 64-bit int.
+        """
+
+    @abc.abstractmethod
+    def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Up to ``limit`` events of all sessions with position > ``after_position``, in order.
+
+        Raises:
+            ValidationError: ``limit`` is negative, or an argument is not a 64-bit int.
+        """
+
+    @abc.abstractmethod
+    def max_position(self) -> int:
+        """The highest committed global position (0 for an empty store)."""
+
+    @abc.abstractmethod
+    def put_blob(self, data: bytes) -> BlobRef:
+        """Store ``data`` once under its SHA-256; storing the same bytes again is a no-op."""
+
+    @abc.abstractmethod
+    def get_blob(self, sha256: str) -> bytes:
+        """The bytes stored under ``sha256``, checked against the hash.
+
+        Raises:
+            KeyError: no such blob (a ``LookupError``).
+            IntegrityCheckError: the stored bytes do not hash to ``sha256``.
+        """
+
+    @abc.abstractmethod
+    def put_snapshot(self, snapshot: SnapshotRecord) -> None:
+        """Store a projection snapshot; an identical key already stored is left as it is.
+
+        Snapshots are disposable caches: two snapshotters racing on one key both succeed, and
+        only the two newest per (session, projection, version, tokenizer) are kept.
+        """
+
+    @abc.abstractmethod
+    def latest_snapshot(
+        self,
+        session_id: str,
+        projection: str,
+        projection_version: int,
+        tokenizer: str,
+        max_seq: int | None = None,
+    ) -> SnapshotRecord | None:
+        """The snapshot with the highest seq <= ``max_seq`` for exactly this key, if any."""
+
+    def subscribe(
+        self,
+        after_position: int = 0,
+        *,
+        stop: threading.Event | None = None,
+        poll_interval: float = 0.2,
+        batch_size: int = 500,
+    ) -> Iterator[RecordedEvent]:
+        """Yield every event after ``after_position``: history first, then live events.
+
+        A catch-up subscription: it polls the durable log, so there is no gap or duplicate at
+        the switch from history to live, and a subscriber that restarts from its own stored
+        checkpoint (the position of the last event it *processed*) misses nothing. Ends when
+        ``stop`` is set (checked between polls), or runs forever.
+        """
+        position = after_position
+        while stop is None or not stop.is_set():
+            batch = self.read_all(position, batch_size)
+            for recorded in batch:
+                yield recorded
+                position = recorded.position
+            if len(batch) < batch_size:
+                if stop is None:
+                    time.sleep(poll_interval)
+                else:
+                    stop.wait(poll_interval)
+
+    @abc.abstractmethod
+    def orphaned_sessions(self) -> list[str]:
+        """Session ids that stored events name but no ``sessions`` row holds, in id order.
+
+        Only tampering makes one (the row was deleted with foreign keys off).
+        """
+
+    def genesis(self, session: str | SessionInfo) -> str | None:
+        """The ``prev_hash`` the session's first event must carry, from its row (or the row given);
+        None when the parent's event at its fork point is missing.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        info = session if isinstance(session, SessionInfo) else self.get_session(session)
+
+        def lineage(sid: str) -> tuple[str | None, int | None] | None:
+            try:
+                row = self.get_session(sid)
+            except SessionNotFoundError:
+                return None
+            return row.parent_session_id, row.fork_seq
+
+        def hash_at(sid: str, seq: int) -> str | None:
+            found = self.read(sid, seq, seq)
+            return found[0].hash if found else None
+
+        point = fork_point_hash(info.parent_session_id, info.fork_seq, lineage, hash_at)
+        return None if point is None else session_genesis(session_identity(info), point)
+
+    def _identity_change(self, session_id: str, started_from: str) -> str:
+        """What changed in a fork's row, when a plausible earlier row reproduces ``started_from``
+        (the genesis its first event holds): ": ..." or ""."""
+        info = self.get_session(session_id)
+        if info.parent_session_id is None:
+            return ""  # id, creation time or metadata: a hash cannot say which
+        identity = session_identity(info)
+        unforked = dataclasses.replace(identity, parent_session_id=None, fork_seq=None)
+        if session_genesis(unforked, "") == started_from:
+            return ": it was not a fork or child session when its chain started (parent_session_id set later)"
+        if info.fork_seq is None:
+            return ""
+        try:
+            parent_hashes = self._continuous_hashes(info.parent_session_id)
+        except (SessionNotFoundError, RecursionError):
+            return ""
+        for seq, digest in sorted({0: "", **parent_hashes}.items()):
+            if session_genesis(dataclasses.replace(identity, fork_seq=seq), digest) == started_from:
+                return f": fork_seq is {info.fork_seq}, but the chain was started at fork point {seq}"
+        return ""
+
+    def _continuous_hashes(self, session_id: str) -> dict[int, str]:
+        """seq -> hash of the session's whole history, a fork's parent prefix included."""
+        info = self.get_session(session_id)
+        base = info.fork_seq if info.parent_session_id is not None and info.fork_seq else 0
+        hashes = {}
+        if base:
+            assert info.parent_session_id is not None
+            hashes = {k: v for k, v in self._continuous_hashes(info.parent_session_id).items() if k <= base}
+        hashes.update((e.seq + base, e.hash) for e in self.read(session_id))
+        return hashes
+
+    def chain_start(self, session: str | SessionInfo, first: RecordedEvent | None) -> str | None:
+        """The ``prev_hash`` seq 1 must carry: the legacy zeros when it has them, else the genesis."""
+        if first is not None and first.prev_hash == LEGACY_GENESIS_HASH:
+            return LEGACY_GENESIS_HASH
+        return self.genesis(session)
+
+    def head(self, session_id: str) -> ChainHead:
+        """Where the session's chain ends now: keep it outside the database to check later.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            IntegrityCheckError: an empty fork whose parent's event at the fork point is missing.
+        """
+        last = self.last_seq(session_id)
+        if last:
+            return ChainHead(session_id, last, self.read(session_id, last, last)[0].hash)
+        genesis = self.genesis(session_id)
+        if genesis is None:
+            msg = f"session {session_id!r}: the parent's event at its fork point is missing"
+            raise IntegrityCheckError(msg, session_id=session_id)
+        return ChainHead(session_id, 0, genesis)
+
+    def verify(self, session_id: str, *, head: str | ChainHead | None = None) -> VerifyReport:
+        """Walk the session's whole hash chain and report the first bad seq, if any.
+
+        Also checks that seq 1 starts from the session's identity (its ``sessions`` row), that
+        global positions increase with seq, and, given ``head`` (a hash or ``ChainHead`` kept
+        outside the database), that the chain still holds that event.
+
+        Raises:
+            SessionNotFoundError: no such session (neither a row nor events).
+        """
+        try:
+            info = self.get_session(session_id)
+        except SessionNotFoundError:
+            events = self.read(session_id)  # raises when there are no events either
+            reason = f"{len(events)} events but no sessions row: the session's row was deleted"
+            return VerifyReport(session_id, len(events), None, reason)
+        events = self.read(session_id)
+        start = self.chain_start(info, events[0] if events else None)
+        legacy = start == LEGACY_GENESIS_HASH
+        if start is None:
+            reason = (
+                f"fork point seq {info.fork_seq} is not in the log of parent {info.parent_session_id!r}: "
+                "the sessions row or the parent's log was changed"
+            )
+            return VerifyReport(
+                session_id, len(events), 1 if events else None, reason, identity_bound=not legacy
+            )
+        problem = chain_problem(events, start, from_seq=1)
+        if problem is not None:
+            seq, reason = problem
+            if reason == _IDENTITY_CHANGED:
+                reason += self._identity_change(session_id, events[0].prev_hash)
+            return VerifyReport(session_id, len(events), seq, reason, identity_bound=not legacy)
+        hashes = {0: start, **{e.seq: e.hash for e in events}}
+        anchor = None if head is None else anchor_problem(hashes, head)
+        if anchor is not None:
+            return VerifyReport(session_id, len(events), None, anchor, identity_bound=not legacy)
+        last = events[-1].hash if events else start
+        return VerifyReport(session_id, len(events), head=last, identity_bound=not legacy)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections. The store cannot be used afterwards."""
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,282 @@
+"""The write path on the driver's own connection: the few statements every append runs.
+
+SQLAlchemy Core builds, caches and executes a statement for ~0.3 ms of CPU; an append runs
+three of them, which made single appends several times slower than the database itself. The
+write path therefore runs its fixed statements as plain SQL on the pooled driver connection
+(``engine.raw_connection()``), in the dialect's parameter style. Reads, migrations and
+everything else stay on SQLAlchemy Core. Statements here touch only the columns and names
+defined in ``sessionstore.store._schema``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..errors import DatabaseError, DuplicateEventError
+from ._contract import AppendResult
+from ._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
+
+__all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
+
+#: Event ids looked up per statement when checking a batch for an idempotent retry.
+_LOOKUP_CHUNK = 1000
+_EVENT_COLUMNS = (
+    "session_id, seq, event_id, type, schema_version, payload, token_count, prev_hash, hash, created_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An event validated, serialized and counted before the write transaction starts."""
+
+    event_id: str
+    type: str
+    schema_version: int
+    payload: str
+    token_count: int | None
+
+
+def sqlite_timestamp(moment: datetime) -> str:
+    """A UTC datetime in the text form SQLAlchemy's SQLite ``DateTime`` stores and parses."""
+    return moment.replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+@dataclass(frozen=True)
+class DriverSQL:
+    """A dialect's write-path statements.
+
+    Args:
+        mark: the driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
+        begin_write: the statement that opens a write transaction serialized against every
+            other event writer (see the backend modules for why each is what it is).
+        to_timestamp: turns an aware UTC datetime into the driver's parameter.
+        many_returning: the driver returns RETURNING rows from ``executemany``.
+        last_rowid: a query for the last inserted position, when positions in one batch are
+            consecutive by construction (a single writer with AUTOINCREMENT).
+    """
+
+    mark: str
+    begin_write: str
+    to_timestamp: Callable[[datetime], Any]
+    many_returning: bool
+    #: A query for the last inserted position, where batches may rely on it (SQLite).
+    last_rowid: str | None = None
+
+    def head(self) -> str:
+        """The session's last seq and hash."""
+        return f"SELECT seq, hash FROM events WHERE session_id = {self.mark} ORDER BY seq DESC LIMIT 1"
+
+    def fork_point(self) -> str:
+        """A session's fork_seq (NULL unless it is a fork)."""
+        return f"SELECT fork_seq FROM sessions WHERE id = {self.mark}"
+
+    def session_exists(self) -> str:
+        """One row when the session exists."""
+        return f"SELECT 1 FROM sessions WHERE id = {self.mark}"
+
+    def session_row(self) -> str:
+        """The columns of a session's identity (``SessionIdentity``)."""
+        return (
+            f"SELECT parent_session_id, fork_seq, created_at, metadata FROM sessions WHERE id = {self.mark}"
+        )
+
+    def hash_at(self) -> str:
+        """The hash of one event of a session."""
+        return f"SELECT hash FROM events WHERE session_id = {self.mark} AND seq = {self.mark}"
+
+    def stored(self, count: int) -> str:
+        """Stored rows for ``count`` event ids."""
+        marks = ", ".join([self.mark] * count)
+        return (
+            "SELECT event_id, session_id, seq, position, type, schema_version, payload "
+            f"FROM events WHERE event_id IN ({marks})"
+        )
+
+    def insert_event(self) -> str:
+        """One event row, returning its global position."""
+        marks = ", ".join([self.mark] * 10)
+        return f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
+
+    def insert_session(self) -> str:
+        """One session row."""
+        marks = ", ".join([self.mark] * 5)
+        return (
+            f"INSERT INTO sessions (id, parent_session_id, fork_seq, created_at, metadata) VALUES ({marks})"
+        )
+
+
+def chain_rows(
+    session_id: str,
+    head_seq: int,
+    head_hash: str,
+    prepared: Sequence[Prepared],
+    now: datetime,
+    to_timestamp: Callable[[datetime], Any],
+) -> tuple[tuple[int, ...], list[tuple[Any, ...]]]:
+    """The seqs and insert parameters of ``prepared``, hash-chained after the head."""
+    seqs = tuple(range(head_seq + 1, head_seq + 1 + len(prepared)))
+    stamp = to_timestamp(now)
+    rows = []
+    prev = head_hash
+    for seq, p in zip(seqs, prepared, strict=True):
+        digest = event_hash(
+            prev, session_id, seq, p.event_id, p.type, p.schema_version, p.token_count, now, p.payload
+        )
+        rows.append(
+            (
+                session_id,
+                seq,
+                p.event_id,
+                p.type,
+                p.schema_version,
+                p.payload,
+                p.token_count,
+                prev,
+                digest,
+                stamp,
+            )
+        )
+        prev = digest
+    return seqs, rows
+
+
+class DriverTransaction:
+    """The statements of one write transaction, on a driver cursor."""
+
+    def __init__(self, cursor: Any, sql: DriverSQL) -> None:
+        self.cursor = cursor
+        self.sql = sql
+
+    def timestamp(self, moment: datetime) -> Any:
+        """``moment`` as this driver's parameter."""
+        return self.sql.to_timestamp(moment)
+
+    def head(self, session_id: str) -> tuple[int, str] | None:
+        """(last seq, its hash); (0, genesis) for an empty session; None if there is no session."""
+        self.cursor.execute(self.sql.head(), (session_id,))
+        row = self.cursor.fetchone()
+        if row is not None:
+            return int(row[0]), str(row[1])
+        identity = self.identity(session_id)
+        return None if identity is None else (0, self.genesis(identity))
+
+    def last_seq(self, session_id: str) -> int | None:
+        """The session's last seq (0 when it has no events), or None if there is no session."""
+        self.cursor.execute(self.sql.head(), (session_id,))
+        row = self.cursor.fetchone()
+        if row is not None:
+            return int(row[0])
+        self.cursor.execute(self.sql.session_exists(), (session_id,))
+        return 0 if self.cursor.fetchone() is not None else None
+
+    def identity(self, session_id: str) -> SessionIdentity | None:
+        """The session's identity as its row holds it, or None if there is no session."""
+        self.cursor.execute(self.sql.session_row(), (session_id,))
+        row = self.cursor.fetchone()
+        if row is None:
+            return None
+        parent, fork_seq, created_at, metadata = row
+        if isinstance(created_at, str):  # sqlite3 hands back the stored text
+            created_at = datetime.fromisoformat(created_at)
+        fork = None if fork_seq is None else int(fork_seq)
+        return SessionIdentity(session_id, parent, fork, as_utc(created_at), json.loads(metadata))
+
+    def genesis(self, identity: SessionIdentity) -> str:
+        """The ``prev_hash`` of the session's first event: its identity, bound to its fork point.
+
+        Raises:
+            DatabaseError: the parent's event at the fork point is missing.
+        """
+
+        def lineage(session_id: str) -> tuple[str | None, int | None] | None:
+            row = self.identity(session_id)
+            return None if row is None else (row.parent_session_id, row.fork_seq)
+
+        point = fork_point_hash(identity.parent_session_id, identity.fork_seq, lineage, self._hash_at)
+        if point is None:
+            msg = (
+                f"session {identity.session_id!r}: the parent's event at fork point "
+                f"{identity.fork_seq} is missing"
+            )
+            raise DatabaseError(msg)
+        return session_genesis(identity, point)
+
+    def _hash_at(self, session_id: str, seq: int) -> str | None:
+        self.cursor.execute(self.sql.hash_at(), (session_id, seq))
+        row = self.cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    def fork_seq(self, session_id: str) -> int:
+        """The session's fork point (0 when it is not a fork)."""
+        self.cursor.execute(self.sql.fork_point(), (session_id,))
+        row = self.cursor.fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
+    def stored_result(self, session_id: str, prepared: Sequence[Prepared]) -> AppendResult | None:
+        """The original result if this batch was stored before (an idempotent retry), else None.
+
+        Raises:
+            DuplicateEventError: some ids are stored but the batch is not a faithful retry.
+        """
+        ids = [p.event_id for p in prepared]
+        stored: dict[str, Any] = {}
+        # Chunks: drivers cap a statement's parameters (PostgreSQL at 65,535).
+        for start in range(0, len(ids), _LOOKUP_CHUNK):
+            chunk = ids[start : start + _LOOKUP_CHUNK]
+            self.cursor.execute(self.sql.stored(len(chunk)), chunk)
+            stored.update((row[0], row) for row in self.cursor.fetchall())
+        if not stored:
+            return None
+        for p in prepared:
+            row = stored.get(p.event_id)
+            if row is None:
+                raise DuplicateEventError(
+                    next(iter(stored)), "only part of this batch was stored before; nothing written"
+                )
+            if row[1] != session_id:
+                raise DuplicateEventError(p.event_id, f"already stored in session {row[1]!r}")
+            if (row[4], int(row[5]), row[6]) != (p.type, p.schema_version, p.payload):
+                raise DuplicateEventError(p.event_id, "already stored with different content")
+        rows = [stored[p.event_id] for p in prepared]
+        seqs = tuple(int(r[2]) for r in rows)
+        if seqs != tuple(range(seqs[0], seqs[0] + len(seqs))):
+            raise DuplicateEventError(rows[0][0], "these events were stored in another batch or order")
+        positions = tuple(int(r[3]) for r in rows)
+        return AppendResult(session_id, seqs, positions, seqs[-1], deduplicated=True)
+
+    def insert(self, rows: Sequence[tuple[Any, ...]]) -> tuple[int, ...]:
+        """Insert event rows; their global positions in order."""
+        statement = self.sql.insert_event()
+        if self.sql.many_returning and len(rows) > 1:
+            # psycopg returns one result set per row: one round trip for the whole batch.
+            self.cursor.executemany(statement, rows, returning=True)
+            positions = []
+            while True:
+                positions.append(int(self.cursor.fetchone()[0]))
+                if not self.cursor.nextset():
+                    break
+            return tuple(positions)
+        if self.sql.last_rowid is not None and len(rows) > 1:
+            # SQLite: the write lock is held and positions come from AUTOINCREMENT, so one
+            # executemany assigns consecutive positions ending at last_insert_rowid().
+            self.cursor.executemany(statement.removesuffix(" RETURNING position"), rows)
+            self.cursor.execute(self.sql.last_rowid)
+            last = int(self.cursor.fetchone()[0])
+            return tuple(range(last - len(rows) + 1, last + 1))
+        result = []
+        for row in rows:
+            self.cursor.execute(statement, row)
+            result.append(int(self.cursor.fetchone()[0]))
+        return tuple(result)
+
+    def insert_session(
+        self, session_id: str, parent: str | None, fork_seq: int | None, now: datetime, metadata: str
+    ) -> None:
+        """Insert a session row."""
+        self.cursor.execute(
+            self.sql.insert_session(), (session_id, parent, fork_seq, self.timestamp(now), metadata)
+        )

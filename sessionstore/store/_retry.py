@@ -1,0 +1,86 @@
+"""Retrying transient storage failures: a dropped connection, a restarting server.
+
+Every store call that is safe to repeat runs through ``RetryPolicy.run``: reads, blob and
+snapshot writes (content-addressed or keyed, so a repeat is a no-op) and appends, which are
+idempotent by event id (a retry after a lost acknowledgement returns the original result).
+Only errors the backend marks transient are retried (``OperationalError.transient``); a
+``ConcurrencyError``, a constraint violation or a lock timeout never is. When the attempts or
+the time budget run out the call raises ``StoreUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..errors import OperationalError, StoreUnavailableError, ValidationError
+
+__all__ = ["DEFAULT_RETRY", "NO_RETRY", "RetryPolicy"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long a store call is retried after a transient failure.
+
+    The pause before retry ``n`` (1-based) is drawn between half and all of
+    ``min(max_delay, base_delay * 2 ** (n - 1))`` ("equal jitter"): it grows exponentially,
+    and concurrent clients spread out instead of reconnecting in lockstep.
+
+    Attributes:
+        attempts: tries in all, the first included (1 turns retrying off).
+        base_delay: seconds before the first retry (before jitter).
+        max_delay: the longest single pause, in seconds.
+        budget_seconds: no retry starts once this much time has passed since the first try.
+    """
+
+    attempts: int = 10
+    base_delay: float = 0.05
+    max_delay: float = 2.0
+    budget_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
+            msg = f"retry attempts must be an int >= 1, got {self.attempts!r}"
+            raise ValidationError(msg, field="attempts")
+        for name in ("base_delay", "max_delay", "budget_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                msg = f"retry {name} must be a finite number of seconds >= 0, got {value!r}"
+                raise ValidationError(msg, field=name)
+
+    def pause(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
+        ceiling = float(min(self.max_delay, self.base_delay * 2 ** min(retry - 1, 62)))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    def run(self, operation: Callable[[], _T], *, what: str) -> _T:
+        """``operation()``, retried on transient ``OperationalError`` within the policy's bounds.
+
+        Raises:
+            StoreUnavailableError: still failing after the last attempt or the time budget.
+        """
+        started = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                return operation()
+            except OperationalError as error:
+                if not error.transient:
+                    raise
+                elapsed = time.monotonic() - started
+                pause = self.pause(attempt)
+                if attempt >= self.attempts or elapsed + pause > self.budget_seconds:
+                    raise StoreUnavailableError(what, attempt, elapsed, error) from error
+                time.sleep(pause)
+                attempt += 1
+
+
+#: The policy ``open_store`` uses unless told otherwise.
+DEFAULT_RETRY = RetryPolicy()
+#: One attempt: every failure reaches the caller at once (still as StoreUnavailableError when transient).
+NO_RETRY = RetryPolicy(attempts=1)

