@@ -1,0 +1,114 @@
+"""The package's folders are its layers, and no module imports from a layer above its own.
+
+errors <- _paths <- events <- store <- projections <- pipeline <- agent, claude_code, audit <- cli,
+and the facade (sessionstore/__init__.py) above them all. Sibling layers (agent, claude_code,
+audit) do not import each other. docs/architecture.md draws the same picture.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "sessionstore"
+
+RANK = {
+    "errors": 0,
+    "_paths": 1,
+    "events": 2,
+    "store": 3,
+    "projections": 4,
+    "pipeline": 5,
+    "agent": 6,
+    "claude_code": 6,
+    "audit": 6,
+    "cli": 7,
+    "__init__": 8,  # the facade
+}
+
+
+def _layer_of(module: str) -> str:
+    """The layer of a dotted module inside the package ('sessionstore.store._sql' -> 'store')."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _module_of(path: Path) -> str:
+    parts = ["sessionstore", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import of a sessionstore module in ``source``."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == "sessionstore" or target.startswith("sessionstore."):
+                # `from .x import y` may import the submodule y: name it when it is one.
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    place = PACKAGE.parent / Path(*sub.split("."))
+                    is_module = place.with_suffix(".py").exists() or (place / "__init__.py").exists()
+                    found.append((node.lineno, sub if is_module else target))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("sessionstore")]
+    return found
+
+
+def _package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "_migrations" not in p.parts)
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    """A new top-level module or folder must be placed in the layer order (and in the docs)."""
+    homes = {_layer_of(_module_of(path)) for path in _package_files()}
+
+    assert homes <= set(RANK), sorted(homes - set(RANK))
+
+
+def _violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    own = _layer_of(module)
+    wrong = []
+    for line, target in _imports(source, module, is_package):
+        layer = _layer_of(target)
+        if layer != own and RANK[layer] >= RANK[own]:
+            wrong.append(f"{module}:{line} imports {target} ({layer} is not below {own})")
+    return wrong
+
+
+@pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_from_a_layer_above_or_beside_it(path: Path) -> None:
+    """errors <- _paths <- events <- store <- projections <- pipeline <- agent/claude_code/audit <- cli."""
+    assert _violations(path.read_text(), _module_of(path), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize(
+    ("source", "reported"),
+    [
+        ("from ..pipeline import Pipeline", ["sessionstore.pipeline"]),
+        ("from ..pipeline._collapse import collapse", ["sessionstore.pipeline._collapse"]),
+        ("from .. import Session", ["sessionstore"]),
+        ("from ..agent import Conversation", ["sessionstore.agent"]),
+        ("import sessionstore.cli", ["sessionstore.cli"]),
+        ("from ..events import MessageAppended\nfrom ._sql import SqlSessionStore", []),
+    ],
+)
+def test_the_checker_reports_upward_imports(source: str, reported: list[str]) -> None:
+    """A store module importing a higher layer (or the facade) is reported; a lower one is not."""
+    wrong = _violations(source, "sessionstore.store._example")
+
+    assert [entry.split(" imports ")[1].split(" (")[0] for entry in wrong] == reported
+
+
+def test_sibling_layers_do_not_import_each_other() -> None:
+    """audit, agent and claude_code sit side by side: none may import another."""
+    assert _violations("from ..agent import Conversation", "sessionstore.audit._example") != []
+    assert _violations("from ..audit import audit", "sessionstore.claude_code._example") != []
