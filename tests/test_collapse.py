@@ -12,6 +12,7 @@ import pytest
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
 from sessionstore.cli import main
+from sessionstore.pipeline import snip
 from sessionstore.pipeline._collapse import (
     CollapseConfig,
     SubagentSpawnRefused,
@@ -22,7 +23,6 @@ from sessionstore.pipeline._collapse import (
     stage_collapse,
 )
 from sessionstore.pipeline._compaction import compact
-from sessionstore.pipeline._pipeline import snip
 from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
 from sessionstore.projections._api_context import COLLAPSE_PREFIX
 

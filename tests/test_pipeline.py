@@ -468,7 +468,7 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             report = microcompact(session, keep_recent=arg, compactable_tools=frozenset({"Read"}))
         elif op == "budget":
             budget = BudgetConfig(per_result_chars=arg, per_message_chars=arg * 2, preview_chars=8)
-            decided = sessionstore.pipeline._pipeline.budget_stage(session, budget)
+            decided = sessionstore.pipeline._budget.budget_stage(session, budget)
             if decided:
                 session.append(decided)
             report = sessionstore.StageReport("budget", 0, tuple(str(e.event_id) for e in decided))

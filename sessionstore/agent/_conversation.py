@@ -37,8 +37,8 @@ from ..events._base import (
     UsageRecorded,
     register_event,
 )
+from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
 from ..pipeline._collapse import CollapseConfig, check_spawn, drain_collapses
-from ..pipeline._pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
 from ..pipeline._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
 from ..projections._session import Session
 

@@ -34,8 +34,8 @@ from typing import Any, TextIO
 
 from ..audit._audit import AuditReport, audit, render_audit, served_request
 from ..events._base import MessageAppended, UsageRecorded
+from ..pipeline import Pipeline, PipelineConfig, PreparedRequest, SnipConfig, StageReport, revert
 from ..pipeline._collapse import CollapseConfig
-from ..pipeline._pipeline import Pipeline, PipelineConfig, PreparedRequest, SnipConfig, StageReport, revert
 from ..pipeline._summarizers import OfflineSummarizer
 from ..projections._api_context import ApiContextProjection, materialize, request_bytes
 from ..projections._base import fold

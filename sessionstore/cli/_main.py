@@ -31,9 +31,9 @@ from ..errors import (
     ValidationError,
 )
 from ..events._base import MessageAppended
+from ..pipeline import microcompact, revert, snip
 from ..pipeline._collapse import collapse
 from ..pipeline._compaction import compact
-from ..pipeline._pipeline import microcompact, revert, snip
 from ..pipeline._summarizers import default_summarizer
 from ..projections._file_history import FileHistory, RewindResult
 from ..projections._session import Session, SessionConfig

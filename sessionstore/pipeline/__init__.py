@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._budget import BudgetConfig, persisted_preview
 from ._collapse import (
     CollapseConfig,
     CollapseReport,
@@ -28,26 +29,25 @@ from ._compaction import (
     shell_pre_compact_hook,
     shell_text_hook,
 )
-from ._pipeline import (
+from ._microcompact import (
     COMPACTABLE_TOOLS,
-    COMPACTION_BETA,
     CONTEXT_MANAGEMENT_BETA,
+    MicrocompactConfig,
+    microcompact,
+    record_applied_edits,
+)
+from ._pipeline import (
+    COMPACTION_BETA,
     STAGE_ORDER,
     BlockingLimitError,
-    BudgetConfig,
-    MicrocompactConfig,
     Pipeline,
     PipelineConfig,
     PreparedRequest,
     ServerCompactionConfig,
-    SnipConfig,
-    StageReport,
-    microcompact,
-    persisted_preview,
-    record_applied_edits,
-    revert,
-    snip,
 )
+from ._revert import revert
+from ._snip import SnipConfig, snip
+from ._stage import StageReport
 from ._summarizers import (
     AnthropicSummarizer,
     OfflineSummarizer,
