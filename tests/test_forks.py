@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 import sessionstore
 from sessionstore import MessageAppended, Session, SessionConfig, SessionStore
+from sessionstore.cli import main
+
+from .conftest import Backend
 
 
 def _chat(session: Session, *texts: str) -> None:
@@ -77,3 +85,93 @@ def test_views_built_beside_the_session_count_through_the_fork() -> None:
 
     assert reads == ["src/app.py"]
     assert sessionstore.served_request(fork, 1).matches
+
+
+def _cli(*argv: str) -> list[str]:
+    out = io.StringIO()
+    assert main(list(argv), out=out) == 0
+    return out.getvalue().splitlines()
+
+
+def _cli_json(*argv: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in _cli(*argv)]
+
+
+def _turn(session: Session, question: str, answer: str) -> None:
+    """A user turn with its file checkpoint, a served request and the answer."""
+    _chat(session, question)
+    session.append([sessionstore.FileHistorySnapshot(message_uuid=question)])
+    sessionstore.Pipeline().prepare(session)
+    session.append([MessageAppended(role="assistant", content=answer, message_uuid=answer)])
+
+
+def test_every_surface_numbers_a_fork_of_a_fork_alike(shared_backend: Backend, tmp_path: Path) -> None:
+    """A fork's seqs are its visible history's (the parent's prefix, then its own), on every
+    surface: `events`, `show`, `audit`, `served --turn`, `checkpoints`, `sessions`, export and
+    `Session.last_seq` name each event by the same seq (the CLI needs a database it can open)."""
+    backend = shared_backend
+    store = backend.open()
+    try:
+        root = Session.create(store, session_id="root")
+        _turn(root, "q1", "a1")
+        child = root.fork(fork_id="child")
+        _turn(child, "q2", "a2")
+        sessionstore.snip(child, 1)
+        grandchild = child.fork(fork_id="grandchild")
+        _turn(grandchild, "q3", "a3")
+        last = grandchild.last_seq
+    finally:
+        store.close()
+    db = ("--db", backend.url)
+
+    events = _cli_json("events", "grandchild", "--json", *db)
+    seq_of = {(e["type"], e["payload"].get("message_uuid")): e["seq"] for e in events}
+    shown = _cli_json("show", "grandchild", "--json", *db)
+    audited = json.loads(_cli("audit", "grandchild", "--json", *db)[0])["entries"]
+    served = [e["seq"] for e in events if e["type"] == "context_served"]
+    replays = [json.loads(_cli("served", "grandchild", "--turn", t, "--json", *db)[0]) for t in "123"]
+    checkpoints = _cli_json("checkpoints", "grandchild", "--json", *db)
+    listed = {s["id"]: s["last_seq"] for s in _cli_json("sessions", "--json", *db)}
+    text_seqs = [int(line.split()[0]) for line in _cli("events", "grandchild", *db)]
+    exported = tmp_path / "grandchild.jsonl"
+    _cli("export", "grandchild", "-o", str(exported), *db)
+
+    assert [e["seq"] for e in events] == text_seqs == list(range(1, last + 1))
+    assert listed["grandchild"] == last
+    assert [(e["seq"], e["type"]) for e in shown] == [
+        (e["seq"], e["type"]) for e in events if e["seq"] in {s["seq"] for s in shown}
+    ]
+    assert [e["seq"] for e in shown if e["type"] == "message_appended"] == [
+        seq_of["message_appended", uuid] for uuid in ("q1", "a1", "q2", "a2", "q3", "a3")
+    ]
+    assert [e["seq"] for e in audited if e["kind"] == "snip_applied"] == [seq_of["snip_applied", None]]
+    assert [r["through_seq"] for r in replays] == [seq - 1 for seq in served]
+    assert all(r["matches"] for r in replays)
+    assert [c["seq"] for c in checkpoints] == [seq_of["file_history_snapshot", q] for q in ("q1", "q2", "q3")]
+    messages = ["q1", "a1", "q2", "a2", "q3", "a3"]
+    exported_uuids = [json.loads(line).get("uuid") for line in exported.read_text().splitlines()]
+    assert [u for u in exported_uuids if u in messages] == messages
+
+
+def test_appends_to_a_fork_expect_its_visible_last_seq(store: SessionStore, backend: Backend) -> None:
+    """`expected_seq` counts through the parent's prefix, for `Session.append`, a `Conversation`'s
+    session and `sessionstore append --expected`; the store's own numbering is not accepted."""
+    root = Session.create(store)
+    _chat(root, "q1", "a1")
+    fork = root.fork(fork_id="fork")
+    _chat(fork, "q2")
+    visible = fork.last_seq
+    own = store.last_seq("fork")
+
+    with pytest.raises(sessionstore.ConcurrencyError) as refused:
+        fork.append([MessageAppended(role="assistant", content="a2")], expected_seq=own)
+    assert (refused.value.expected, refused.value.actual) == (own, visible)
+    with pytest.raises(sessionstore.ConcurrencyError) as stale:
+        fork.append([MessageAppended(role="assistant", content="a2")], expected_seq=visible + 1)
+    assert (stale.value.expected, stale.value.actual) == (visible + 1, visible)
+    appended = fork.append([MessageAppended(role="assistant", content="a2")], expected_seq=visible)
+    assert appended.seqs == (visible + 1,)
+    assert store.visible_log("fork").last_seq() == visible + 1 == Session(store, "fork").last_seq
+    if backend.shareable:
+        _cli("append", "fork", "--text", "q3", "--expected", str(visible + 1), "--db", backend.url)
+        assert Session(store, "fork").last_seq == visible + 2

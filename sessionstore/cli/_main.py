@@ -309,16 +309,16 @@ def _session_config() -> SessionConfig:
 
 
 def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    # Every seq the CLI takes or prints is in the visible numbering (a fork's count through its
+    # parent's prefix), never the storage numbering of store.read/append.
     if args.command == "sessions":
         for info in store.list_sessions(limit=args.limit):
+            last_seq = store.visible_log(info.id).last_seq()
             if args.json:
-                _print_json(out, {**_session_json(info), "last_seq": store.last_seq(info.id)})
+                _print_json(out, {**_session_json(info), "last_seq": last_seq})
                 continue
             lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
-            print(
-                f"{info.id}  {info.created_at.isoformat()}  last_seq={store.last_seq(info.id)}{lineage}",
-                file=out,
-            )
+            print(f"{info.id}  {info.created_at.isoformat()}  last_seq={last_seq}{lineage}", file=out)
     elif args.command == "new":
         info = store.create_session(args.session_id, metadata=args.metadata)
         print(json.dumps(_session_json(info)) if args.json else info.id, file=out)
@@ -378,17 +378,18 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
             batch = [MessageAppended(role=args.role, content=args.text)]
         else:
             batch = _read_json_lines(sys.stdin)
-        result = store.append(args.session_id, batch, args.expected)
+        result = store.visible_log(args.session_id).append(batch, args.expected)
         if args.json:
             _print_json(out, dataclasses.asdict(result))
         else:
             note = " (already stored: nothing written)" if result.deduplicated else ""
             print(f"seqs {list(result.seqs)} positions {list(result.positions)}{note}", file=out)
     elif args.command == "events":
-        for recorded in store.read(args.session_id):
+        for recorded in store.visible_log(args.session_id).read():
             if args.json:
                 line = {
                     "seq": recorded.seq,
+                    "session_id": recorded.session_id,
                     "position": recorded.position,
                     "event_id": recorded.event_id,
                     "type": recorded.type,

@@ -17,11 +17,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import IntegrityCheckError, SessionNotFoundError, ValidationError
 from ..events._base import Event, decode_event
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
+
+if TYPE_CHECKING:
+    from ._lineage import SessionLog
 
 __all__ = [
     "ANY",
@@ -328,7 +331,24 @@ class SessionStore(abc.ABC):
     * Global positions strictly increase in commit order: a reader tailing
       ``read_all`` never skips an event that commits later.
     * Stored events and blobs are never changed or deleted (enforced by the database).
+
+    ``append``, ``last_seq`` and ``read`` use the storage numbering: the session's own rows,
+    from 1, the numbering the hash chain is over. For a fork that is NOT what users see: its
+    visible history is the parent's prefix followed by its own events, numbered through the
+    prefix (``visible_log``; ``Session``, ``Conversation``, the views and the CLI use it). The
+    two agree for every session that is not a fork.
     """
+
+    def visible_log(self, session_id: str) -> SessionLog:
+        """The session's visible history in the numbering users see (a fork's seqs count
+        through its parent's prefix); read and append a fork through it, not ``read``/``append``.
+
+        Raises:
+            SessionNotFoundError: no such session (or a missing parent).
+        """
+        from ._lineage import SessionLog  # here: the lineage module is built on this contract
+
+        return SessionLog(self, session_id)
 
     @abc.abstractmethod
     def create_session(
@@ -371,7 +391,8 @@ class SessionStore(abc.ABC):
         events: Sequence[Event | dict[str, Any]],
         expected_seq: ExpectedSeq,
     ) -> AppendResult:
-        """Append ``events`` atomically after seq ``expected_seq`` (or ``ANY``).
+        """Append ``events`` atomically after seq ``expected_seq`` (or ``ANY``), in the storage
+        numbering (for a fork, its own events from 1: use ``visible_log(...).append`` instead).
 
         Returns only after the transaction committed (durability per the backend's
         setting). Retrying the same event ids returns the original result and writes
@@ -404,7 +425,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     def last_seq(self, session_id: str) -> int:
-        """The session's last seq (0 when it has no events).
+        """The session's last seq in the storage numbering: how many events it stores itself
+        (0 when none). A fork's visible last seq is ``visible_log(session_id).last_seq()``.
 
         Raises:
             SessionNotFoundError: no such session.
@@ -419,7 +441,10 @@ class SessionStore(abc.ABC):
         *,
         verify: bool = False,
     ) -> list[RecordedEvent]:
-        """The session's events with ``from_seq <= seq <= to_seq``, in seq order.
+        """The session's own stored events with ``from_seq <= seq <= to_seq``, in seq order.
+
+        Storage numbering: a fork's own events from 1, without the parent's prefix. Users see
+        ``visible_log(session_id).read(...)``, the history numbered through the prefix.
 
         With ``verify``, every returned event's hash and link is checked.
 

@@ -1,10 +1,16 @@
-"""A session's log as one sequence of events, forks included, without copying anything.
+"""A session's visible history as one sequence of events, forks included, without copying anything.
 
 A fork is a session created with ``parent_session_id`` and ``fork_seq``: its history is the
-parent's history up to ``fork_seq`` — counted in the parent's continuous numbering, so a fork
+parent's history up to ``fork_seq`` — counted in the parent's visible numbering, so a fork
 of a fork shares its grandparent's prefix too — followed by its own. ``SessionLog`` numbers
 that history continuously (the fork's own event ``k`` is seq ``fork_seq + k``), so projections,
 snapshots and the audit treat a fork like any session.
+
+This visible numbering is the one users see: ``Session``, ``Conversation``, every view and
+every CLI command count a fork's seqs through its parent's prefix, and so does ``expected_seq``
+for an append. ``SessionStore.read``/``last_seq``/``append`` keep the storage numbering of the
+session's own rows (a fork's own events from 1: the hash chain is over it); only the storage
+layer and ``verify`` use it. ``store.visible_log(session_id)`` returns a ``SessionLog``.
 Sub-agents are child sessions without a fork point: their logs are their own.
 """
 
@@ -14,14 +20,19 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ConcurrencyError
 from ..events._base import Event
-from ._contract import ANY, AppendResult, ExpectedSeq, RecordedEvent, SessionStore
+from ._contract import ANY, AppendResult, ExpectedSeq, RecordedEvent, SessionStore, check_int
 
 __all__ = ["SessionLog"]
 
 
 class SessionLog:
-    """Reads and appends one session's events in its continuous (fork-aware) numbering."""
+    """Reads and appends one session's visible history in its visible (fork-aware) numbering.
+
+    Each ``RecordedEvent`` it returns keeps its ``session_id``, ``hash`` and ``position``: an
+    event inherited from a parent names the parent it is stored in; only ``seq`` is renumbered.
+    """
 
     def __init__(self, store: SessionStore, session_id: str) -> None:
         self.store = store
@@ -50,11 +61,30 @@ class SessionLog:
         return self.base + self.store.last_seq(self.session_id)
 
     def append(self, events: Sequence[Event | dict[str, Any]], expected_seq: ExpectedSeq) -> AppendResult:
-        """Append to the session's own log; seqs in and out are in the continuous numbering."""
-        expected = expected_seq if expected_seq == ANY else int(expected_seq) - self.base
-        result = self.store.append(self.session_id, events, expected)
+        """Append to the session's own log; seqs in and out are in the visible numbering.
+
+        Raises:
+            ConcurrencyError: the visible last seq is not ``expected_seq`` (both numbers in
+                the visible numbering, also for an ``expected_seq`` inside the parent's prefix).
+            and what ``SessionStore.append`` raises.
+        """
         if not self.base:
-            return result
+            return self.store.append(self.session_id, events, expected_seq)
+        expected = expected_seq
+        if expected_seq != ANY:
+            visible = check_int("expected_seq", expected_seq, minimum=0)
+            if visible < self.base:  # inside the parent's prefix: never the head of this fork
+                raise ConcurrencyError(self.session_id, visible, self.last_seq())
+            expected = visible - self.base
+        try:
+            result = self.store.append(self.session_id, events, expected)
+        except ConcurrencyError as e:
+            raise self._visible_conflict(e) from None
         return dataclasses.replace(
             result, seqs=tuple(s + self.base for s in result.seqs), last_seq=result.last_seq + self.base
         )
+
+    def _visible_conflict(self, error: ConcurrencyError) -> ConcurrencyError:
+        """The store's conflict restated in the visible numbering the caller used."""
+        expected = None if error.expected is None else error.expected + self.base
+        return ConcurrencyError(error.session_id, expected, error.actual + self.base)
