@@ -58,7 +58,7 @@ counts of every other message): it should equal ``after``, and a note flags it w
 ``offline ms`` = wall time of the reduction call itself (``compact(...)`` / ``drain_collapses``),
 with the parts of it spent in the summarizer (``summ``), building the transcript view
 (``transcr``: ``Session._loaded_transcript``; on first use a full re-read of the log, which
-``compact()`` needs for the last message's uuid), building a ``FileHistory`` view (``files``: a
+``compact()`` needs for the last message's uuid), building the session's file-history view (``files``: a
 fold of the log, to put recently read files back after the summary), in ``count_text``
 (``tok``) and in ``session.append`` (``append``); ``prep ms`` = the summarizer work
 done before (memory extraction; staging every span); ``summary KB`` = the summary (collapse: all
@@ -89,7 +89,7 @@ boundary; ``memory`` = ``SessionMemoryUpdated`` events; ``prepare ms`` = median 
 ``end: used/req est`` = ``used_tokens()`` and the request estimate of (a) at the end; ``end`` =
 ``ok`` or where a ``BlockingLimitError`` stopped the run. Below the table: the gaps in order, the
 strategy, summary size and ``used_tokens()`` after every boundary, the ``prepare`` time of the
-compacting turns with the total spent building ``FileHistory`` views, and a MISMATCH line when,
+compacting turns with the total spent building the file-history view, and a MISMATCH line when,
 after some boundary or commit, the request held more than ``used_tokens()`` said (the worst case).
 
 ``--profile`` adds cProfile tables (own time, top 16) of one ``compact()`` and one memory
@@ -140,7 +140,6 @@ from sessionstore.pipeline._collapse import CollapseConfig, drain_collapses, sta
 from sessionstore.pipeline._compaction import CompactConfig, compact, maybe_extract_memory
 from sessionstore.pipeline._pipeline import BlockingLimitError, Pipeline, PipelineConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
-from sessionstore.projections import _file_history
 from sessionstore.projections._api_context import leading_results
 from sessionstore.projections._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION
 from sessionstore.store._tokens import TiktokenCounter
@@ -377,7 +376,7 @@ def _probe(session: Session, summarizer: OfflineSummarizer) -> Probe:
     probe = Probe()
     probe.wrap(summarizer, "summarize", "summ")
     probe.wrap(session, "_loaded_transcript", "transcript")  # built on first use: a full re-read
-    probe.wrap(_file_history.FileHistory, "__init__", "files")  # folds the file-history view
+    probe.wrap(session, "_loaded_file_history", "files")  # built on first use: folds the log
     probe.wrap(session, "count_text", "tok")
     probe.wrap(session, "append", "append")
     return probe
@@ -725,7 +724,7 @@ class LiveRow:
     end_request: int = 0
     worst: tuple[float, int, int, int] = (0.0, 0, 0, 0)  # (request/used, turn, used, request)
     compact_ms: list[float] = field(default_factory=list)  # prepare of the turns that compacted
-    files_s: float | None = None  # total time building FileHistory views
+    files_s: float | None = None  # total time building the file-history view
     seconds: float = 0.0
 
 
@@ -749,7 +748,7 @@ def run_live(folder: Path, name: str, config: PipelineConfig, turns: int) -> Liv
     pipeline = Pipeline(config, summarizer=OfflineSummarizer(), clock=lambda: now[0])
     row = LiveRow(name, turns)
     probe = Probe()
-    probe.wrap(_file_history.FileHistory, "__init__", "files")
+    probe.wrap(session, "_loaded_file_history", "files")
 
     def check(index: int) -> None:
         used, request = session.used_tokens(), request_estimate(session)
@@ -953,7 +952,7 @@ def print_live(rows: list[LiveRow]) -> None:
                     f"  {r.name}: prepare of a compacting turn: "
                     f"median {statistics.median(r.compact_ms):.0f} ms, "
                     f"first {r.compact_ms[0]:.0f} ms, last {r.compact_ms[-1]:.0f} ms; "
-                    f"folding FileHistory views over all compactions: {files}"
+                    f"folding the file-history view over all compactions: {files}"
                 )
         ratio, turn, used, request = r.worst
         if ratio > 1.05:

@@ -675,6 +675,36 @@ class TestReadState:
         assert reads[0].size is None
 
 
+    def test_the_session_keeps_its_file_history_view_current(self, store: SessionStore, root: Path) -> None:
+        """``Session.file_history_state`` (what a post-compact restore reads) follows every append,
+        by this session or another writer, and equals a fresh fold of the log."""
+        history = _history(store, root)
+        session = history.session
+        (root / "a.txt").write_bytes(b"a")
+        (root / "b.txt").write_bytes(b"b")
+        history.record_read("a.txt")
+        first = session.file_history_state
+        prompt = _turn(history, "go")
+        other = FileHistory(Session(store, session.id), root)  # another writer on the same session
+        other.record_read("b.txt")
+
+        assert [r.path for r in first.recent_reads()] == ["a.txt"]
+        session.refresh()
+        assert [r.path for r in session.file_history_state.recent_reads()] == ["b.txt", "a.txt"]
+        assert session.file_history_state.checkpoint(prompt) is not None
+        assert session.file_history_state.recorded_root == str(root)
+        fresh = fold(FileHistoryProjection(), store.read(session.id))
+        assert FileHistoryProjection().dump(session.file_history_state) == FileHistoryProjection().dump(fresh)
+
+    def test_each_session_owns_its_view(self, store: SessionStore, root: Path) -> None:
+        """Two sessions never share a view: a read in one is not in the other's."""
+        (root / "a.txt").write_bytes(b"a")
+        one, two = _history(store, root), _history(store, root)
+        one.record_read("a.txt")
+
+        assert [r.path for r in one.session.file_history_state.recent_reads()] == ["a.txt"]
+        assert two.session.file_history_state.recent_reads() == []
+
 def _contents(n: int, tag: str) -> bytes:
     return random.Random(f"{tag}{n}").randbytes(64_000 + n)
 

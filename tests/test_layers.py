@@ -1,8 +1,8 @@
 """The package's folders are its layers, and no module imports from a layer above its own.
 
-errors <- _paths <- events <- store <- projections <- pipeline <- agent, claude_code, audit <- cli,
-and the facade (sessionstore/__init__.py) above them all. Sibling layers (agent, claude_code,
-audit) do not import each other. docs/architecture.md draws the same picture.
+errors <- _paths <- events <- store <- projections <- pipeline <- agent, checkpoints, claude_code,
+audit <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling layers (agent,
+checkpoints, claude_code, audit) do not import each other. docs/architecture.md draws the same picture.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ RANK = {
     "projections": 4,
     "pipeline": 5,
     "agent": 6,
+    "checkpoints": 6,
     "claude_code": 6,
     "audit": 6,
     "cli": 7,
@@ -86,7 +87,8 @@ def _violations(source: str, module: str, is_package: bool = False) -> list[str]
 
 @pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_imports_from_a_layer_above_or_beside_it(path: Path) -> None:
-    """errors <- _paths <- events <- store <- projections <- pipeline <- agent/claude_code/audit <- cli."""
+    """errors <- _paths <- events <- store <- projections <- pipeline <- the siblings (agent,
+    checkpoints, claude_code, audit) <- cli."""
     assert _violations(path.read_text(), _module_of(path), path.name == "__init__.py") == []
 
 
@@ -109,6 +111,8 @@ def test_the_checker_reports_upward_imports(source: str, reported: list[str]) ->
 
 
 def test_sibling_layers_do_not_import_each_other() -> None:
-    """audit, agent and claude_code sit side by side: none may import another."""
+    """audit, agent, checkpoints and claude_code sit side by side: none may import another."""
     assert _violations("from ..agent import Conversation", "sessionstore.audit._example") != []
+    assert _violations("from ..checkpoints import FileHistory", "sessionstore.agent._example") != []
+    assert _violations("from ..agent import Conversation", "sessionstore.checkpoints._example") != []
     assert _violations("from ..audit import audit", "sessionstore.claude_code._example") != []

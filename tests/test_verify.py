@@ -17,10 +17,11 @@ import pytest
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
 from sessionstore.audit._verify import verify_all, verify_session
+from sessionstore.checkpoints import FileHistory
 from sessionstore.cli import main
 from sessionstore.projections._api_context import ApiContextProjection
 from sessionstore.projections._base import fold
-from sessionstore.projections._file_history import FileHistory, FileHistoryProjection
+from sessionstore.projections._file_history import FileHistoryProjection
 from sessionstore.projections._transcript import TranscriptProjection
 from sessionstore.store._contract import SnapshotRecord
 

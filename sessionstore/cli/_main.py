@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from ..audit._audit import audit, render_audit, served_request, view_diff
 from ..audit._verify import run_command as _run_verify
 from ..audit._verify import run_heads as _run_heads
+from ..checkpoints import FileHistory, RewindResult
 from ..errors import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -35,7 +36,6 @@ from ..pipeline import microcompact, revert, snip
 from ..pipeline._collapse import collapse
 from ..pipeline._compaction import compact
 from ..pipeline._summarizers import default_summarizer
-from ..projections._file_history import FileHistory, RewindResult
 from ..projections._session import Session, SessionConfig
 from ..projections._window import WindowConfig
 from ..store import _migrate

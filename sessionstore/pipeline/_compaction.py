@@ -16,7 +16,6 @@ import json
 import math
 import re
 import subprocess
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -655,19 +654,13 @@ def _boundary(
     )
 
 
-_FILE_HISTORIES: weakref.WeakKeyDictionary[Session, Any] = weakref.WeakKeyDictionary()
-
-
 def _restored(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]:
     """Recently read files, invoked skills and the plan, within the post-compact budgets."""
-    from ..projections._file_history import FileHistory
-
-    # One view per session, refreshed with what each turn added: never refolded from the log.
-    history = _FILE_HISTORIES.get(session)
-    if history is None:
-        history = _FILE_HISTORIES[session] = FileHistory(session)
+    session.refresh()  # the reads others recorded count too
+    # The session keeps its file-history view current with each turn: never refolded from the log.
+    history = session.file_history_state
     candidates = []
-    for read in history.state.recent_reads(None):
+    for read in history.recent_reads(None):
         if read.blob_sha256 is None:
             continue
         try:

@@ -26,6 +26,7 @@ from ._api_context import (
     materialize,
 )
 from ._base import fold, rebuild, save_snapshot
+from ._file_history import FileHistoryProjection, FileHistoryState
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 from ._window import (
     DEFAULT_MODEL_LIMITS,
@@ -120,6 +121,10 @@ class Session:
         self._fingerprints = IncrementalFingerprint()
         # The transcript is built on first use: a resume that only needs the request skips it.
         self._transcript: TranscriptState | None = None
+        # The file-history view is built on first use too (a post-compact restore reads it),
+        # then kept current by ``refresh``: one per session, never refolded from the log.
+        self._file_history_projection = FileHistoryProjection()
+        self._file_history: FileHistoryState | None = None
         self._last_snapshot_seq = self.last_seq
 
     @classmethod
@@ -200,6 +205,21 @@ class Session:
             self._transcript = state
         return self._transcript
 
+    def _loaded_file_history(self) -> FileHistoryState:
+        """The file-history view at ``last_seq``: its snapshot (if any, not beyond) plus the tail."""
+        if self._file_history is None:
+            state, _ = rebuild(
+                self.store,
+                self.id,
+                self._file_history_projection,
+                tokenizer=self.tokenizer,
+                use_snapshots=self._use_snapshots,
+                to_seq=self.last_seq,
+                read=self.log.read,
+            )
+            self._file_history = state
+        return self._file_history
+
     # -- keeping current --
 
     def refresh(self) -> int:
@@ -210,6 +230,8 @@ class Session:
         self._api = fold(self._api_projection, tail, self._api)
         if self._transcript is not None:
             self._transcript = fold(self._transcript_projection, tail, self._transcript)
+        if self._file_history is not None:
+            self._file_history = fold(self._file_history_projection, tail, self._file_history)
         self.last_seq = tail[-1].seq
         every = self.config.snapshot_every
         if every and self.last_seq // every > self._last_snapshot_seq // every:
@@ -263,6 +285,15 @@ class Session:
     def transcript_state(self) -> TranscriptState:
         """The transcript projection's state (read-only by convention)."""
         return self._loaded_transcript()
+
+    @property
+    def file_history_state(self) -> FileHistoryState:
+        """The ``file_history`` view: checkpoints, tracked files, reads (read-only by convention).
+
+        Built on first use and then kept current by ``refresh``, like the transcript; reading
+        files and rewinding them is ``sessionstore.checkpoints.FileHistory``.
+        """
+        return self._loaded_file_history()
 
     def message_index(self, message_uuid: str) -> int:
         """Index in ``api_state.messages`` of the view message holding ``message_uuid``.
