@@ -12,6 +12,8 @@ import pytest
 import sessionstore
 from sessionstore import MessageAppended, Session, SessionConfig, SessionStore
 from sessionstore.cli import main
+from sessionstore.projections._base import rebuild
+from sessionstore.projections._transcript import TranscriptProjection
 
 from .conftest import Backend
 
@@ -133,6 +135,9 @@ def test_every_surface_numbers_a_fork_of_a_fork_alike(shared_backend: Backend, t
     checkpoints = _cli_json("checkpoints", "grandchild", "--json", *db)
     listed = {s["id"]: s["last_seq"] for s in _cli_json("sessions", "--json", *db)}
     text_seqs = [int(line.split()[0]) for line in _cli("events", "grandchild", *db)]
+    before_q3, at_q3 = seq_of["message_appended", "q3"] - 1, seq_of["message_appended", "q3"]
+    diff = json.loads(_cli("diff", "grandchild", str(before_q3), str(at_q3), "--json", *db)[0])["diff"]
+    rewind = _cli("rewind", "grandchild", "--to", "q2", "--conversation", "--dry-run", "--json", *db)
     exported = tmp_path / "grandchild.jsonl"
     _cli("export", "grandchild", "-o", str(exported), *db)
 
@@ -148,6 +153,9 @@ def test_every_surface_numbers_a_fork_of_a_fork_alike(shared_backend: Backend, t
     assert [r["through_seq"] for r in replays] == [seq - 1 for seq in served]
     assert all(r["matches"] for r in replays)
     assert [c["seq"] for c in checkpoints] == [seq_of["file_history_snapshot", q] for q in ("q1", "q2", "q3")]
+    assert [line[1:] for line in diff.splitlines() if line.startswith("+") and '"q3"' in line]
+    assert json.loads(rewind[0])["fork_seq"] == seq_of["message_appended", "q2"]
+    assert json.loads(rewind[0])["events_dropped"] == last - seq_of["message_appended", "q2"]
     messages = ["q1", "a1", "q2", "a2", "q3", "a3"]
     exported_uuids = [json.loads(line).get("uuid") for line in exported.read_text().splitlines()]
     assert [u for u in exported_uuids if u in messages] == messages
@@ -175,3 +183,20 @@ def test_appends_to_a_fork_expect_its_visible_last_seq(store: SessionStore, back
     if backend.shareable:
         _cli("append", "fork", "--text", "q3", "--expected", str(visible + 1), "--db", backend.url)
         assert Session(store, "fork").last_seq == visible + 2
+
+
+def test_a_fork_rebuilt_from_the_store_folds_its_visible_history(store: SessionStore) -> None:
+    """Rebuilding a fork's projection from the store alone (as a resume does) folds the parent's
+    prefix and the fork's own events, from a snapshot taken in the visible numbering too."""
+    root = Session.create(store, config=SessionConfig(snapshot_every=2))
+    _chat(root, "q1", "a1", "q2")
+    fork = root.fork(fork_id="fork", config=SessionConfig(snapshot_every=2))
+    _chat(fork, "f1", "f2", "f3")
+    fork.snapshot()
+
+    for use_snapshots in (True, False):
+        state, seq = rebuild(
+            store, "fork", TranscriptProjection(), tokenizer=fork.tokenizer, use_snapshots=use_snapshots
+        )
+        assert seq == fork.last_seq
+        assert [e.event_id for e in state.entries] == [e.event_id for e in fork.transcript]

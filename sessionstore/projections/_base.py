@@ -16,7 +16,6 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import ClassVar, Generic, TypeVar
 
 from ..store._contract import RecordedEvent, SessionStore, SnapshotRecord
@@ -96,11 +95,11 @@ def rebuild(
     """The projection's state for the session (up to ``to_seq``), and the last seq folded in.
 
     Starts from the latest snapshot (at or before ``to_seq``) of exactly this projection
-    version and tokenizer when one exists and loads; otherwise folds from seq 1. ``read``
-    (default: the store's own ``read`` of the session) supplies the events, e.g. a fork's
-    continuous log.
+    version and tokenizer when one exists and loads; otherwise folds from seq 1. Seqs are the
+    visible numbering (a fork's count through its parent's prefix), as snapshots are taken in
+    it; ``read`` (default: ``store.visible_log(session_id).read``) supplies the events.
     """
-    read_events = read if read is not None else partial(store.read, session_id)
+    read_events = read if read is not None else store.visible_log(session_id).read
     if use_snapshots:
         resumed = _resume(store, session_id, projection, tokenizer, to_seq, read_events)
         if resumed is not None:
