@@ -135,10 +135,11 @@ from sessionstore import (
     UsageRecorded,
     open_store,
 )
+from sessionstore.errors import BlockingLimitError
 from sessionstore.events._base import _block_text
 from sessionstore.pipeline._collapse import CollapseConfig, drain_collapses, stage_collapse
 from sessionstore.pipeline._compaction import CompactConfig, compact, maybe_extract_memory
-from sessionstore.pipeline._pipeline import BlockingLimitError, Pipeline, PipelineConfig
+from sessionstore.pipeline._pipeline import Pipeline, PipelineConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 from sessionstore.projections._api_context import leading_results
 from sessionstore.projections._session import DEFAULT_BLOCK_OVERHEAD, DEFAULT_CALIBRATION

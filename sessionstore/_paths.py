@@ -28,13 +28,11 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Mapping
 from pathlib import PureWindowsPath
 
-from .errors import ValidationError
+from .errors import PathRefusedError
 
 __all__ = [
-    "PathRefusedError",
     "file_kind",
     "inside",
     "lexical_problem",
@@ -46,21 +44,6 @@ __all__ = [
 
 #: A file name built from a value that came from a file or the log.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
-
-
-class PathRefusedError(ValidationError):
-    """Paths that may not be read or restored; nothing was read, written or recorded.
-
-    Raised with *every* refused path at once, so a caller fixes them all in one go.
-
-    Attributes:
-        refused: each refused path (as stored or given), mapped to the reason.
-    """
-
-    def __init__(self, refused: Mapping[str, str]) -> None:
-        self.refused = dict(sorted(refused.items()))
-        reasons = "; ".join(f"{path!r}: {why}" for path, why in self.refused.items())
-        super().__init__(f"refused {len(self.refused)} path(s), nothing was written: {reasons}", field="path")
 
 
 def lexical_problem(path: str) -> str | None:

@@ -39,22 +39,35 @@ status (``EXIT_*`` below; docs/cli.md has the table).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
 __all__ = [
     "AppendOnlyViolation",
+    "BlockingLimitError",
+    "CompactionDisabledError",
     "ConcurrencyError",
     "DatabaseError",
     "DatabaseFileGoneError",
     "DatabaseNotFoundError",
     "DuplicateEventError",
+    "FilesRewindError",
     "IntegrityCheckError",
     "IntegrityError",
+    "InvalidRequestError",
     "OperationalError",
+    "PathRefusedError",
     "ProgrammingError",
+    "PromptTooLong",
+    "PromptTooLongError",
     "SchemaOutOfDateError",
     "SessionExistsError",
     "SessionNotFoundError",
     "SessionStoreError",
+    "StageOutcome",
     "StoreUnavailableError",
+    "SubagentSpawnRefused",
+    "SummaryFailed",
     "UnknownEventTypeError",
     "ValidationError",
 ]
@@ -73,6 +86,19 @@ EXIT_INTERRUPTED = 130
 #: The reader closed the pipe (``sessionstore context SID | head``): stopped quietly
 #: (128 + SIGPIPE, as a shell reports a program the pipe ended).
 EXIT_BROKEN_PIPE = 141
+
+
+class StageOutcome(Protocol):
+    """What ``BlockingLimitError`` reads of a pipeline stage's report (``pipeline.StageReport``).
+
+    A protocol, not the class itself: this module sits below every layer and imports none.
+    """
+
+    @property
+    def stage(self) -> str: ...
+
+    @property
+    def tokens_freed(self) -> int: ...
 
 
 class SessionStoreError(Exception):
@@ -100,6 +126,133 @@ class ValidationError(SessionStoreError, ValueError):
         self.index = index
         self.event_type = event_type
         self.field = field
+
+
+class PathRefusedError(ValidationError):
+    """Paths that may not be read or restored; nothing was read, written or recorded.
+
+    Raised with *every* refused path at once, so a caller fixes them all in one go.
+
+    Attributes:
+        refused: each refused path (as stored or given), mapped to the reason.
+    """
+
+    def __init__(self, refused: Mapping[str, str]) -> None:
+        self.refused = dict(sorted(refused.items()))
+        reasons = "; ".join(f"{path!r}: {why}" for path, why in self.refused.items())
+        super().__init__(f"refused {len(self.refused)} path(s), nothing was written: {reasons}", field="path")
+
+
+class InvalidRequestError(SessionStoreError, ValueError):
+    """A Messages API request breaks an invariant; raised by :func:`validate_request`.
+
+    Attributes:
+        path: where, JSON-path-like (``messages[3].content[0]``); ``""`` for the request.
+        rule: stable identifier of the broken invariant (see the module docstring).
+    """
+
+    def __init__(self, message: str, *, path: str, rule: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.rule = rule
+
+
+class BlockingLimitError(SessionStoreError):
+    """The context is still at or above the blocking limit after every stage ran.
+
+    Attributes:
+        used: tokens in the context.
+        limit: the blocking limit.
+        tried: the stages that ran, with the tokens each freed.
+    """
+
+    def __init__(self, used: int, limit: int, tried: Sequence[StageOutcome]) -> None:
+        stages = ", ".join(f"{r.stage} freed {r.tokens_freed}" for r in tried) or "no stage ran"
+        super().__init__(
+            f"context is {used} tokens, at or above the blocking limit of {limit} ({stages}); "
+            "compact the session or start a new one"
+        )
+        self.used = used
+        self.limit = limit
+        self.tried = list(tried)
+
+
+class PromptTooLongError(SessionStoreError):
+    """The API refused the request as too long and recovery could not help; raised once per turn.
+
+    The message says why: still too long after the turn's reactive compaction, the compaction
+    failed, or compaction is disabled (nothing was tried). ``gap`` is the tokens over the limit.
+    """
+
+    def __init__(self, message: str, *, gap: int | None) -> None:
+        super().__init__(message)
+        self.gap = gap
+
+
+class SubagentSpawnRefused(SessionStoreError):
+    """The context is at or above the spawn-block mark: no sub-agent may start now."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__(f"context is {used} tokens, at or above {limit}: sub-agents are not spawned now")
+        self.used = used
+        self.limit = limit
+
+
+class FilesRewindError(SessionStoreError):
+    """A files rewind failed after it began changing files; ``FilesRewindFailed`` records it.
+
+    Attributes:
+        applied: paths that hold their checkpoint content now.
+        not_applied: paths that still hold what they held before.
+    """
+
+    def __init__(
+        self, message_uuid: str, applied: list[str], not_applied: list[str], error: BaseException
+    ) -> None:
+        super().__init__(
+            f"files rewind to {message_uuid} stopped after {len(applied)} of "
+            f"{len(applied) + len(not_applied)} changes: {error}; not applied: {', '.join(not_applied)} "
+            "(recorded in the log; rewind again to finish)"
+        )
+        self.applied = applied
+        self.not_applied = not_applied
+
+
+class SummaryFailed(SessionStoreError):
+    """The summarizer produced no usable summary; the context is left as it was."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PromptTooLong(SummaryFailed):
+    """The summarization request itself was over the model's limit.
+
+    Attributes:
+        gap: tokens over the limit, when the API's message states them.
+    """
+
+    def __init__(self, reason: str, gap: int | None) -> None:
+        super().__init__(reason)
+        self.gap = gap
+
+
+class CompactionDisabledError(SessionStoreError):
+    """Compaction is switched off for the session (``WindowConfig(disable_compaction=True)``).
+
+    Raised by every compaction, manual or not, before anything is summarized or recorded.
+
+    Attributes:
+        session_id: the session whose compaction was refused.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"compaction is disabled for session {session_id!r} "
+            "(WindowConfig.disable_compaction): nothing was summarized or recorded"
+        )
+        self.session_id = session_id
 
 
 class SessionNotFoundError(SessionStoreError, LookupError):

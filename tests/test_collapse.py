@@ -12,10 +12,10 @@ import pytest
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
 from sessionstore.cli import main
+from sessionstore.errors import SubagentSpawnRefused, SummaryFailed
 from sessionstore.pipeline import snip
 from sessionstore.pipeline._collapse import (
     CollapseConfig,
-    SubagentSpawnRefused,
     check_spawn,
     collapse,
     commit_collapse,
@@ -23,7 +23,7 @@ from sessionstore.pipeline._collapse import (
     stage_collapse,
 )
 from sessionstore.pipeline._compaction import compact
-from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer, SummaryFailed
+from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer
 from sessionstore.projections._api_context import COLLAPSE_PREFIX
 
 from ._claude_code_corpus import corpus_file

@@ -23,13 +23,13 @@ from sessionstore import (
     UsageRecorded,
     WindowConfig,
 )
+from sessionstore.errors import CompactionDisabledError, SummaryFailed
 from sessionstore.events._context import SessionMemoryUpdated
 from sessionstore.pipeline._collapse import CollapseConfig
 from sessionstore.pipeline._compaction import (
     PTL_RETRY_MARKER,
     CompactConfig,
     CompactHooks,
-    CompactionDisabledError,
     breaker_open,
     compact,
     drop_for_retry,
@@ -39,7 +39,6 @@ from sessionstore.pipeline._summarizers import (
     PREVIOUS_SUMMARY_PREFIX,
     AnthropicSummarizer,
     OfflineSummarizer,
-    SummaryFailed,
 )
 from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
 

@@ -22,12 +22,12 @@ from sessionstore import (
 from sessionstore.agent._conversation import (
     AsyncConversation,
     Conversation,
-    PromptTooLongError,
     TokenBudget,
     budget_decision,
     spawn_subagent,
 )
-from sessionstore.pipeline._collapse import CollapseConfig, SubagentSpawnRefused, stage_collapse
+from sessionstore.errors import PromptTooLongError, SubagentSpawnRefused
+from sessionstore.pipeline._collapse import CollapseConfig, stage_collapse
 from sessionstore.pipeline._pipeline import ServerCompactionConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 

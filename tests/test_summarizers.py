@@ -7,12 +7,11 @@ from typing import Any
 import anthropic
 import pytest
 
+from sessionstore.errors import PromptTooLong, SummaryFailed
 from sessionstore.pipeline._compact_prompt import SUMMARY_SECTIONS, compact_prompt, format_summary
 from sessionstore.pipeline._summarizers import (
     AnthropicSummarizer,
     OfflineSummarizer,
-    PromptTooLong,
-    SummaryFailed,
     SummaryRequest,
     parse_prompt_too_long,
     strip_media,

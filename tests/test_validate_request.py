@@ -10,10 +10,9 @@ from anthropic.types import TextBlock, ThinkingBlock, ToolUseBlock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionstore.errors import SessionStoreError
+from sessionstore.errors import InvalidRequestError, SessionStoreError
 from sessionstore.projections._validate import (
     _RULES,
-    InvalidRequestError,
     RequestProblem,
     request_problems,
     validate_request,

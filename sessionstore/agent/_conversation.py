@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import NonNegativeInt
 
-from ..errors import ConcurrencyError, SessionStoreError, ValidationError
+from ..errors import ConcurrencyError, PromptTooLongError, ValidationError
 from ..events._base import (
     ContentBlock,
     ContextConfigured,
@@ -49,7 +49,6 @@ __all__ = [
     "AsyncConversation",
     "BudgetDecision",
     "Conversation",
-    "PromptTooLongError",
     "ReactiveRecovery",
     "TokenBudget",
     "budget_decision",
@@ -84,18 +83,6 @@ class BudgetDecision(Event):
     turn_tokens: NonNegativeInt
     budget: NonNegativeInt | None
     continuations: NonNegativeInt
-
-
-class PromptTooLongError(SessionStoreError):
-    """The API refused the request as too long and recovery could not help; raised once per turn.
-
-    The message says why: still too long after the turn's reactive compaction, the compaction
-    failed, or compaction is disabled (nothing was tried). ``gap`` is the tokens over the limit.
-    """
-
-    def __init__(self, message: str, *, gap: int | None) -> None:
-        super().__init__(message)
-        self.gap = gap
 
 
 def is_prompt_too_long(error: BaseException) -> bool:

@@ -7,15 +7,12 @@ this layer reads and writes the files (under a project root, behind the path saf
 
 from __future__ import annotations
 
-from .._paths import PathRefusedError
 from ._history import FileHistory
-from ._rewind import FileChange, FilesRewindError, RewindPlan, RewindResult
+from ._rewind import FileChange, RewindPlan, RewindResult
 
 __all__ = [
     "FileChange",
     "FileHistory",
-    "FilesRewindError",
-    "PathRefusedError",
     "RewindPlan",
     "RewindResult",
 ]

@@ -24,9 +24,11 @@ import os
 from collections.abc import Iterable
 from typing import Literal
 
-from .._paths import PathRefusedError, resolve_in_root, to_relative
+from .._paths import resolve_in_root, to_relative
 from ..errors import (
+    FilesRewindError,
     IntegrityCheckError,
+    PathRefusedError,
     SessionExistsError,
     SessionNotFoundError,
     ValidationError,
@@ -47,7 +49,6 @@ from ..store._contract import ANY, check_session_id
 from ._capture import _not_a_file, _read_file
 from ._rewind import (
     FileChange,
-    FilesRewindError,
     RewindPlan,
     RewindResult,
     _contradictions,

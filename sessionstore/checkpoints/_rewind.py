@@ -16,9 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import SessionStoreError
-
-__all__ = ["FileChange", "FilesRewindError", "RewindPlan", "RewindResult"]
+__all__ = ["FileChange", "RewindPlan", "RewindResult"]
 
 
 def _is_text(data: bytes) -> bool:
@@ -226,23 +224,3 @@ def _contradictions(wanted: dict[str, str | None]) -> dict[str, str]:
                 refused[path] = f"the checkpoint also holds {ancestor!r} as a file"
                 break
     return refused
-
-
-class FilesRewindError(SessionStoreError):
-    """A files rewind failed after it began changing files; ``FilesRewindFailed`` records it.
-
-    Attributes:
-        applied: paths that hold their checkpoint content now.
-        not_applied: paths that still hold what they held before.
-    """
-
-    def __init__(
-        self, message_uuid: str, applied: list[str], not_applied: list[str], error: BaseException
-    ) -> None:
-        super().__init__(
-            f"files rewind to {message_uuid} stopped after {len(applied)} of "
-            f"{len(applied) + len(not_applied)} changes: {error}; not applied: {', '.join(not_applied)} "
-            "(recorded in the log; rewind again to finish)"
-        )
-        self.applied = applied
-        self.not_applied = not_applied

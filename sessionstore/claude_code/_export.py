@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .._paths import PathRefusedError, inside, name_problem
-from ..errors import ValidationError
+from .._paths import inside, name_problem
+from ..errors import PathRefusedError, ValidationError
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
 from ..store._contract import RecordedEvent, SessionStore
 from ..store._lineage import SessionLog

@@ -43,8 +43,14 @@ from typing import Any, Literal
 
 import pydantic
 
-from .._paths import PathRefusedError, inside, name_problem, read_regular_file
-from ..errors import ConcurrencyError, SessionExistsError, SessionNotFoundError, ValidationError
+from .._paths import inside, name_problem, read_regular_file
+from ..errors import (
+    ConcurrencyError,
+    PathRefusedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    ValidationError,
+)
 from ..events._base import (
     MAX_JSON_DEPTH,
     Event,

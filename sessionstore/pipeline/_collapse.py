@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SessionStoreError, ValidationError
+from ..errors import SubagentSpawnRefused, ValidationError
 from ..events._context import CollapseCommitted, CollapseStaged
 from ..projections._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
 from ..projections._session import Session
@@ -31,7 +31,6 @@ from ._summarizers import Summarizer, SummaryRequest
 __all__ = [
     "CollapseConfig",
     "CollapseReport",
-    "SubagentSpawnRefused",
     "check_spawn",
     "collapse",
     "collapse_stage",
@@ -62,15 +61,6 @@ class CollapseReport:
     event_ids: tuple[str, ...]
     tokens_before: int
     tokens_after: int
-
-
-class SubagentSpawnRefused(SessionStoreError):
-    """The context is at or above the spawn-block mark: no sub-agent may start now."""
-
-    def __init__(self, used: int, limit: int) -> None:
-        super().__init__(f"context is {used} tokens, at or above {limit}: sub-agents are not spawned now")
-        self.used = used
-        self.limit = limit
 
 
 def check_spawn(session: Session, config: CollapseConfig | None = None) -> None:

@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import SessionStoreError, ValidationError
+from ..errors import CompactionDisabledError, PromptTooLong, SummaryFailed, ValidationError
 from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
 from ..projections._session import Session
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._restore import Candidate, paths_in, select_attachments
-from ._summarizers import PromptTooLong, Summarizer, SummaryFailed, SummaryRequest
+from ._summarizers import Summarizer, SummaryRequest
 
 __all__ = [
     "MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES",
@@ -34,7 +34,6 @@ __all__ = [
     "CompactConfig",
     "CompactHooks",
     "CompactReport",
-    "CompactionDisabledError",
     "autocompact_stage",
     "breaker_open",
     "compact",
@@ -57,23 +56,6 @@ PTL_RETRY_MARKER = "[Earlier messages were dropped to fit the summarization requ
 
 Trigger = Literal["auto", "manual", "reactive"]
 Message = dict[str, Any]
-
-
-class CompactionDisabledError(SessionStoreError):
-    """Compaction is switched off for the session (``WindowConfig(disable_compaction=True)``).
-
-    Raised by every compaction, manual or not, before anything is summarized or recorded.
-
-    Attributes:
-        session_id: the session whose compaction was refused.
-    """
-
-    def __init__(self, session_id: str) -> None:
-        super().__init__(
-            f"compaction is disabled for session {session_id!r} "
-            "(WindowConfig.disable_compaction): nothing was summarized or recorded"
-        )
-        self.session_id = session_id
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import SessionStoreError
+from ..errors import BlockingLimitError
 from ..events._base import Event
 from ..events._context import ContextServed
 from ..projections._session import Session
@@ -41,7 +41,6 @@ from ._summarizers import OfflineSummarizer, Summarizer
 __all__ = [
     "COMPACTION_BETA",
     "STAGE_ORDER",
-    "BlockingLimitError",
     "Pipeline",
     "PipelineConfig",
     "PreparedRequest",
@@ -52,26 +51,6 @@ __all__ = [
 STAGE_ORDER = ("tool_result_budget", "snip", "microcompact", "collapse", "auto_compact", "blocking_limit")
 #: The beta that enables the Messages API's own compaction (``compact_20260112``).
 COMPACTION_BETA = "compact-2026-01-12"
-
-
-class BlockingLimitError(SessionStoreError):
-    """The context is still at or above the blocking limit after every stage ran.
-
-    Attributes:
-        used: tokens in the context.
-        limit: the blocking limit.
-        tried: the stages that ran, with the tokens each freed.
-    """
-
-    def __init__(self, used: int, limit: int, tried: list[StageReport]) -> None:
-        stages = ", ".join(f"{r.stage} freed {r.tokens_freed}" for r in tried) or "no stage ran"
-        super().__init__(
-            f"context is {used} tokens, at or above the blocking limit of {limit} ({stages}); "
-            "compact the session or start a new one"
-        )
-        self.used = used
-        self.limit = limit
-        self.tried = tried
 
 
 @dataclass(frozen=True)

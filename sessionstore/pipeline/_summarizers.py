@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import SessionStoreError
+from ..errors import PromptTooLong, SummaryFailed
 from ._compact_prompt import SUMMARY_SECTIONS, Template, compact_prompt, format_summary
 
 if TYPE_CHECKING:
@@ -28,10 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AnthropicSummarizer",
     "OfflineSummarizer",
-    "PromptTooLong",
     "Summarizer",
     "Summary",
-    "SummaryFailed",
     "SummaryRequest",
     "default_summarizer",
     "parse_prompt_too_long",
@@ -40,26 +38,6 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
-
-
-class SummaryFailed(SessionStoreError):
-    """The summarizer produced no usable summary; the context is left as it was."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class PromptTooLong(SummaryFailed):
-    """The summarization request itself was over the model's limit.
-
-    Attributes:
-        gap: tokens over the limit, when the API's message states them.
-    """
-
-    def __init__(self, reason: str, gap: int | None) -> None:
-        super().__init__(reason)
-        self.gap = gap
 
 
 _PTL = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.IGNORECASE)

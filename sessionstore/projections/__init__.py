@@ -31,7 +31,6 @@ from ._transcript import (
     TranscriptEntry,
 )
 from ._validate import (
-    InvalidRequestError,
     RequestProblem,
     request_problems,
     validate_request,
@@ -56,7 +55,6 @@ __all__ = [
     "FileHistoryState",
     "FileVersion",
     "INTERRUPTED_TOOL_RESULT",
-    "InvalidRequestError",
     "LEADING_USER_MARKER",
     "MAX_SNAPSHOTS",
     "ModelLimits",

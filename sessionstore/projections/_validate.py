@@ -68,9 +68,9 @@ from typing import Any, Final, TypeGuard
 
 import pydantic
 
-from ..errors import SessionStoreError
+from ..errors import InvalidRequestError
 
-__all__ = ["InvalidRequestError", "RequestProblem", "request_problems", "validate_request"]
+__all__ = ["RequestProblem", "request_problems", "validate_request"]
 
 #: Every rule this module reports, in the order of the table in the module docstring.
 _RULES: Final = (
@@ -133,20 +133,6 @@ class RequestProblem:
 
     def __str__(self) -> str:
         return self.message
-
-
-class InvalidRequestError(SessionStoreError, ValueError):
-    """A Messages API request breaks an invariant; raised by :func:`validate_request`.
-
-    Attributes:
-        path: where, JSON-path-like (``messages[3].content[0]``); ``""`` for the request.
-        rule: stable identifier of the broken invariant (see the module docstring).
-    """
-
-    def __init__(self, message: str, *, path: str, rule: str) -> None:
-        super().__init__(message)
-        self.path = path
-        self.rule = rule
 
 
 def validate_request(request: Mapping[str, Any]) -> None:
