@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from pydantic import NonNegativeInt
-
 from ..errors import ConcurrencyError, PromptTooLongError, ValidationError
+from ..events._agent import BudgetDecision, ReactiveRecovery
 from ..events._base import (
     ContentBlock,
     ContextConfigured,
@@ -35,7 +34,6 @@ from ..events._base import (
     SessionStarted,
     SubagentStarted,
     UsageRecorded,
-    register_event,
 )
 from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
 from ..pipeline._collapse import CollapseConfig, check_spawn, drain_collapses
@@ -60,29 +58,6 @@ __all__ = [
 COMPLETION_THRESHOLD = 0.9
 DIMINISHING_CONTINUATIONS = 3
 DIMINISHING_DELTA_TOKENS = 500
-
-
-@register_event
-class ReactiveRecovery(Event):
-    """One step of recovery after the API refused a request as too long."""
-
-    type: Literal["reactive_recovery"] = "reactive_recovery"
-    step: Literal["drain", "reactive_compact", "surfaced"]
-    error: str
-    tokens_before: NonNegativeInt
-    tokens_after: NonNegativeInt
-
-
-@register_event
-class BudgetDecision(Event):
-    """Whether the loop continued after a turn, against the caller's output-token budget."""
-
-    type: Literal["budget_decision"] = "budget_decision"
-    action: Literal["continue", "stop"]
-    reason: str
-    turn_tokens: NonNegativeInt
-    budget: NonNegativeInt | None
-    continuations: NonNegativeInt
 
 
 def is_prompt_too_long(error: BaseException) -> bool:

@@ -38,10 +38,9 @@ from typing import Any, Literal, TextIO
 
 from .._paths import read_regular_file
 from ..errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, SessionNotFoundError, ValidationError
-
-# Imported for their projections' registration: verify checks every registered projection.
-from ..projections import _api_context, _file_history, _transcript  # noqa: F401
-from ..projections._base import _PROJECTIONS, Projection, rebuild
+from ..projections import PROJECTIONS, ApiContextProjection
+from ..projections._api_context import ApiContextState
+from ..projections._base import Projection, rebuild
 from ..projections._session import NO_TOKENIZER, Session, SessionConfig
 from ..store._contract import ChainHead, SessionStore, VerifyReport
 from ..store._lineage import SessionLog
@@ -169,7 +168,7 @@ def _decoded(dump: bytes) -> Any:
         return None
 
 
-def _api_fields(state: _api_context.ApiContextState) -> dict[str, Any]:
+def _api_fields(state: ApiContextState) -> dict[str, Any]:
     """The state's fields as data, its messages as a plain list."""
     data = {f.name: getattr(state, f.name) for f in fields(state)}
     data["messages"] = list(state.messages)
@@ -230,7 +229,7 @@ def _live_pair(store: SessionStore, session_id: str) -> tuple[Session, Session]:
 
 
 def _check_api_context(live: Session, scratch: Session, snapshot_seq: int) -> ProjectionCheck:
-    name = _api_context.ApiContextProjection.name
+    name = ApiContextProjection.name
     problems: list[str] = []
     if live.last_seq != scratch.last_seq:
         detail = f"the session kept growing ({live.last_seq} vs {scratch.last_seq}): try again"
@@ -240,7 +239,7 @@ def _check_api_context(live: Session, scratch: Session, snapshot_seq: int) -> Pr
     used, rebuilt = live.used_tokens(), scratch.used_tokens()
     if used != rebuilt:
         problems.append(f"used_tokens {used} != {rebuilt} rebuilt")
-    projection = _api_context.ApiContextProjection()
+    projection = ApiContextProjection()
     resumed, full = projection.dump(live.api_state), projection.dump(scratch.api_state)
     if resumed != full:
         problems.append(_first_difference(_api_fields(live.api_state), _api_fields(scratch.api_state)))
@@ -272,9 +271,8 @@ def _check_generic(
 
 
 def _other_projections() -> list[Projection[Any]]:
-    """One instance of every registered projection but ``api_context`` (checked through Session)."""
-    api = _api_context.ApiContextProjection.name
-    return [cls() for (name, _), cls in sorted(_PROJECTIONS.items()) if name != api]
+    """One instance of every projection of the package but ``api_context`` (checked through Session)."""
+    return [cls() for cls in PROJECTIONS if cls is not ApiContextProjection]
 
 
 def verify_session(
@@ -295,10 +293,10 @@ def verify_session(
     counter = getattr(store, "token_counter", None)
     tokenizer = counter.name if counter is not None else NO_TOKENIZER
     checks: list[ProjectionCheck] = []
-    api_name = _api_context.ApiContextProjection.name
+    api_name = ApiContextProjection.name
     to_seq = log.last_seq()  # views count seqs through a fork's prefix
     try:
-        api = _api_context.ApiContextProjection()
+        api = ApiContextProjection()
         ahead = _beyond_head(store, session_id, api, tokenizer, to_seq)
         seq, unreadable = _snapshot(store, session_id, api, tokenizer, to_seq)
         if ahead is not None:

@@ -1,7 +1,15 @@
-"""The event catalogue: the base event, its registry, and every event type the log holds."""
+"""The event catalogue: the base event, its registry, and every event type the log holds.
+
+Importing this package registers every event type (each module below registers its classes as
+it is defined), so any log decodes without importing the layers that write those events.
+"""
 
 from __future__ import annotations
 
+from ._agent import (
+    BudgetDecision,
+    ReactiveRecovery,
+)
 from ._base import (
     AnyEvent,
     ContentBlock,
@@ -48,6 +56,7 @@ from ._source import (
 
 __all__ = [
     "AnyEvent",
+    "BudgetDecision",
     "CollapseCommitted",
     "CollapseStaged",
     "CompactBoundary",
@@ -71,6 +80,7 @@ __all__ = [
     "OpaqueEntry",
     "PlanUpdated",
     "QuerySource",
+    "ReactiveRecovery",
     "ServerEditsApplied",
     "SessionMemoryUpdated",
     "SessionStarted",

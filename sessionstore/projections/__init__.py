@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._api_context import (
     CLEARED_PLACEHOLDER,
     INTERRUPTED_TOOL_RESULT,
     LEADING_USER_MARKER,
+    ApiContextProjection,
 )
 from ._base import (
     Projection,
@@ -16,6 +19,7 @@ from ._file_history import (
     MAX_SNAPSHOTS,
     POST_COMPACT_MAX_FILES_TO_RESTORE,
     FileCheckpoint,
+    FileHistoryProjection,
     FileHistoryState,
     FileVersion,
     ReadRecord,
@@ -29,6 +33,7 @@ from ._session import (
 )
 from ._transcript import (
     TranscriptEntry,
+    TranscriptProjection,
 )
 from ._validate import (
     RequestProblem,
@@ -46,7 +51,18 @@ from ._window import (
     token_window,
 )
 
+#: Every projection of the package, in name order: what ``verify`` rebuilds and compares with the
+#: stored snapshots. Spelled out, so no import has to run first to fill a registry.
+PROJECTIONS: tuple[type[Projection[Any]], ...] = (
+    ApiContextProjection,
+    FileHistoryProjection,
+    TranscriptProjection,
+)
+
 __all__ = [
+    "TranscriptProjection",
+    "FileHistoryProjection",
+    "ApiContextProjection",
     "CLEARED_PLACEHOLDER",
     "DEFAULT_BLOCK_OVERHEAD",
     "DEFAULT_CALIBRATION",
@@ -59,6 +75,7 @@ __all__ = [
     "MAX_SNAPSHOTS",
     "ModelLimits",
     "POST_COMPACT_MAX_FILES_TO_RESTORE",
+    "PROJECTIONS",
     "Projection",
     "ReadRecord",
     "RequestProblem",
