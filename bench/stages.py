@@ -121,7 +121,7 @@ from sessionstore import (
     open_store,
     revert,
 )
-from sessionstore.pipeline import _pipeline
+from sessionstore.pipeline import _budget, _microcompact, _pipeline, _snip
 
 SEED = 20250617
 MODEL = "claude-sonnet-4-5-20250929"
@@ -307,7 +307,7 @@ def bench_budget(folder: Path, repeats: int, *, profile: bool) -> BudgetRow:
             unbudgeted_ns = time.perf_counter_ns() - t0
             del unbudgeted
             probe = Probe()
-            probe.wrap(_pipeline, "budget_stage", "budget")
+            probe.wrap(_budget, "budget_stage", "budget")
             probe.wrap(_pipeline, "_served_event", "served")
             probe.wrap(session, "append", "appends")
             probe.wrap(store, "put_blob", "put_blob")
@@ -434,9 +434,9 @@ def _fired(prepared: PreparedRequest) -> set[str]:
 
 def _stage_probe(session: Session) -> Probe:
     probe = Probe()
-    probe.wrap(_pipeline, "budget_stage", "budget")
-    probe.wrap(_pipeline, "snip_stage", "snip")
-    probe.wrap(_pipeline, "microcompact_stage", "mc")
+    probe.wrap(_budget, "budget_stage", "budget")
+    probe.wrap(_snip, "snip_stage", "snip")
+    probe.wrap(_microcompact, "microcompact_stage", "mc")
     probe.wrap(_pipeline, "_served_event", "served")
     probe.wrap(session, "request", "request")
     probe.wrap(session, "append", "appends")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,16 @@ from sessionstore import (
     revert,
     snip,
     validate_request,
+)
+from sessionstore.events import MicrocompactApplied
+from sessionstore.pipeline import (
+    STAGE_ORDER,
+    BudgetStage,
+    MicrocompactStage,
+    SnipConfig,
+    Stage,
+    StageReport,
+    record_events,
 )
 from sessionstore.pipeline._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
 from sessionstore.pipeline._compaction import compact
@@ -534,3 +545,76 @@ class TestSnipStage:
         assert 0.8 * 27_000 <= prepared.tokens.used <= 27_000
         assert snipped.payload["rounds_removed"] < 60 - 4
         validate_request(with_tool_definitions(prepared.request))
+
+
+@dataclass(frozen=True)
+class _ClearGrep:
+    """A stage of a user's own: clears every visible Grep result, recorded as a micro-compaction."""
+
+    name: str = field(default="clear_grep", init=False)
+
+    def run(self, session: Session, now: datetime) -> StageReport | None:
+        state = session.api_state
+        ids = [i for i, tool in state.tool_names.items() if tool == "Grep" and i not in state.replaced]
+        event = MicrocompactApplied(trigger="manual", cleared_tool_use_ids=ids, keep_recent=1, tokens_freed=7)
+        return record_events(session, self.name, [event] if ids else [])
+
+
+class TestStageProtocol:
+    def test_the_configured_stages_are_stages_run_in_stage_order(self) -> None:
+        """STAGE_ORDER names the stages prepare really runs, and the reports come in that order."""
+        session = _open()
+        for n in range(1, 7):
+            _round(session, n, {f"t{n}": ("Bash", _lines(60_000 if n == 1 else 200))})
+        config = PipelineConfig(snip=SnipConfig(enabled=True), collapse=CollapseConfig(enabled=True))
+        pipeline = Pipeline(config, clock=lambda: T0 + timedelta(minutes=1))
+
+        prepared = pipeline.prepare(session)
+
+        assert all(isinstance(stage, Stage) for stage in pipeline.stages)
+        assert (*(stage.name for stage in pipeline.stages), "blocking_limit") == STAGE_ORDER
+        assert [r.stage for r in prepared.reports] == [
+            "tool_result_budget",
+            "snip",
+            "microcompact",
+            "collapse",
+        ]
+        assert [r.stage for r in prepared.reports] == [
+            s for s in STAGE_ORDER if s in {r.stage for r in prepared.reports}
+        ]
+        assert prepared.reports[0].event_ids  # the budget persisted t1 before the pipeline went on
+
+    def test_a_stage_of_ones_own_runs_where_the_list_puts_it_and_records_its_events(
+        self, store: SessionStore
+    ) -> None:
+        """Pipeline(stages=...) runs that list in order; a stage's own events reach the log and the view."""
+        session = _open(store)
+        _round(session, 1, {"g1": ("Grep", "match\n" * 50), "b1": ("Bash", "ok")})
+        stages = [_ClearGrep(), MicrocompactStage(MicrocompactConfig()), BudgetStage(BudgetConfig())]
+
+        prepared = Pipeline(stages=stages, clock=lambda: T0).prepare(session)
+
+        assert [r.stage for r in prepared.reports] == ["clear_grep", "microcompact", "tool_result_budget"]
+        (cleared,) = _events(Session(store, session.id), "microcompact_applied")
+        assert prepared.reports[0].event_ids == (cleared.event_id,)
+        assert prepared.reports[0].tokens_freed == 7
+        assert _result_content(prepared.request, "g1") == CLEARED_PLACEHOLDER
+        assert _result_content(prepared.request, "b1") == "ok"
+        again = Pipeline(stages=stages, clock=lambda: T0).prepare(session)
+        assert again.reports[0].event_ids == ()
+
+    def test_the_docs_example_of_a_stage_runs(self) -> None:
+        """docs/pipeline.md's own stage runs after the configured ones and reports its note."""
+        text = (Path(__file__).parent.parent / "docs" / "pipeline.md").read_text()
+        section = text[text.index("## Stages and how to add one") :]
+        code = section[section.index("```python\n") + len("```python\n") :]
+        code = code[: code.index("```")]
+        session = _open()
+        _round(session, 1, {"t1": ("Bash", "ok")})
+        namespace: dict[str, Any] = {"__name__": "pipeline_docs", "session": session}
+
+        exec(compile(code, "docs/pipeline.md", "exec", dont_inherit=True), namespace)
+
+        reports = namespace["prepared"].reports
+        assert [r.stage for r in reports] == ["tool_result_budget", "microcompact", "message_count"]
+        assert reports[-1].note == "3 messages"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ._budget import BudgetConfig, persisted_preview
+from ._budget import BudgetConfig, BudgetStage, persisted_preview
 from ._collapse import (
     CollapseConfig,
     CollapseReport,
+    CollapseStage,
     check_spawn,
     collapse,
     commit_collapse,
@@ -18,6 +19,7 @@ from ._compact_prompt import (
     format_summary,
 )
 from ._compaction import (
+    AutoCompactStage,
     CompactConfig,
     CompactHooks,
     CompactReport,
@@ -31,6 +33,7 @@ from ._microcompact import (
     COMPACTABLE_TOOLS,
     CONTEXT_MANAGEMENT_BETA,
     MicrocompactConfig,
+    MicrocompactStage,
     microcompact,
     record_applied_edits,
 )
@@ -41,10 +44,11 @@ from ._pipeline import (
     PipelineConfig,
     PreparedRequest,
     ServerCompactionConfig,
+    configured_stages,
 )
 from ._revert import revert
-from ._snip import SnipConfig, snip
-from ._stage import StageReport
+from ._snip import SnipConfig, SnipStage, snip
+from ._stage import Stage, StageReport, record_events
 from ._summarizers import (
     AnthropicSummarizer,
     OfflineSummarizer,
@@ -56,16 +60,20 @@ from ._summarizers import (
 
 __all__ = [
     "AnthropicSummarizer",
+    "AutoCompactStage",
     "BudgetConfig",
+    "BudgetStage",
     "COMPACTABLE_TOOLS",
     "COMPACTION_BETA",
     "CONTEXT_MANAGEMENT_BETA",
     "CollapseConfig",
     "CollapseReport",
+    "CollapseStage",
     "CompactConfig",
     "CompactHooks",
     "CompactReport",
     "MicrocompactConfig",
+    "MicrocompactStage",
     "OfflineSummarizer",
     "Pipeline",
     "PipelineConfig",
@@ -74,6 +82,8 @@ __all__ = [
     "SUMMARY_SECTIONS",
     "ServerCompactionConfig",
     "SnipConfig",
+    "SnipStage",
+    "Stage",
     "StageReport",
     "Summarizer",
     "Summary",
@@ -84,6 +94,7 @@ __all__ = [
     "commit_collapse",
     "compact",
     "compact_prompt",
+    "configured_stages",
     "default_summarizer",
     "drain_collapses",
     "format_summary",
@@ -91,6 +102,7 @@ __all__ = [
     "microcompact",
     "persisted_preview",
     "record_applied_edits",
+    "record_events",
     "revert",
     "shell_pre_compact_hook",
     "shell_text_hook",

@@ -7,15 +7,17 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .._paths import name_problem
 from ..events._context import ToolResultPersisted
 from ..projections._session import Session
+from ._stage import StageReport, record_events
 from ._tool_results import result_block, result_text, result_tokens
 
-__all__ = ["BudgetConfig", "budget_stage", "persisted_preview"]
+__all__ = ["BudgetConfig", "BudgetStage", "budget_stage", "persisted_preview"]
 
 
 @dataclass(frozen=True)
@@ -143,3 +145,17 @@ def budget_stage(session: Session, config: BudgetConfig) -> list[ToolResultPersi
             decided.append(event)
             sizes[tool_use_id] = len(event.preview)
     return decided
+
+
+@dataclass(frozen=True)
+class BudgetStage:
+    """The tool-result budget as a pipeline ``Stage``: persists what ``budget_stage`` decides."""
+
+    config: BudgetConfig = field(default_factory=BudgetConfig)
+    name: str = field(default="tool_result_budget", init=False)
+
+    def run(self, session: Session, now: datetime) -> StageReport | None:
+        """Persist the fresh results over budget in one transaction; None when switched off."""
+        if not self.config.enabled:
+            return None
+        return record_events(session, self.name, budget_stage(session, self.config))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..errors import SubagentSpawnRefused, ValidationError
@@ -26,11 +27,13 @@ from ..events._context import CollapseCommitted, CollapseStaged
 from ..projections._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
-from ._summarizers import Summarizer, SummaryRequest
+from ._stage import StageReport
+from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
 
 __all__ = [
     "CollapseConfig",
     "CollapseReport",
+    "CollapseStage",
     "check_spawn",
     "collapse",
     "collapse_stage",
@@ -381,3 +384,24 @@ def collapse_stage(session: Session, config: CollapseConfig, summarizer: Summari
         if not staged_one or session.used_tokens() < commit_mark:
             break
     return appended
+
+
+@dataclass(frozen=True)
+class CollapseStage:
+    """Collapse as a pipeline ``Stage``: ``collapse_stage`` appends each staging and commit itself.
+
+    Each span is summarized by a model call between transactions, so the stage cannot batch its
+    events; it reports the ids it appended and the drop in "used" tokens.
+    """
+
+    config: CollapseConfig = field(default_factory=CollapseConfig)
+    summarizer: Summarizer = field(default_factory=OfflineSummarizer)
+    name: str = field(default="collapse", init=False)
+
+    def run(self, session: Session, now: datetime) -> StageReport | None:
+        """Stage and commit spans by the marks; None when switched off (the default config)."""
+        if not self.config.enabled:
+            return None
+        before = session.used_tokens()
+        appended = collapse_stage(session, self.config, self.summarizer)
+        return StageReport(self.name, max(0, before - session.used_tokens()), tuple(appended))

@@ -2,8 +2,8 @@
 
 ``compact(session, summarizer, ...)`` runs one compaction and records a ``CompactBoundary``
 (or a ``CompactFailed`` — the context is then exactly as it was, never an error text used as a
-summary). ``autocompact_stage`` is the pipeline stage: it fires when
-``used - snip_freed >= autocompact threshold``, auto-compact is enabled, collapse is not, the
+summary). ``autocompact_stage`` decides the pipeline's ``AutoCompactStage``: it fires when
+``used >= autocompact threshold``, auto-compact is enabled, collapse is not, the
 session is the main thread, and the circuit breaker is closed (fewer than 3 consecutive
 automatic failures, counted from events, so the breaker survives a restart).
 """
@@ -18,6 +18,7 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from ..errors import CompactionDisabledError, PromptTooLong, SummaryFailed, ValidationError
@@ -26,11 +27,13 @@ from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARK
 from ..projections._session import Session
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._restore import Candidate, paths_in, select_attachments
-from ._summarizers import Summarizer, SummaryRequest
+from ._stage import StageReport
+from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
 
 __all__ = [
     "MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES",
     "PTL_RETRY_MARKER",
+    "AutoCompactStage",
     "CompactConfig",
     "CompactHooks",
     "CompactReport",
@@ -713,10 +716,12 @@ def autocompact_stage(
     summarizer: Summarizer,
     config: CompactConfig,
     *,
-    snip_freed: int = 0,
     collapse_enabled: bool = False,
 ) -> CompactReport | None:
-    """Compact when the context reached the auto-compact threshold and every condition holds."""
+    """Compact when the context reached the auto-compact threshold and every condition holds.
+
+    "used" already excludes what a snip freed after the last usage: nothing to subtract.
+    """
     state = session.token_state()
     window = state.window
     if (
@@ -724,7 +729,51 @@ def autocompact_stage(
         or collapse_enabled
         or session.api_state.query_source != "main"
         or breaker_open(session)
-        or state.used - snip_freed < window.autocompact_threshold
+        or state.used < window.autocompact_threshold
     ):
         return None
     return compact_session(session, summarizer, config, trigger="auto")
+
+
+@dataclass(frozen=True)
+class AutoCompactStage:
+    """Auto-compact as a pipeline ``Stage``: ``compact`` appends its own events (a model call).
+
+    Args:
+        enabled: ``PipelineConfig.auto_compact``; the window's switches can still disable it.
+        collapse_enabled: collapse runs before this stage. Collapse then keeps auto-compact
+            away, but a context its summaries filled would be stuck for good: at the blocking
+            limit the stage compacts as the last resort.
+    """
+
+    config: CompactConfig = field(default_factory=CompactConfig)
+    summarizer: Summarizer = field(default_factory=OfflineSummarizer)
+    enabled: bool = True
+    collapse_enabled: bool = False
+    name: str = field(default="auto_compact", init=False)
+
+    def run(self, session: Session, now: datetime) -> StageReport | None:
+        """Compact when due (or as collapse's last resort); None when nothing was tried."""
+        if not self.enabled:
+            return None
+        if session.api_state.query_source == "main":
+            # Collapse never uses the memory, and with all compaction off nothing would.
+            compaction_on = not session.config.window.disable_compaction
+            if self.config.session_memory and not self.collapse_enabled and compaction_on:
+                maybe_extract_memory(session, self.summarizer, self.config)
+            compacted = autocompact_stage(
+                session, self.summarizer, self.config, collapse_enabled=self.collapse_enabled
+            )
+            if compacted is not None:
+                return self._report(compacted, "")
+        if self.collapse_enabled and session.token_state().at_blocking_limit:
+            rescue = autocompact_stage(session, self.summarizer, self.config, collapse_enabled=False)
+            if rescue is not None:
+                return self._report(rescue, "collapse at the blocking limit")
+        return None
+
+    def _report(self, compacted: CompactReport, why: str) -> StageReport:
+        failed = "" if compacted.ok else f"failed: {compacted.reason}"
+        note = "; ".join(part for part in (why, failed) if part)
+        freed = max(0, compacted.tokens_before - compacted.tokens_after)
+        return StageReport(self.name, freed, (compacted.event_id,), note)

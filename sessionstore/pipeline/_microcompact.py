@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from ..events._context import MicrocompactApplied, ServerEditsApplied
 from ..projections._api_context import CLEARED_PLACEHOLDER
 from ..projections._session import Session
-from ._stage import StageReport
+from ._stage import StageReport, record_events
 from ._tool_results import result_block, result_text, result_tokens
 
 __all__ = [
     "COMPACTABLE_TOOLS",
     "CONTEXT_MANAGEMENT_BETA",
     "MicrocompactConfig",
+    "MicrocompactStage",
     "microcompact",
     "microcompact_stage",
     "record_applied_edits",
@@ -178,3 +179,20 @@ def record_applied_edits(session: Session, response: Any) -> ServerEditsApplied 
     )
     session.append([event])
     return event
+
+
+@dataclass(frozen=True)
+class MicrocompactStage:
+    """Time-based micro-compact as a pipeline ``Stage``; it always reports, cleared or not.
+
+    Its server-side path is no event but a request parameter: ``Pipeline.prepare`` adds it when
+    this stage cleared nothing (its report lists no event).
+    """
+
+    config: MicrocompactConfig = field(default_factory=MicrocompactConfig)
+    name: str = field(default="microcompact", init=False)
+
+    def run(self, session: Session, now: datetime) -> StageReport:
+        """Clear all but the newest results once the cache expired (by ``now``)."""
+        cleared = microcompact_stage(session, self.config, now)
+        return record_events(session, self.name, [cleared] if cleared else [])

@@ -2,40 +2,34 @@
 
     tool-result budget -> snip -> micro-compact -> (collapse) -> (auto-compact) -> blocking limit
 
-Each stage reads the live session's projection, decides, and appends the events that record
-what it did in one transaction (so the view changes only through the log, and every change can
-be audited and reverted). Each stage is switchable and reports the tokens it freed. Collapse and
-auto-compact slot in between micro-compact and the blocking limit when they exist; today the
-pipeline runs the stages below and says so in ``STAGE_ORDER``.
+Each stage is a ``Stage`` (see ``_stage.py``): it owns its config, reads the live session's
+projection, decides, and appends the events that record what it did (so the view changes only
+through the log, and every change can be audited and reverted), then reports the tokens it
+freed. ``configured_stages`` builds the stages a ``PipelineConfig`` describes, in the order
+``STAGE_ORDER`` names (derived from it); ``Pipeline(stages=...)`` runs a list of your own.
 
-``Pipeline.prepare(session)`` runs the stages, refuses a request still at the blocking limit
-(``BlockingLimitError``), records ``ContextServed`` for the request it hands out, and returns it.
+``Pipeline.prepare(session)`` runs the stages in order, refuses a request still at the blocking
+limit (``BlockingLimitError``), records ``ContextServed`` for the request it hands out, and
+returns it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BlockingLimitError
-from ..events._base import Event
 from ..events._context import ContextServed
 from ..projections._session import Session
 from ..projections._window import TokenState
-from ._budget import BudgetConfig, budget_stage
-from ._collapse import CollapseConfig, collapse_stage
-from ._compaction import (
-    CompactConfig,
-    CompactReport,
-    autocompact_stage,
-    compact_session,
-    maybe_extract_memory,
-)
-from ._microcompact import CONTEXT_MANAGEMENT_BETA, MicrocompactConfig, microcompact_stage, server_side_edits
-from ._snip import SnipConfig, snip_stage
-from ._stage import StageReport
+from ._budget import BudgetConfig, BudgetStage
+from ._collapse import CollapseConfig, CollapseStage
+from ._compaction import AutoCompactStage, CompactConfig, CompactReport, compact_session
+from ._microcompact import CONTEXT_MANAGEMENT_BETA, MicrocompactConfig, MicrocompactStage, server_side_edits
+from ._snip import SnipConfig, SnipStage
+from ._stage import Stage, StageReport
 from ._summarizers import OfflineSummarizer, Summarizer
 
 __all__ = [
@@ -45,10 +39,9 @@ __all__ = [
     "PipelineConfig",
     "PreparedRequest",
     "ServerCompactionConfig",
+    "configured_stages",
 ]
 
-#: The fixed order of SPEC section 5.
-STAGE_ORDER = ("tool_result_budget", "snip", "microcompact", "collapse", "auto_compact", "blocking_limit")
 #: The beta that enables the Messages API's own compaction (``compact_20260112``).
 COMPACTION_BETA = "compact-2026-01-12"
 
@@ -81,6 +74,32 @@ class PipelineConfig:
     compact: CompactConfig = field(default_factory=CompactConfig)
     server_compaction: ServerCompactionConfig = field(default_factory=ServerCompactionConfig)
     blocking_limit: bool = True
+
+
+def configured_stages(config: PipelineConfig, summarizer: Summarizer) -> tuple[Stage, ...]:
+    """The stages ``config`` describes, in SPEC section 5's order (a new stage is a line here).
+
+    Every stage is built; one its config switches off stands aside when run.
+    """
+    return (
+        BudgetStage(config.budget),
+        SnipStage(config.snip),
+        MicrocompactStage(config.microcompact),
+        CollapseStage(config.collapse, summarizer),
+        AutoCompactStage(
+            config.compact,
+            summarizer,
+            enabled=config.auto_compact,
+            collapse_enabled=config.collapse.enabled,
+        ),
+    )
+
+
+#: The fixed order of SPEC section 5: the configured stages' names, then the blocking limit.
+STAGE_ORDER = (
+    *(stage.name for stage in configured_stages(PipelineConfig(), OfflineSummarizer())),
+    "blocking_limit",
+)
 
 
 @dataclass(frozen=True)
@@ -126,7 +145,15 @@ def _served_event(session: Session, request: dict[str, Any], used: int) -> Conte
 
 
 class Pipeline:
-    """Runs the no-model stages before a call and records the request it hands out."""
+    """Runs its stages in order before a call and records the request it hands out.
+
+    Args:
+        config: the stages' switches and parameters, and what ``prepare`` adds after them (the
+            blocking limit, server-side edits and compaction).
+        clock: "now" for the stages (read once per ``prepare``); default the wall clock (UTC).
+        summarizer: the model calls of collapse and compaction (default: offline).
+        stages: run these instead of the ones ``config`` describes (``configured_stages``).
+    """
 
     def __init__(
         self,
@@ -134,10 +161,19 @@ class Pipeline:
         *,
         clock: Callable[[], datetime] | None = None,
         summarizer: Summarizer | None = None,
+        stages: Sequence[Stage] | None = None,
     ) -> None:
         self.config = config or PipelineConfig()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
+        self._stages = None if stages is None else tuple(stages)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The stages ``prepare`` runs, in order: the ones given, else those of the config."""
+        if self._stages is not None:
+            return self._stages
+        return configured_stages(self.config, self.summarizer)
 
     def reactive_compact(
         self, session: Session, summarizer: Summarizer | None = None
@@ -156,69 +192,46 @@ class Pipeline:
             session, summarizer or self.summarizer, self.config.compact, trigger="reactive"
         )
 
-    def _run_stage(self, session: Session, name: str, events: list[Event]) -> StageReport:
-        if not events:
-            return StageReport(name)
-        session.append(events)
-        freed = sum(int(getattr(e, "tokens_freed", 0)) for e in events)
-        return StageReport(name, freed, tuple(str(e.event_id) for e in events))
-
     def prepare(self, session: Session) -> PreparedRequest:
-        """Run every enabled stage in order, then hand out (and record) the request.
+        """Run every stage in order, then hand out (and record) the request.
 
         Raises:
             BlockingLimitError: the context is still at or above the blocking limit.
         """
-        config = self.config
+        now = self.clock()
         reports: list[StageReport] = []
-        if config.budget.enabled:
-            reports.append(
-                self._run_stage(session, "tool_result_budget", list(budget_stage(session, config.budget)))
-            )
-        if config.snip.enabled:
-            snipped = snip_stage(session, config.snip)
-            reports.append(self._run_stage(session, "snip", [snipped] if snipped else []))
-        cleared = microcompact_stage(session, config.microcompact, self.clock())
-        reports.append(self._run_stage(session, "microcompact", [cleared] if cleared else []))
-        if config.collapse.enabled:
-            before = session.used_tokens()
-            collapsed = collapse_stage(session, config.collapse, self.summarizer)
-            freed = max(0, before - session.used_tokens())
-            reports.append(StageReport("collapse", freed, tuple(collapsed)))
-        if config.auto_compact and session.api_state.query_source == "main":
-            # Collapse never uses the memory, and with all compaction off nothing would.
-            compaction_on = not session.config.window.disable_compaction
-            if config.compact.session_memory and not config.collapse.enabled and compaction_on:
-                maybe_extract_memory(session, self.summarizer, config.compact)
-            # "used" already excludes what snip freed after the last usage, so nothing to subtract.
-            compacted = autocompact_stage(
-                session, self.summarizer, config.compact, collapse_enabled=config.collapse.enabled
-            )
-            if compacted is not None:
-                freed = max(0, compacted.tokens_before - compacted.tokens_after)
-                note = "" if compacted.ok else f"failed: {compacted.reason}"
-                reports.append(StageReport("auto_compact", freed, (compacted.event_id,), note))
+        for stage in self.stages:
+            report = stage.run(session, now)
+            if report is not None:
+                reports.append(report)
         tokens = session.token_state()
-        if tokens.at_blocking_limit and config.collapse.enabled and config.auto_compact:
-            # Collapse keeps auto-compact away, but a context its summaries filled would be stuck
-            # for good: at the blocking limit, compact as the last resort.
-            rescue = autocompact_stage(session, self.summarizer, config.compact, collapse_enabled=False)
-            if rescue is not None:
-                note = "collapse at the blocking limit" + ("" if rescue.ok else f"; failed: {rescue.reason}")
-                freed = max(0, rescue.tokens_before - rescue.tokens_after)
-                reports.append(StageReport("auto_compact", freed, (rescue.event_id,), note))
-                tokens = session.token_state()
-        if config.blocking_limit and tokens.at_blocking_limit:
+        if self.config.blocking_limit and tokens.at_blocking_limit:
             raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)
         request = session.request()
+        edits, betas = self._server_edits(session, reports)
+        if edits:
+            request["context_management"] = {"edits": edits}
+        served = _served_event(session, request, tokens.used)
+        session.append([served])
+        return PreparedRequest(
+            request, tokens, tuple(reports), str(served.event_id), bool(betas), tuple(betas)
+        )
+
+    def _server_edits(
+        self, session: Session, reports: Sequence[StageReport]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The edits the request asks the server to make, with the betas they need (main thread only)."""
         edits: list[dict[str, Any]] = []
         betas: list[str] = []
-        mc = config.microcompact
-        if cleared is None and mc.server_side and session.api_state.query_source == "main":
+        if session.api_state.query_source != "main":
+            return edits, betas
+        mc = self.config.microcompact
+        cleared_locally = any(r.event_ids for r in reports if r.stage == MicrocompactStage.name)
+        if mc.server_side and not cleared_locally:
             edits += server_side_edits(mc)["edits"]
             betas.append(CONTEXT_MANAGEMENT_BETA)
-        sc = config.server_compaction
-        if sc.enabled and session.api_state.query_source == "main":
+        sc = self.config.server_compaction
+        if sc.enabled:
             edit: dict[str, Any] = {
                 "type": "compact_20260112",
                 "trigger": {"type": "input_tokens", "value": sc.trigger_tokens},
@@ -228,9 +241,4 @@ class Pipeline:
                 edit["instructions"] = sc.instructions
             edits.append(edit)
             betas.append(COMPACTION_BETA)
-        if edits:
-            request["context_management"] = {"edits": edits}
-        beta = bool(betas)
-        served = _served_event(session, request, tokens.used)
-        session.append([served])
-        return PreparedRequest(request, tokens, tuple(reports), str(served.event_id), beta, tuple(betas))
+        return edits, betas

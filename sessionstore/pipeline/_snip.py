@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from ..errors import ValidationError
 from ..events._context import SnipApplied
 from ..projections._api_context import committed_spans, leading_results
 from ..projections._session import Session
-from ._stage import StageReport
+from ._stage import StageReport, record_events
 
-__all__ = ["SnipConfig", "snip", "snip_stage"]
+__all__ = ["SnipConfig", "SnipStage", "snip", "snip_stage"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,18 @@ def snip_stage(session: Session, config: SnipConfig) -> SnipApplied | None:
         if state.used - session.estimate(chosen.tokens_freed, chosen.blocks_removed) <= target:
             break
     return chosen
+
+
+@dataclass(frozen=True)
+class SnipStage:
+    """Snip as a pipeline ``Stage``: appends the ``SnipApplied`` that ``snip_stage`` decides."""
+
+    config: SnipConfig = field(default_factory=SnipConfig)
+    name: str = field(default="snip", init=False)
+
+    def run(self, session: Session, now: datetime) -> StageReport | None:
+        """Snip when the trigger is reached; None when switched off (the default)."""
+        if not self.config.enabled:
+            return None
+        snipped = snip_stage(session, self.config)
+        return record_events(session, self.name, [snipped] if snipped else [])
