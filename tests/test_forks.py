@@ -162,8 +162,9 @@ def test_every_surface_numbers_a_fork_of_a_fork_alike(shared_backend: Backend, t
 
 
 def test_appends_to_a_fork_expect_its_visible_last_seq(store: SessionStore, backend: Backend) -> None:
-    """`expected_seq` counts through the parent's prefix, for `Session.append`, a `Conversation`'s
-    session and `sessionstore append --expected`; the store's own numbering is not accepted."""
+    """`expected_seq` counts through the parent's prefix, for `Session.append` (which a
+    `Conversation` appends through) and `sessionstore append --expected`; the storage
+    numbering is refused, and a conflict names both seqs in the visible numbering."""
     root = Session.create(store)
     _chat(root, "q1", "a1")
     fork = root.fork(fork_id="fork")
