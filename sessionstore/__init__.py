@@ -62,7 +62,6 @@ from .errors import (
     OperationalError,
     PathRefusedError,
     ProgrammingError,
-    PromptTooLong,
     PromptTooLongError,
     SchemaOutOfDateError,
     SessionExistsError,
@@ -70,7 +69,8 @@ from .errors import (
     SessionStoreError,
     StoreUnavailableError,
     SubagentSpawnRefused,
-    SummaryFailed,
+    SummaryFailedError,
+    SummaryPromptTooLongError,
     UnknownEventTypeError,
     ValidationError,
 )
@@ -294,7 +294,6 @@ __all__ = [
     "PreparedRequest",
     "ProgrammingError",
     "Projection",
-    "PromptTooLong",
     "PromptTooLongError",
     "QuerySource",
     "ReactiveRecovery",
@@ -334,7 +333,8 @@ __all__ = [
     "SubagentStarted",
     "Summarizer",
     "Summary",
-    "SummaryFailed",
+    "SummaryFailedError",
+    "SummaryPromptTooLongError",
     "SummaryRequest",
     "TiktokenCounter",
     "TokenBudget",
@@ -389,3 +389,12 @@ __all__ = [
     "view_diff",
     "write_claude_code",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Error names renamed in 0.2.0 still resolve here (with a DeprecationWarning); not in __all__."""
+    from . import errors
+
+    if name in errors.DEPRECATED_NAMES:
+        return getattr(errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

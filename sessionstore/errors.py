@@ -11,8 +11,9 @@ The tree::
     │                                        could not help (_conversation)
     ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
     ├── FilesRewindError                     a files rewind stopped half way; logged (_file_history)
-    ├── SummaryFailed                        no usable summary; nothing recorded (_summarizers)
-    │   └── PromptTooLong                    the summarization request was over the limit
+    ├── SummaryFailedError                   no usable summary; nothing recorded (_summarizers)
+    │   └── SummaryPromptTooLongError        the summarization request itself was over the limit
+    │                                        (not the agent loop's PromptTooLongError)
     ├── CompactionDisabledError              the session disables all compaction (_compaction)
     ├── SessionNotFoundError (LookupError)
     ├── SessionExistsError
@@ -33,12 +34,16 @@ The tree::
 Driver errors are translated in exactly one place (``sessionstore.store._sql``)
 with ``raise ... from e``, so callers never import SQLAlchemy or a driver to catch errors.
 
+Names renamed in 0.2.0 stay importable from this module as deprecated aliases (a
+``DeprecationWarning`` says the new name); CHANGELOG.md lists them.
+
 The command line turns an error into one ``sessionstore: ...`` line on stderr and an exit
 status (``EXIT_*`` below; docs/cli.md has the table).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -58,7 +63,6 @@ __all__ = [
     "OperationalError",
     "PathRefusedError",
     "ProgrammingError",
-    "PromptTooLong",
     "PromptTooLongError",
     "SchemaOutOfDateError",
     "SessionExistsError",
@@ -67,7 +71,8 @@ __all__ = [
     "StageOutcome",
     "StoreUnavailableError",
     "SubagentSpawnRefused",
-    "SummaryFailed",
+    "SummaryFailedError",
+    "SummaryPromptTooLongError",
     "UnknownEventTypeError",
     "ValidationError",
 ]
@@ -218,7 +223,7 @@ class FilesRewindError(SessionStoreError):
         self.not_applied = not_applied
 
 
-class SummaryFailed(SessionStoreError):
+class SummaryFailedError(SessionStoreError):
     """The summarizer produced no usable summary; the context is left as it was."""
 
     def __init__(self, reason: str) -> None:
@@ -226,7 +231,7 @@ class SummaryFailed(SessionStoreError):
         self.reason = reason
 
 
-class PromptTooLong(SummaryFailed):
+class SummaryPromptTooLongError(SummaryFailedError):
     """The summarization request itself was over the model's limit.
 
     Attributes:
@@ -428,3 +433,25 @@ class DatabaseFileGoneError(OperationalError):
             "reopen the store on the file that should hold the data"
         )
         self.path = path
+
+
+#: Names renamed in 0.2.0 -> their new names. Importing an old name still works (user code
+#: written against 0.1 keeps running) but warns; the facade exports only the new names.
+DEPRECATED_NAMES: dict[str, str] = {
+    "PromptTooLong": "SummaryPromptTooLongError",
+    "SummaryFailed": "SummaryFailedError",
+}
+
+
+def __getattr__(name: str) -> type[SessionStoreError]:
+    """Resolve a deprecated error name to its new class, with a ``DeprecationWarning``."""
+    new_name = DEPRECATED_NAMES.get(name)
+    if new_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"sessionstore.errors.{name} is deprecated, use {new_name} (the same class)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    error: type[SessionStoreError] = globals()[new_name]
+    return error

@@ -12,7 +12,7 @@ import pytest
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
 from sessionstore.cli import main
-from sessionstore.errors import SubagentSpawnRefused, SummaryFailed
+from sessionstore.errors import SubagentSpawnRefused, SummaryFailedError
 from sessionstore.pipeline import snip
 from sessionstore.pipeline._collapse import (
     CollapseConfig,
@@ -127,12 +127,12 @@ class TestManualCollapse:
             name = "broken"
 
             def summarize(self, request: Any) -> Any:
-                raise SummaryFailed("model unavailable")
+                raise SummaryFailedError("model unavailable")
 
         session, prompts = _session()
         before = (session.last_seq, session.request_bytes())
 
-        with pytest.raises(SummaryFailed):
+        with pytest.raises(SummaryFailedError):
             collapse(session, Broken(), prompts[1], _last_uuid_before(session, prompts[2]))
         assert (session.last_seq, session.request_bytes()) == before
 

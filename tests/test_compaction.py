@@ -23,7 +23,7 @@ from sessionstore import (
     UsageRecorded,
     WindowConfig,
 )
-from sessionstore.errors import CompactionDisabledError, SummaryFailed
+from sessionstore.errors import CompactionDisabledError, SummaryFailedError
 from sessionstore.events._context import SessionMemoryUpdated
 from sessionstore.pipeline._collapse import CollapseConfig
 from sessionstore.pipeline._compaction import (
@@ -227,7 +227,7 @@ class FailingSummarizer:
 
     def summarize(self, request: Any) -> Any:
         if self.fail:
-            raise SummaryFailed("model overloaded")
+            raise SummaryFailedError("model overloaded")
         return OfflineSummarizer().summarize(request)
 
 

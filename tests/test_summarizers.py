@@ -7,7 +7,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from sessionstore.errors import PromptTooLong, SummaryFailed
+from sessionstore.errors import SummaryFailedError, SummaryPromptTooLongError
 from sessionstore.pipeline._compact_prompt import SUMMARY_SECTIONS, compact_prompt, format_summary
 from sessionstore.pipeline._summarizers import (
     AnthropicSummarizer,
@@ -118,7 +118,7 @@ class TestOffline:
 
     def test_nothing_to_summarize_fails(self) -> None:
         """An empty span is a failure, not an empty summary."""
-        with pytest.raises(SummaryFailed):
+        with pytest.raises(SummaryFailedError):
             OfflineSummarizer().summarize(SummaryRequest(messages=[]))
 
 
@@ -150,10 +150,10 @@ class TestAnthropic:
         )
 
     def test_prompt_too_long_carries_the_gap(self, messages_api: Any) -> None:
-        """The API's 400 becomes PromptTooLong with the parsed token gap."""
+        """The API's 400 becomes SummaryPromptTooLongError with the parsed token gap."""
         messages_api.queue.append(prompt_too_long(230_000))
 
-        with pytest.raises(PromptTooLong) as caught:
+        with pytest.raises(SummaryPromptTooLongError) as caught:
             self._summarizer(messages_api).summarize(SummaryRequest(messages=CONVERSATION))
 
         assert caught.value.gap == 30_000
@@ -176,7 +176,7 @@ class TestAnthropic:
         """Never an error text or a tool call used as a summary."""
         messages_api.queue.append(answer)
 
-        with pytest.raises(SummaryFailed):
+        with pytest.raises(SummaryFailedError):
             self._summarizer(messages_api).summarize(SummaryRequest(messages=CONVERSATION))
 
 

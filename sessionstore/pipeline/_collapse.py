@@ -225,7 +225,7 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
 
     Raises:
         ValidationError: the span splits a tool pair, overlaps another collapse, or reaches the tail.
-        SummaryFailed: the summarizer produced nothing usable (nothing is recorded).
+        SummaryFailedError: the summarizer produced nothing usable (nothing is recorded).
     """
     _check_span(session, start, end)
     state = session.api_state
@@ -325,7 +325,7 @@ def collapse(session: Session, summarizer: Summarizer, from_uuid: str, to_uuid: 
 
     Raises:
         ValidationError: unknown message, or a span that splits a tool pair or overlaps.
-        SummaryFailed: the summarizer failed (nothing is recorded).
+        SummaryFailedError: the summarizer failed (nothing is recorded).
     """
     before = session.used_tokens()
     start = session.message_index(from_uuid)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..errors import CompactionDisabledError, PromptTooLong, SummaryFailed, ValidationError
+from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptTooLongError, ValidationError
 from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
 from ..projections._session import Session
@@ -79,7 +79,7 @@ def _run_shell(command: Sequence[str], payload: dict[str, Any], timeout: float) 
     """Run ``command`` with ``payload`` as JSON on stdin; its stdout, stripped.
 
     Raises:
-        SummaryFailed: the command failed or timed out (the compaction then records a failure).
+        SummaryFailedError: the command failed or timed out (the compaction then records a failure).
     """
     try:
         done = subprocess.run(
@@ -92,10 +92,10 @@ def _run_shell(command: Sequence[str], payload: dict[str, Any], timeout: float) 
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         msg = f"hook {command[0]!r} could not run: {e}"
-        raise SummaryFailed(msg) from e
+        raise SummaryFailedError(msg) from e
     if done.returncode != 0:
         msg = f"hook {command[0]!r} exited with {done.returncode}: {done.stderr.strip()[:200]}"
-        raise SummaryFailed(msg)
+        raise SummaryFailedError(msg)
     return done.stdout.strip()
 
 
@@ -324,7 +324,7 @@ def maybe_extract_memory(session: Session, summarizer: Summarizer, config: Compa
                 model=state.model,
             )
         )
-    except SummaryFailed:
+    except SummaryFailedError:
         return False  # background work: the next turn tries again
     session.append(
         [
@@ -398,13 +398,13 @@ def _summarize_with_retries(
         try:
             summary = summarizer.summarize(dataclasses.replace(request, messages=messages))
             return summary.text, summary.summarizer, retry, messages
-        except PromptTooLong as e:
+        except SummaryPromptTooLongError as e:
             if retry == MAX_PTL_RETRIES:
                 msg = f"summarization prompt still too long after {MAX_PTL_RETRIES} retries"
-                raise SummaryFailed(msg) from e
+                raise SummaryFailedError(msg) from e
             shorter = drop_for_retry(messages, e.gap, lambda m: _message_tokens(session, m))
             if shorter is None:
-                raise SummaryFailed("nothing left to summarize after dropping rounds") from e
+                raise SummaryFailedError("nothing left to summarize after dropping rounds") from e
             messages = shorter
     raise AssertionError  # pragma: no cover - the loop returns or raises
 
@@ -485,7 +485,7 @@ def _llm_plan(
 
     Raises:
         ValidationError: a pivot that would split a tool call from its result.
-        SummaryFailed: no usable summary.
+        SummaryFailedError: no usable summary.
     """
     state = session.api_state
     keep_index = len(state.messages)  # nothing kept
@@ -579,7 +579,7 @@ def compact(
                 instructions = f"{instructions}\n{extra}" if instructions else extra
             if message:
                 shown.append(message)
-    except SummaryFailed as e:
+    except SummaryFailedError as e:
         return _failed(session, trigger, e.reason, before)
     pivot = up_to_uuid is not None or from_uuid is not None
     plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
@@ -589,7 +589,7 @@ def compact(
         hook_results = [*shown]
         hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
         hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
-    except SummaryFailed as e:
+    except SummaryFailedError as e:
         return _failed(session, trigger, e.reason, before)
     boundary = _boundary(session, plan, trigger, instructions, hook_results, before)
     session.append([boundary])

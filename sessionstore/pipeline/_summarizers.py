@@ -7,8 +7,8 @@
   the messages themselves (user messages verbatim, files read and edited, errors, pending work,
   the latest task). The default when no API key is configured, and what the tests and the demo use.
 
-A summarizer raises ``SummaryFailed`` (or ``PromptTooLong``, carrying the token gap when the API
-states it) rather than ever returning an error text as a summary.
+A summarizer raises ``SummaryFailedError`` (or ``SummaryPromptTooLongError``, carrying the token
+gap when the API states it) rather than ever returning an error text as a summary.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import PromptTooLong, SummaryFailed
+from ..errors import SummaryFailedError, SummaryPromptTooLongError
 from ._compact_prompt import SUMMARY_SECTIONS, Template, compact_prompt, format_summary
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Summary:
 
 
 class Summarizer(Protocol):
-    """Turns messages into a summary, or raises ``SummaryFailed``."""
+    """Turns messages into a summary, or raises ``SummaryFailedError``."""
 
     @property
     def name(self) -> str:
@@ -155,7 +155,8 @@ class AnthropicSummarizer:
         self.max_tokens = max_tokens
 
     def summarize(self, request: SummaryRequest) -> Summary:
-        """One turn, no tools; raise ``PromptTooLong`` / ``SummaryFailed`` on any bad outcome."""
+        """One turn, no tools; any bad outcome raises ``SummaryFailedError`` (or its subclass
+        ``SummaryPromptTooLongError``)."""
         import anthropic
 
         messages = with_previous_summary(strip_media(request.messages), request.previous_summary)
@@ -186,16 +187,16 @@ class AnthropicSummarizer:
             text = str(e)
             gap = parse_prompt_too_long(text)
             if gap is not None or "prompt is too long" in text.lower():
-                raise PromptTooLong(f"summarization prompt too long: {text}", gap) from e
-            raise SummaryFailed(f"summarizer request rejected: {text}") from e
+                raise SummaryPromptTooLongError(f"summarization prompt too long: {text}", gap) from e
+            raise SummaryFailedError(f"summarizer request rejected: {text}") from e
         except anthropic.APIError as e:  # timeouts, overload, connection errors
-            raise SummaryFailed(f"summarizer call failed: {type(e).__name__}: {e}") from e
+            raise SummaryFailedError(f"summarizer call failed: {type(e).__name__}: {e}") from e
         if any(getattr(b, "type", None) == "tool_use" for b in response.content):
-            raise SummaryFailed("summarizer answered with a tool call instead of a summary")
+            raise SummaryFailedError("summarizer answered with a tool call instead of a summary")
         raw = "".join(getattr(b, "text", "") for b in response.content if getattr(b, "type", None) == "text")
         text = format_summary(raw)
         if not text:
-            raise SummaryFailed("summarizer returned an empty summary")
+            raise SummaryFailedError("summarizer returned an empty summary")
         usage = response.usage
         return Summary(
             text,
@@ -288,10 +289,10 @@ class OfflineSummarizer:
     name = "offline"
 
     def summarize(self, request: SummaryRequest) -> Summary:
-        """Extract the sections from the messages (raises ``SummaryFailed`` when there are none)."""
+        """Extract the sections from the messages (raises ``SummaryFailedError`` when there are none)."""
         messages = strip_media(request.messages)
         if not messages:
-            raise SummaryFailed("nothing to summarize")
+            raise SummaryFailedError("nothing to summarize")
         user_texts: list[str] = []
         assistant_texts: list[str] = []
         tools_used: dict[str, int] = {}
