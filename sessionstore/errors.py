@@ -9,7 +9,7 @@ The tree::
     ├── BlockingLimitError                   still at the blocking limit after every stage (_pipeline)
     ├── PromptTooLongError                   the API refused a request as too long; recovery
     │                                        could not help (_conversation)
-    ├── SubagentSpawnRefused                 the context is at the spawn-block mark (_collapse)
+    ├── SubagentSpawnRefusedError            the context is at the spawn-block mark (_collapse)
     ├── FilesRewindError                     a files rewind stopped half way; logged (_file_history)
     ├── SummaryFailedError                   no usable summary; nothing recorded (_summarizers)
     │   └── SummaryPromptTooLongError        the summarization request itself was over the limit
@@ -70,7 +70,7 @@ __all__ = [
     "SessionStoreError",
     "StageOutcome",
     "StoreUnavailableError",
-    "SubagentSpawnRefused",
+    "SubagentSpawnRefusedError",
     "SummaryFailedError",
     "SummaryPromptTooLongError",
     "UnknownEventTypeError",
@@ -194,7 +194,7 @@ class PromptTooLongError(SessionStoreError):
         self.gap = gap
 
 
-class SubagentSpawnRefused(SessionStoreError):
+class SubagentSpawnRefusedError(SessionStoreError):
     """The context is at or above the spawn-block mark: no sub-agent may start now."""
 
     def __init__(self, used: int, limit: int) -> None:
@@ -439,6 +439,7 @@ class DatabaseFileGoneError(OperationalError):
 #: written against 0.1 keeps running) but warns; the facade exports only the new names.
 DEPRECATED_NAMES: dict[str, str] = {
     "PromptTooLong": "SummaryPromptTooLongError",
+    "SubagentSpawnRefused": "SubagentSpawnRefusedError",
     "SummaryFailed": "SummaryFailedError",
 }
 

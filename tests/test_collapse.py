@@ -12,7 +12,7 @@ import pytest
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
 from sessionstore.cli import main
-from sessionstore.errors import SubagentSpawnRefused, SummaryFailedError
+from sessionstore.errors import SubagentSpawnRefusedError, SummaryFailedError
 from sessionstore.pipeline import snip
 from sessionstore.pipeline._collapse import (
     CollapseConfig,
@@ -189,7 +189,7 @@ def test_spawn_refused_at_ninety_five_percent() -> None:
     check_spawn(session)
     session.append([UsageRecorded(input_tokens=85_600, output_tokens=0)])  # 95.1% of 90,000
 
-    with pytest.raises(SubagentSpawnRefused):
+    with pytest.raises(SubagentSpawnRefusedError):
         check_spawn(session)
     check_spawn(session, CollapseConfig(enabled=False))
 

@@ -26,7 +26,7 @@ from sessionstore.agent._conversation import (
     budget_decision,
     spawn_subagent,
 )
-from sessionstore.errors import PromptTooLongError, SubagentSpawnRefused
+from sessionstore.errors import PromptTooLongError, SubagentSpawnRefusedError
 from sessionstore.pipeline._collapse import CollapseConfig, stage_collapse
 from sessionstore.pipeline._pipeline import ServerCompactionConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
@@ -460,7 +460,7 @@ class TestSubagents:
         assert [
             e.payload.get("child_session_id") for e in parent.transcript if e.type == "subagent_started"
         ] == [child.id]
-        with pytest.raises(SubagentSpawnRefused):
+        with pytest.raises(SubagentSpawnRefusedError):
             spawn_subagent(parent, "toolu_other")
 
     def test_the_child_inherits_the_parents_system_prompt_and_tools(self, messages_api: Any) -> None:

@@ -709,7 +709,7 @@ def spawn_subagent(
         tools: the child's tool definitions (default: the parent's; ``()`` for none).
 
     Raises:
-        SubagentSpawnRefused: collapse is enabled and the parent is at 95% of its window.
+        SubagentSpawnRefusedError: collapse is enabled and the parent is at 95% of its window.
     """
     check_spawn(parent, collapse or CollapseConfig(enabled=True))
     child_system = parent.api_state.system if system is None else system

@@ -9,7 +9,7 @@ changes, so a committed collapse is undone by reverting its commit, and commits 
 * **Commit** (no model call): from ``commit_percent`` (90%), staged collapses are committed,
   oldest first, until the context is below that mark.
 * **Drain** (overflow recovery, no model call): every staged collapse is committed at once.
-* From ``spawn_block_percent`` (95%) sub-agents are refused (``SubagentSpawnRefused``).
+* From ``spawn_block_percent`` (95%) sub-agents are refused (``SubagentSpawnRefusedError``).
 * When collapse is enabled auto-compact never fires: it would race collapse near 93% and throw
   away the granular context collapse keeps.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..errors import SubagentSpawnRefused, ValidationError
+from ..errors import SubagentSpawnRefusedError, ValidationError
 from ..events._context import CollapseCommitted, CollapseStaged
 from ..projections._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
 from ..projections._session import Session
@@ -67,14 +67,14 @@ class CollapseReport:
 
 
 def check_spawn(session: Session, config: CollapseConfig | None = None) -> None:
-    """Raise ``SubagentSpawnRefused`` when collapse is on and the context is at the block mark."""
+    """Raise ``SubagentSpawnRefusedError`` when collapse is on and the context is at the block mark."""
     config = config or CollapseConfig(enabled=True)
     if not config.enabled:
         return
     state = session.token_state()
     limit = int(state.window.effective_window * config.spawn_block_percent / 100)
     if state.used >= limit:
-        raise SubagentSpawnRefused(state.used, limit)
+        raise SubagentSpawnRefusedError(state.used, limit)
 
 
 # --- spans -----------------------------------------------------------------------------------
