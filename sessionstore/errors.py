@@ -10,7 +10,7 @@ The tree::
     ├── PromptTooLongError                   the API refused a request as too long; recovery
     │                                        could not help (_conversation)
     ├── SubagentSpawnRefusedError            the context is at the spawn-block mark (_collapse)
-    ├── FilesRewindError                     a files rewind stopped half way; logged (_file_history)
+    ├── FilesRewindError                     a files rewind stopped half way; logged (checkpoints)
     ├── SummaryFailedError                   no usable summary; nothing recorded (_summarizers)
     │   └── SummaryPromptTooLongError        the summarization request itself was over the limit
     │                                        (not the agent loop's PromptTooLongError)
@@ -20,7 +20,8 @@ The tree::
     ├── ConcurrencyError                     expected seq != actual seq; nothing written
     ├── DuplicateEventError                  an event_id reused with different content
     ├── AppendOnlyViolation                  the database refused an UPDATE / DELETE / TRUNCATE
-    ├── IntegrityCheckError                  the hash chain does not verify (tampering)
+    ├── DataCorruptionError                  stored data is not what was written: a hash or link does
+    │                                        not verify, an event or blob is missing (not IntegrityError)
     ├── UnknownEventTypeError                a stored event type this version cannot read
     ├── SchemaOutOfDateError                 not migrated to this version (or by a newer one)
     ├── DatabaseNotFoundError (LookupError)  no database at the path, and this call may not create one
@@ -28,7 +29,7 @@ The tree::
         ├── OperationalError                 lost connection, lock timeout, disk full ...
         │   ├── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
         │   └── DatabaseFileGoneError        the SQLite file was deleted or replaced while open
-        ├── IntegrityError                   a constraint the store did not expect
+        ├── IntegrityError                   a database constraint the store did not expect (PEP 249)
         └── ProgrammingError                 broken SQL, missing table
 
 Driver errors are translated in exactly one place (``sessionstore.store._sql``)
@@ -52,12 +53,12 @@ __all__ = [
     "BlockingLimitError",
     "CompactionDisabledError",
     "ConcurrencyError",
+    "DataCorruptionError",
     "DatabaseError",
     "DatabaseFileGoneError",
     "DatabaseNotFoundError",
     "DuplicateEventError",
     "FilesRewindError",
-    "IntegrityCheckError",
     "IntegrityError",
     "InvalidRequestError",
     "OperationalError",
@@ -302,8 +303,12 @@ class AppendOnlyViolation(SessionStoreError):
     """The database itself refused to change or remove a stored event or blob."""
 
 
-class IntegrityCheckError(SessionStoreError):
-    """Stored data does not match its hash: an event or blob was altered.
+class DataCorruptionError(SessionStoreError):
+    """Stored data is not what was written: an event or blob was altered, removed or reordered.
+
+    Found by the hash chain (``verify``, reading a blob, opening a fork), whatever the cause:
+    tampering, a damaged disk or a bad restore. Not :class:`IntegrityError`, which is PEP 249's
+    name for a database constraint the store did not expect.
 
     Attributes:
         session_id: the session checked (None for a blob).
@@ -402,7 +407,9 @@ class StoreUnavailableError(OperationalError):
 
 
 class IntegrityError(DatabaseError):
-    """A database constraint the store does not translate into a domain error.
+    """A database constraint the store does not translate into a domain error (PEP 249's name).
+
+    Not :class:`DataCorruptionError`, which says stored data fails its hash check.
 
     Attributes:
         constraint: the violated constraint's name, when the driver reports it.
@@ -438,6 +445,7 @@ class DatabaseFileGoneError(OperationalError):
 #: Names renamed in 0.2.0 -> their new names. Importing an old name still works (user code
 #: written against 0.1 keeps running) but warns; the facade exports only the new names.
 DEPRECATED_NAMES: dict[str, str] = {
+    "IntegrityCheckError": "DataCorruptionError",
     "PromptTooLong": "SummaryPromptTooLongError",
     "SubagentSpawnRefused": "SubagentSpawnRefusedError",
     "SummaryFailed": "SummaryFailedError",

@@ -463,7 +463,7 @@ class TestTamperEvidence:
         assert not report.ok
         assert report.first_bad_seq == 4
         assert "hash" in (report.reason or "")
-        with pytest.raises(sessionstore.IntegrityCheckError) as caught:
+        with pytest.raises(sessionstore.DataCorruptionError) as caught:
             store.read(sid, verify=True)
         assert caught.value.seq == 4
         assert len(store.read(sid)) == 6  # unverified reads still work, for forensics
@@ -497,7 +497,7 @@ class TestTamperEvidence:
             store, "UPDATE blobs SET data = :data WHERE sha256 = :sha", data=b"\x00", sha=ref.sha256
         )
 
-        with pytest.raises(sessionstore.IntegrityCheckError, match="blob"):
+        with pytest.raises(sessionstore.DataCorruptionError, match="blob"):
             store.get_blob(ref.sha256)
 
 

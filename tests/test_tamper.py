@@ -116,7 +116,7 @@ class TestSessionsRow:
         assert "sessions row" in (report.reason or "")
         assert (report.reason or "").endswith(": fork_seq is 5, but the chain was started at fork point 3")
         assert verify_session(store, fork).summary().startswith("fork: BROKEN at seq 1: ")
-        with pytest.raises(sessionstore.IntegrityCheckError):
+        with pytest.raises(sessionstore.DataCorruptionError):
             store.read(fork, verify=True)
 
     def test_a_replaced_parent_breaks_the_fork(self, store: SessionStore) -> None:
@@ -282,7 +282,7 @@ def test_a_deleted_first_event_is_a_gap_at_seq_1(store: SessionStore) -> None:
 
     report = store.verify(sid)
     assert (report.first_bad_seq, report.reason) == (2, "seq gap: expected 1")
-    with pytest.raises(sessionstore.IntegrityCheckError, match="seq gap: expected 1"):
+    with pytest.raises(sessionstore.DataCorruptionError, match="seq gap: expected 1"):
         store.read(sid, verify=True)
 
 

@@ -26,8 +26,8 @@ from typing import Literal
 
 from .._paths import resolve_in_root, to_relative
 from ..errors import (
+    DataCorruptionError,
     FilesRewindError,
-    IntegrityCheckError,
     PathRefusedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -287,7 +287,7 @@ class FileHistory:
         Raises:
             ValidationError: no visible checkpoint for the message.
             PathRefusedError: some tracked paths may not be restored; names every one.
-            IntegrityCheckError: a checkpoint's blob is missing from the store.
+            DataCorruptionError: a checkpoint's blob is missing from the store.
         """
         state = self.refresh()
         checkpoint = state.checkpoint(message_uuid)
@@ -325,7 +325,7 @@ class FileHistory:
             return self.store.get_blob(sha256)
         except KeyError:
             msg = f"blob {sha256} of {path!r} is missing from the store"
-            raise IntegrityCheckError(msg) from None
+            raise DataCorruptionError(msg) from None
 
     def _message_seq(self, message_uuid: str) -> int:
         for entry in reversed(self.session.transcript_state.entries):

@@ -27,7 +27,7 @@ from ..errors import (
     EXIT_INTEGRITY,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    IntegrityCheckError,
+    DataCorruptionError,
     SessionStoreError,
     ValidationError,
 )
@@ -680,7 +680,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         status = _run(args, out)
         out.flush()  # a closed pipe shows up here, not in the interpreter's exit
         return status
-    except IntegrityCheckError as e:
+    except DataCorruptionError as e:
         return _fail(str(e), EXIT_INTEGRITY)
     except SessionStoreError as e:
         return _fail(str(e), EXIT_ERROR)

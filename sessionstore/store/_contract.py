@@ -19,7 +19,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import IntegrityCheckError, SessionNotFoundError, ValidationError
+from ..errors import DataCorruptionError, SessionNotFoundError, ValidationError
 from ..events._base import Event, decode_event
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 
@@ -450,7 +450,7 @@ class SessionStore(abc.ABC):
 
         Raises:
             SessionNotFoundError: no such session.
-            IntegrityCheckError: ``verify`` found a stored event altered.
+            DataCorruptionError: ``verify`` found a stored event altered.
             ValidationError: a seq that is not a 64-bit int.
         """
 
@@ -476,7 +476,7 @@ class SessionStore(abc.ABC):
 
         Raises:
             KeyError: no such blob (a ``LookupError``).
-            IntegrityCheckError: the stored bytes do not hash to ``sha256``.
+            DataCorruptionError: the stored bytes do not hash to ``sha256``.
         """
 
     @abc.abstractmethod
@@ -598,7 +598,7 @@ class SessionStore(abc.ABC):
 
         Raises:
             SessionNotFoundError: no such session.
-            IntegrityCheckError: an empty fork whose parent's event at the fork point is missing.
+            DataCorruptionError: an empty fork whose parent's event at the fork point is missing.
         """
         last = self.last_seq(session_id)
         if last:
@@ -606,7 +606,7 @@ class SessionStore(abc.ABC):
         genesis = self.genesis(session_id)
         if genesis is None:
             msg = f"session {session_id!r}: the parent's event at its fork point is missing"
-            raise IntegrityCheckError(msg, session_id=session_id)
+            raise DataCorruptionError(msg, session_id=session_id)
         return ChainHead(session_id, 0, genesis)
 
     def verify(self, session_id: str, *, head: str | ChainHead | None = None) -> VerifyReport:

@@ -30,8 +30,8 @@ from ..errors import (
     AppendOnlyViolation,
     ConcurrencyError,
     DatabaseError,
+    DataCorruptionError,
     DuplicateEventError,
-    IntegrityCheckError,
     IntegrityError,
     OperationalError,
     ProgrammingError,
@@ -644,12 +644,12 @@ class SqlSessionStore(SessionStore):
             start = self.chain_start(session_id, result[0]) if from_seq <= 1 and result else None
             if from_seq <= 1 and result and start is None:
                 msg = f"session {session_id!r}: the parent's event at its fork point is missing"
-                raise IntegrityCheckError(msg, session_id=session_id, seq=1)
+                raise DataCorruptionError(msg, session_id=session_id, seq=1)
             problem = chain_problem(result, start, from_seq=1 if start is not None else None)
             if problem is not None:
                 seq, reason = problem
                 msg = f"session {session_id!r}: integrity check failed at seq {seq}: {reason}"
-                raise IntegrityCheckError(msg, session_id=session_id, seq=seq)
+                raise DataCorruptionError(msg, session_id=session_id, seq=seq)
         return result
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
@@ -735,7 +735,7 @@ class SqlSessionStore(SessionStore):
             data = zlib.decompress(data)
         if hashlib.sha256(data).hexdigest() != sha256:
             msg = f"blob {sha256} does not match its hash"
-            raise IntegrityCheckError(msg)
+            raise DataCorruptionError(msg)
         return data
 
     # -- snapshots --
