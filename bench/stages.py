@@ -234,7 +234,7 @@ class Probe:
 
 def _open(path: Path) -> sessionstore.SessionStore:
     store = open_store(path, migrate=True)
-    getattr(store, "token_counter").count_text("warm up the tokenizer")  # noqa: B009 (not in the ABC)
+    store.token_counter.count_text("warm up the tokenizer")  # type: ignore[union-attr]  # the default counts
     return store
 
 
@@ -311,7 +311,7 @@ def bench_budget(folder: Path, repeats: int, *, profile: bool) -> BudgetRow:
             probe.wrap(_pipeline, "_served_event", "served")
             probe.wrap(session, "append", "appends")
             probe.wrap(store, "put_blob", "put_blob")
-            probe.wrap(getattr(store, "token_counter"), "count_text", "tokenize")  # noqa: B009
+            probe.wrap(store.token_counter, "count_text", "tokenize")
             gc.collect()
             try:
                 t0 = time.perf_counter_ns()

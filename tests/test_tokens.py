@@ -138,3 +138,57 @@ def test_chunked_count_of_real_text_is_within_one_percent_of_the_exact_count() -
 
     assert recording.longest <= MAX_ENCODED_CHARS
     assert abs(chunked - exact) <= 0.01 * exact
+
+
+class _WordCounter:
+    """A whole ``TokenCounter`` of its own: one token per word."""
+
+    name = "words"
+
+    def count(self, event: sessionstore.Event) -> int | None:
+        texts = event.countable_text()
+        return None if texts is None else sum(self.count_text(t) for t in texts)
+
+    def count_text(self, text: str) -> int:
+        return len(text.split())
+
+
+class _NoTextCounter:
+    """Counts events but not texts: half a ``TokenCounter``."""
+
+    name = "events-only"
+
+    def count(self, event: sessionstore.Event) -> int | None:
+        return 1
+
+
+def test_a_counter_lacking_count_text_is_refused_when_the_store_opens(tmp_path: Path) -> None:
+    """The pipeline and the importer measure texts with ``count_text``: a counter without it is a
+    clear error at open, before the database file exists, not a failure at some later turn."""
+    path = tmp_path / "store.db"
+
+    try:
+        sessionstore.open_store(path, migrate=True, token_counter=_NoTextCounter())  # type: ignore[arg-type]
+    except sessionstore.ValidationError as e:
+        refused = e
+    else:
+        raise AssertionError("a counter without count_text was accepted")
+
+    assert refused.field == "token_counter"
+    assert "count_text" in str(refused)
+    assert not path.exists()
+
+
+def test_the_store_s_counter_measures_every_text(tmp_path: Path) -> None:
+    """``store.token_counter`` (declared on every SessionStore, None by default) is what the live
+    session and the importer count texts with; without one they estimate 4 characters a token."""
+    text = "three little words and two more"
+    with sessionstore.open_store(":memory:", token_counter=_WordCounter()) as counted:
+        session = sessionstore.Session.create(counted)
+        assert session.count_text(text) == 6
+        session.append([MessageAppended(role="user", content=text)])
+        assert counted.read(session.id)[-1].token_count == 6
+    with sessionstore.open_store(":memory:", token_counter=None) as uncounted:
+        assert uncounted.token_counter is None
+        assert sessionstore.Session.create(uncounted).count_text(text) == 8  # ceil(31 / 4)
+    assert sessionstore.SessionStore.token_counter is None

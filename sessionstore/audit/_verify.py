@@ -290,7 +290,7 @@ def verify_session(
         log = SessionLog(store, session_id)
     except SessionNotFoundError:  # its events outlived its sessions row: nothing to fold
         return SessionVerification(chain, 0)
-    counter = getattr(store, "token_counter", None)
+    counter = store.token_counter
     tokenizer = counter.name if counter is not None else NO_TOKENIZER
     checks: list[ProjectionCheck] = []
     api_name = ApiContextProjection.name

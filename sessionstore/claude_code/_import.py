@@ -424,10 +424,9 @@ def _dag_order(lines: list[_Line]) -> list[_Line]:
 
 
 def _count_text(store: SessionStore) -> Callable[[str], int]:
-    counter = getattr(store, "token_counter", None)
-    count = getattr(counter, "count_text", None)
-    if callable(count):
-        return lambda text: int(count(text))
+    counter = store.token_counter
+    if counter is not None:
+        return counter.count_text
     # No tokenizer configured: the usual 4-characters-per-token rule of thumb.
     return lambda text: (len(text) + 3) // 4
 

@@ -103,7 +103,7 @@ class Session:
         self.store = store
         self.id = session_id
         self.config = config or SessionConfig()
-        counter = getattr(store, "token_counter", None)
+        counter = store.token_counter
         self.tokenizer = counter.name if counter is not None else NO_TOKENIZER
         self._api_projection = ApiContextProjection()
         self._transcript_projection = TranscriptProjection()
@@ -345,9 +345,8 @@ class Session:
 
     def count_text(self, text: str) -> int:
         """Raw tokens of ``text`` with the store's counter (about 4 characters a token without one)."""
-        counter = getattr(self.store, "token_counter", None)
-        count = getattr(counter, "count_text", None)
-        return int(count(text)) if count is not None else math.ceil(len(text) / 4)
+        counter = self.store.token_counter
+        return counter.count_text(text) if counter is not None else math.ceil(len(text) / 4)
 
     def estimate(self, raw_tokens: int, blocks: int) -> int:
         """Claude tokens for ``raw_tokens`` stored (cl100k) tokens in ``blocks`` content blocks."""

@@ -25,6 +25,7 @@ from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_poi
 
 if TYPE_CHECKING:
     from ._lineage import SessionLog
+    from ._tokens import TokenCounter
 
 __all__ = [
     "ANY",
@@ -338,6 +339,10 @@ class SessionStore(abc.ABC):
     prefix (``visible_log``; ``Session``, ``Conversation``, the views and the CLI use it). The
     two agree for every session that is not a fork.
     """
+
+    #: Counts the tokens of appended events (stored in ``token_count``) and of texts the views
+    #: measure; None: the store counts nothing and the views estimate ~4 characters a token.
+    token_counter: TokenCounter | None = None
 
     def visible_log(self, session_id: str) -> SessionLog:
         """The session's visible history in the numbering users see (a fork's seqs count

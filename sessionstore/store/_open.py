@@ -13,7 +13,7 @@ from ._migrate import check_schema, upgrade
 from ._postgres import PostgresSessionStore
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._sqlite import SQLiteDurability, SQLiteSessionStore
-from ._tokens import TiktokenCounter, TokenCounter
+from ._tokens import TiktokenCounter, TokenCounter, check_token_counter
 
 __all__ = ["open_store"]
 
@@ -54,6 +54,8 @@ def open_store(
             writes raise ``OperationalError``.
 
     Raises:
+        ValidationError: ``retry`` is not a ``RetryPolicy``, or ``token_counter`` lacks part of
+            ``TokenCounter`` (``name``, ``count``, ``count_text``).
         SchemaOutOfDateError: the database is not migrated and ``migrate`` is not set.
         DatabaseNotFoundError: ``create`` is False and there is no database file at ``url``.
         StoreUnavailableError: the database stayed unreachable for the whole retry policy.
@@ -61,6 +63,8 @@ def open_store(
     if not isinstance(retry, RetryPolicy):
         msg = f"retry must be a RetryPolicy, not {type(retry).__name__}"
         raise ValidationError(msg, field="retry")
+    if token_counter is not None and not isinstance(token_counter, _Default):
+        check_token_counter(token_counter)
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
     engine = create_engine_for_url(resolved, durability=durability, create=create)

@@ -59,7 +59,7 @@ from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows
 from ._hashing import SessionIdentity, as_utc
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
-from ._tokens import TokenCounter
+from ._tokens import TokenCounter, check_token_counter
 
 __all__ = ["SqlSessionStore", "translate_errors"]
 
@@ -223,6 +223,8 @@ class SqlSessionStore(SessionStore):
         single_connection: bool = False,
         retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
+        if token_counter is not None:
+            check_token_counter(token_counter)
         self.engine = engine
         self.token_counter = token_counter
         self.retry = retry

