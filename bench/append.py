@@ -86,7 +86,8 @@ from urllib.parse import quote
 from _common import LEVELS, WORDS
 
 import sessionstore
-from sessionstore import MessageAppended, TiktokenCounter
+from sessionstore import MessageAppended
+from sessionstore.store import TiktokenCounter
 
 BATCH = 100
 SEED = 20240601
@@ -424,7 +425,7 @@ def pg_schema(base_url: str) -> Iterator[tuple[str, str]]:
     raw_url = plain_pg_url(base_url)
     with psycopg.connect(raw_url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    url = sessionstore.resolve_url(base_url)
+    url = sessionstore.store.resolve_url(base_url)
     sep = "&" if "?" in url else "?"
     try:
         yield f"{url}{sep}options={quote(f'-csearch_path={schema}')}", schema

@@ -139,7 +139,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sessionstore import MessageAppended, TiktokenCounter
+from sessionstore import MessageAppended
+from sessionstore.store import TiktokenCounter
 
 DEFAULT_CORPUS = Path("/work/shared/corpus/claude-code")
 MIN_TOKENS = 50

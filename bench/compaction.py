@@ -126,7 +126,6 @@ from _common import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, PooledText, print_table, p
 
 import sessionstore
 from sessionstore import (
-    ContextConfigured,
     Event,
     MessageAppended,
     Session,
@@ -136,6 +135,7 @@ from sessionstore import (
     open_store,
 )
 from sessionstore.errors import BlockingLimitError
+from sessionstore.events import ContextConfigured
 from sessionstore.events._base import _block_text
 from sessionstore.pipeline._collapse import CollapseConfig, drain_collapses, stage_collapse
 from sessionstore.pipeline._compaction import CompactConfig, compact, maybe_extract_memory

@@ -175,7 +175,7 @@ def pg_schema(base_url: str) -> Iterator[str]:
     from sqlalchemy import create_engine, text
 
     schema = f"bench_import_{uuid.uuid4().hex[:12]}"
-    url = sessionstore.resolve_url(base_url)
+    url = sessionstore.store.resolve_url(base_url)
     admin = create_engine(url)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))

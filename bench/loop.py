@@ -88,17 +88,9 @@ sys.path.insert(0, str(ROOT))
 from _common import ns_to_ms  # noqa: E402
 
 import sessionstore  # noqa: E402
-from sessionstore import (  # noqa: E402
-    ContextConfigured,
-    ContextServed,
-    Event,
-    MessageAppended,
-    Session,
-    SessionStarted,
-    UsageRecorded,
-    open_store,
-)
+from sessionstore import Event, MessageAppended, Session, SessionStarted, UsageRecorded, open_store  # noqa: E402
 from sessionstore.agent._conversation import Conversation  # noqa: E402
+from sessionstore.events import ContextConfigured, ContextServed  # noqa: E402
 from sessionstore.pipeline import _pipeline  # noqa: E402
 from tests.messages_api import MessagesAPIServer  # noqa: E402
 

@@ -118,7 +118,6 @@ from _common import (
 
 import sessionstore
 from sessionstore import (
-    ContextConfigured,
     Event,
     MessageAppended,
     Session,
@@ -127,6 +126,7 @@ from sessionstore import (
     UsageRecorded,
     open_store,
 )
+from sessionstore.events import ContextConfigured
 from sessionstore.projections._api_context import ApiContextProjection
 from sessionstore.projections._transcript import TranscriptProjection
 
@@ -756,7 +756,7 @@ def measure_resume(
             times[name].append(elapsed)
     store = _open(db, counting=False)
     try:
-        tokenizer = sessionstore.TiktokenCounter().name
+        tokenizer = sessionstore.store.TiktokenCounter().name
         api = store.latest_snapshot(sid, ApiContextProjection.name, ApiContextProjection.version, tokenizer)
         transcript = store.latest_snapshot(
             sid, TranscriptProjection.name, TranscriptProjection.version, tokenizer

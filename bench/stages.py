@@ -105,8 +105,6 @@ from _common import (
 
 import sessionstore
 from sessionstore import (
-    ContextConfigured,
-    ContextServed,
     Event,
     MessageAppended,
     MicrocompactConfig,
@@ -121,6 +119,7 @@ from sessionstore import (
     open_store,
     revert,
 )
+from sessionstore.events import ContextConfigured, ContextServed
 from sessionstore.pipeline import _budget, _microcompact, _pipeline, _snip
 
 SEED = 20250617

@@ -78,11 +78,11 @@ class Backend:
 def _pg_schema_backend(base_url: str) -> Iterator[Backend]:
     """A fresh PostgreSQL schema selected through the URL's search_path; dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(sessionstore.resolve_url(base_url), pool_pre_ping=True)
+    admin = create_engine(sessionstore.store.resolve_url(base_url), pool_pre_ping=True)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     sep = "&" if "?" in base_url else "?"
-    url = f"{sessionstore.resolve_url(base_url)}{sep}options={quote(f'-csearch_path={schema}')}"
+    url = f"{sessionstore.store.resolve_url(base_url)}{sep}options={quote(f'-csearch_path={schema}')}"
     try:
         yield Backend("postgres", url)
     finally:

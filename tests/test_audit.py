@@ -207,7 +207,7 @@ class TestWhatWasReplaced:
         """After a snip and a collapse, a partial compaction replaces only the raw messages still
         shown: not the snipped turn, not the collapsed turns (their summary went), not what it keeps."""
         session = _named_turns(store, 6)
-        sessionstore.snip(session, rounds=2)  # turn 0
+        sessionstore.pipeline.snip(session, rounds=2)  # turn 0
         collapse(session, OfflineSummarizer(), "p1", "a2")
         compact(session, OfflineSummarizer(), up_to_uuid="a4")
 
@@ -269,9 +269,9 @@ class TestWhatWasReplaced:
         """A snip removes turn 0 raw; a later one across a collapse removes turn 3 and the collapse's
         summary, not the collapsed messages again (the collapse lists them)."""
         session = _named_turns(store, 6)
-        sessionstore.snip(session, rounds=2)
+        sessionstore.pipeline.snip(session, rounds=2)
         report = collapse(session, OfflineSummarizer(), "p1", "a2")
-        sessionstore.snip(session, rounds=6)  # turns 1-2 (collapsed) and turn 3
+        sessionstore.pipeline.snip(session, rounds=6)  # turns 1-2 (collapsed) and turn 3
 
         first, second = (e for e in audit(session).entries if e.kind == "snip_applied")
 

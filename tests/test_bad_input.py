@@ -484,13 +484,14 @@ def test_a_database_that_cannot_be_created_is_an_operational_error(
     a_file.write_text("not a folder")
     home = _unwritable_folder(tmp_path) / "sessionstore-home"
 
-    with pytest.raises(sessionstore.OperationalError, match=f"cannot create the database {a_file}/x.db"):
+    cannot_create = f"cannot create the database {a_file}/x.db"
+    with pytest.raises(sessionstore.errors.OperationalError, match=cannot_create):
         sessionstore.open_store(a_file / "x.db")
     assert _cli("new", "--db", str(a_file / "x.db"))[0] == 1
     assert str(a_file) in _one_error_line(capsys.readouterr().err)
 
     monkeypatch.setenv("SESSIONSTORE_HOME", str(home))
-    with pytest.raises(sessionstore.OperationalError, match=f"cannot create the database {home}"):
+    with pytest.raises(sessionstore.errors.OperationalError, match=f"cannot create the database {home}"):
         sessionstore.open_store()
     assert _cli("new")[0] == 1
     assert str(home) in _one_error_line(capsys.readouterr().err)
@@ -509,7 +510,7 @@ def test_an_unknown_revision_changes_nothing(
         assert f"cannot {action} to revision {revision!r}" in line
         assert f"(revisions: base, {', '.join(known_revisions())}, head)" in line
 
-    assert _cli("db", "current", "--db", db)[1].strip() == sessionstore.SCHEMA_REVISION
+    assert _cli("db", "current", "--db", db)[1].strip() == sessionstore.store.SCHEMA_REVISION
 
 
 def test_a_database_written_by_a_newer_sessionstore_says_so(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import sessionstore
-from sessionstore import SCHEMA_REVISION
 from sessionstore.cli import main
+from sessionstore.store import SCHEMA_REVISION
 
 
 def _run(

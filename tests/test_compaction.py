@@ -21,7 +21,6 @@ from sessionstore import (
     Session,
     SessionConfig,
     UsageRecorded,
-    WindowConfig,
 )
 from sessionstore.errors import CompactionDisabledError, SummaryFailedError
 from sessionstore.events._context import SessionMemoryUpdated
@@ -40,6 +39,7 @@ from sessionstore.pipeline._summarizers import (
     AnthropicSummarizer,
     OfflineSummarizer,
 )
+from sessionstore.projections import WindowConfig
 from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
 
 from .messages_api import BASH_TOOL, prompt_too_long, text_message
@@ -251,7 +251,7 @@ class TestBreaker:
         for fail in (False, True, True, True, True):
             summarizer.fail = fail
             self._over_threshold(session)
-            with contextlib.suppress(sessionstore.BlockingLimitError):
+            with contextlib.suppress(sessionstore.errors.BlockingLimitError):
                 pipeline.prepare(session)
 
         kinds = [e.type for e in session.transcript if e.type.startswith("compact")]
@@ -605,7 +605,7 @@ def test_restored_parts_follow_the_kept_messages_when_a_collapse_sits_in_them(st
     hooks = CompactHooks(post_compact=[lambda summary: "post hook ran"])
     session = _session(turns=8, store=store)
     blob = session.store.put_blob(b"print('hi')\n")
-    session.append([sessionstore.FileRead(path="src/hi.py", blob_sha256=blob.sha256)])
+    session.append([sessionstore.events.FileRead(path="src/hi.py", blob_sha256=blob.sha256)])
     compact(session, OfflineSummarizer(), up_to_uuid="a1", config=CompactConfig(hooks=hooks))
     for n in (8, 9):
         session.append(
@@ -614,7 +614,8 @@ def test_restored_parts_follow_the_kept_messages_when_a_collapse_sits_in_them(st
                 MessageAppended(role="assistant", content=f"later {n} done", api_message_id=f"m{n}"),
             ]
         )
-    sessionstore.collapse(session, OfflineSummarizer(), "p2", "a4")  # turns 2-4, inside the kept tail
+    # turns 2-4, inside the kept tail
+    sessionstore.pipeline.collapse(session, OfflineSummarizer(), "p2", "a4")
 
     texts = [t for m in session.request()["messages"] for t in _texts(m)]
     restored = texts.index("post hook ran") - 1
@@ -765,7 +766,7 @@ class TestSecondCompaction:
         blob = session.store.put_blob(b"def handler():\n    return 42\n")
         session.append(
             [
-                sessionstore.FileRead(path="src/handler.py", blob_sha256=blob.sha256),
+                sessionstore.events.FileRead(path="src/handler.py", blob_sha256=blob.sha256),
                 SkillInvoked(name="release", content="1. bump the version\n2. tag"),
                 PlanUpdated(plan="- bump\n- tag"),
             ]

@@ -489,7 +489,7 @@ class TestPostgresEventsLock:
 
             assert not thread.is_alive()
             (result,) = outcome
-            assert isinstance(result, sessionstore.AppendResult), result
+            assert isinstance(result, sessionstore.store.AppendResult), result
             assert result.seqs == (1,)
             assert store.last_seq(sid) == 1
         finally:

@@ -10,15 +10,7 @@ import anthropic
 import pytest
 
 import sessionstore
-from sessionstore import (
-    MessageAppended,
-    Pipeline,
-    PipelineConfig,
-    Session,
-    SessionConfig,
-    UsageRecorded,
-    WindowConfig,
-)
+from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig, UsageRecorded
 from sessionstore.agent._conversation import (
     AsyncConversation,
     Conversation,
@@ -30,6 +22,7 @@ from sessionstore.errors import PromptTooLongError, SubagentSpawnRefusedError
 from sessionstore.pipeline._collapse import CollapseConfig, stage_collapse
 from sessionstore.pipeline._pipeline import ServerCompactionConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections import WindowConfig
 
 from .messages_api import BASH_TOOL, READ_TOOL, prompt_too_long, text_message, tool_use_message
 
@@ -504,7 +497,7 @@ class TestSubagents:
             [MessageAppended(role="user", content="x"), UsageRecorded(input_tokens=978_000, output_tokens=0)]
         )
 
-        with pytest.raises(sessionstore.BlockingLimitError):
+        with pytest.raises(sessionstore.errors.BlockingLimitError):
             Pipeline(PipelineConfig()).prepare(child)
         assert "compact_boundary" not in _kinds(child)
 

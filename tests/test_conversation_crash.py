@@ -13,8 +13,9 @@ import anthropic
 import pytest
 
 import sessionstore
-from sessionstore import INTERRUPTED_TOOL_RESULT, AsyncConversation, Session
+from sessionstore import AsyncConversation, Session
 from sessionstore.agent._conversation import Conversation
+from sessionstore.projections import INTERRUPTED_TOOL_RESULT
 
 from .messages_api import text_message, tool_use_message
 

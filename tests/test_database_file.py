@@ -13,14 +13,9 @@ from pathlib import Path
 import pytest
 
 import sessionstore
-from sessionstore import (
-    DatabaseFileGoneError,
-    DatabaseNotFoundError,
-    MessageAppended,
-    OperationalError,
-    SessionStore,
-)
+from sessionstore import MessageAppended, SessionStore
 from sessionstore.cli import main
+from sessionstore.errors import DatabaseFileGoneError, DatabaseNotFoundError, OperationalError
 
 
 def _cli(*argv: str) -> tuple[int, str]:

@@ -20,14 +20,14 @@ def _execute(store: SessionStore, statement: str, **params: Any) -> None:
 class TestTranslation:
     def test_missing_table_is_a_programming_error(self, store: SessionStore) -> None:
         """Querying a table that does not exist raises ProgrammingError."""
-        with pytest.raises(sessionstore.ProgrammingError) as caught:
+        with pytest.raises(sessionstore.errors.ProgrammingError) as caught:
             _execute(store, "SELECT * FROM no_such_table")
 
         assert isinstance(caught.value.__cause__, Exception)
 
     def test_broken_sql_is_a_programming_error_or_operational(self, store: SessionStore) -> None:
         """Syntax errors surface as a DatabaseError subclass (PEP 249 names), never a driver class."""
-        with pytest.raises(sessionstore.DatabaseError):
+        with pytest.raises(sessionstore.errors.DatabaseError):
             _execute(store, "SELEKT 1")
 
     @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ class TestTranslation:
         """Unique, check and foreign-key violations are IntegrityError carrying the constraint's name."""
         store.create_session("dup")
 
-        with pytest.raises(sessionstore.IntegrityError) as caught:
+        with pytest.raises(sessionstore.errors.IntegrityError) as caught:
             _execute(store, statement)
 
         if store.engine.dialect.name == "sqlite" and constraint.startswith("fk_"):  # type: ignore[attr-defined]
@@ -67,7 +67,7 @@ class TestTranslation:
         """The trigger's refusal is AppendOnlyViolation, not IntegrityError."""
         store.create_session("s1", events=[sessionstore.SessionStarted()])
 
-        with pytest.raises(sessionstore.AppendOnlyViolation) as caught:
+        with pytest.raises(sessionstore.errors.AppendOnlyViolation) as caught:
             _execute(store, "DELETE FROM events")
 
-        assert not isinstance(caught.value, sessionstore.IntegrityError)
+        assert not isinstance(caught.value, sessionstore.errors.IntegrityError)

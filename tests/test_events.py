@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
-from sessionstore import Event, MessageAppended, UnknownEventTypeError, ValidationError
+from sessionstore import Event, MessageAppended, ValidationError
+from sessionstore.errors import UnknownEventTypeError
 from sessionstore.events._base import decode_event, encode_event, register_event, register_upcaster
 
 from .strategies import examples, message_events
@@ -19,7 +20,8 @@ from .strategies import examples, message_events
 class TestParse:
     def test_dict_is_validated_into_its_model(self) -> None:
         """parse_event picks the model by 'type'."""
-        event = sessionstore.parse_event({"type": "usage_recorded", "input_tokens": 5, "output_tokens": 1})
+        raw = {"type": "usage_recorded", "input_tokens": 5, "output_tokens": 1}
+        event = sessionstore.events.parse_event(raw)
 
         assert isinstance(event, sessionstore.UsageRecorded)
         assert event.total_tokens == 6
@@ -27,14 +29,14 @@ class TestParse:
     def test_error_names_the_nested_field(self) -> None:
         """A bad nested value is reported by its dotted path."""
         with pytest.raises(ValidationError) as caught:
-            sessionstore.parse_event({"type": "session_started", "context_window": -5})
+            sessionstore.events.parse_event({"type": "session_started", "context_window": -5})
 
         assert caught.value.field == "context_window"
 
     def test_extra_fields_are_refused(self) -> None:
         """A misspelt field is an error, not silently dropped."""
         with pytest.raises(ValidationError, match="contxt"):
-            sessionstore.parse_event(
+            sessionstore.events.parse_event(
                 {"type": "usage_recorded", "input_tokens": 1, "output_tokens": 1, "contxt": 1}
             )
 

@@ -20,17 +20,8 @@ import pytest
 from sqlalchemy import text
 
 from sessionstore import (
-    MAX_SNAPSHOTS,
-    BlobRef,
-    ConversationRewound,
     FileHistory,
-    FileHistorySnapshot,
-    FilesRewindError,
-    FilesRewindFailed,
-    FilesRewindStarted,
-    FilesRewound,
     MessageAppended,
-    PathRefusedError,
     Session,
     SessionConfig,
     SessionExistsError,
@@ -40,8 +31,18 @@ from sessionstore import (
 )
 from sessionstore._paths import lexical_problem, to_relative
 from sessionstore.cli import main
+from sessionstore.errors import FilesRewindError, PathRefusedError
+from sessionstore.events import (
+    ConversationRewound,
+    FileHistorySnapshot,
+    FilesRewindFailed,
+    FilesRewindStarted,
+    FilesRewound,
+)
+from sessionstore.projections import MAX_SNAPSHOTS
 from sessionstore.projections._base import fold, rebuild
 from sessionstore.projections._file_history import FileHistoryProjection
+from sessionstore.store import BlobRef
 
 from .conftest import Backend
 

@@ -78,7 +78,7 @@ def test_views_built_beside_the_session_count_through_the_fork() -> None:
     store = sessionstore.open_store(":memory:")
     parent = Session.create(store)
     _chat(parent, "q1", "a1")
-    parent.append([sessionstore.FileRead(path="src/app.py", blob_sha256=None)])
+    parent.append([sessionstore.events.FileRead(path="src/app.py", blob_sha256=None)])
     fork = parent.fork()
     _chat(fork, "q2")
     sessionstore.Pipeline().prepare(fork)
@@ -102,7 +102,7 @@ def _cli_json(*argv: str) -> list[dict[str, Any]]:
 def _turn(session: Session, question: str, answer: str) -> None:
     """A user turn with its file checkpoint, a served request and the answer."""
     _chat(session, question)
-    session.append([sessionstore.FileHistorySnapshot(message_uuid=question)])
+    session.append([sessionstore.events.FileHistorySnapshot(message_uuid=question)])
     sessionstore.Pipeline().prepare(session)
     session.append([MessageAppended(role="assistant", content=answer, message_uuid=answer)])
 
@@ -118,7 +118,7 @@ def test_every_surface_numbers_a_fork_of_a_fork_alike(shared_backend: Backend, t
         _turn(root, "q1", "a1")
         child = root.fork(fork_id="child")
         _turn(child, "q2", "a2")
-        sessionstore.snip(child, 1)
+        sessionstore.pipeline.snip(child, 1)
         grandchild = child.fork(fork_id="grandchild")
         _turn(grandchild, "q3", "a3")
         last = grandchild.last_seq

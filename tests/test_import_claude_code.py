@@ -13,19 +13,13 @@ from typing import Any
 import pytest
 
 import sessionstore
-from sessionstore import (
-    CLEARED_PLACEHOLDER,
-    MessageAppended,
-    OpaqueEntry,
-    Session,
-    SessionStore,
-    ValidationError,
-    validate_request,
-)
+from sessionstore import MessageAppended, Session, SessionStore, ValidationError, validate_request
 from sessionstore.claude_code import export_claude_code, import_claude_code
 from sessionstore.claude_code._import import SkippedLine
 from sessionstore.cli import main
+from sessionstore.events import OpaqueEntry
 from sessionstore.events._base import decode_event
+from sessionstore.projections import CLEARED_PLACEHOLDER
 
 from ._claude_code_corpus import (
     FIRST_FILES,

@@ -14,10 +14,10 @@ from sessionstore import (
     SessionStarted,
     SessionStore,
     SessionStoreError,
-    SessionWrite,
-    SubagentStarted,
     import_claude_code,
 )
+from sessionstore.events import SubagentStarted
+from sessionstore.store import SessionWrite
 
 from ._claude_code_corpus import AGENT_FILES, PARENT_SESSION, modern_project
 from .conftest import Backend

@@ -13,8 +13,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 import sessionstore
-from sessionstore import SCHEMA_REVISION, SchemaOutOfDateError, ValidationError
+from sessionstore import SchemaOutOfDateError, ValidationError
 from sessionstore.cli import main
+from sessionstore.store import SCHEMA_REVISION
 from sessionstore.store._config import create_engine_for_url
 from sessionstore.store._migrate import alembic_config, current_revision, downgrade, upgrade
 from sessionstore.store._schema import metadata
@@ -88,7 +89,8 @@ def test_triggers_come_back_after_a_round_trip(engine: Any, shared_backend: Any)
     store = shared_backend.open(migrate=False)
     try:
         sid = store.create_session(events=[sessionstore.SessionStarted()]).id
-        with pytest.raises(sessionstore.AppendOnlyViolation), translate_errors(), engine.begin() as conn:
+        refused = pytest.raises(sessionstore.errors.AppendOnlyViolation)
+        with refused, translate_errors(), engine.begin() as conn:
             conn.exec_driver_sql("DELETE FROM events")
         assert store.last_seq(sid) == 1
     finally:
@@ -120,8 +122,8 @@ def test_embedded_default_is_created_and_migrated_on_first_use(tmp_path: Any, mo
     with sessionstore.open_store() as store:
         store.create_session("first")
 
-    assert sessionstore.default_database_path() == tmp_path / "fresh-home" / "sessionstore.db"
-    assert sessionstore.default_database_path().exists()
+    assert sessionstore.store.default_database_path() == tmp_path / "fresh-home" / "sessionstore.db"
+    assert sessionstore.store.default_database_path().exists()
 
 
 def test_environment_url_is_not_migrated_implicitly(tmp_path: Any, monkeypatch: Any) -> None:
@@ -225,9 +227,9 @@ def test_append_only_sessions_migration_up_and_down(engine: Any) -> None:
     edit_session()  # before 0003 the row could be changed
 
     upgrade(engine, "0003")
-    with pytest.raises(sessionstore.AppendOnlyViolation, match="append-only"):
+    with pytest.raises(sessionstore.errors.AppendOnlyViolation, match="append-only"):
         edit_session()
-    with pytest.raises(sessionstore.AppendOnlyViolation), translate_errors(), engine.begin() as conn:
+    with pytest.raises(sessionstore.errors.AppendOnlyViolation), translate_errors(), engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM sessions")
 
     downgrade(engine, "0002")

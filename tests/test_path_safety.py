@@ -20,10 +20,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
-from sessionstore import PathRefusedError, SessionStore, ValidationError
+from sessionstore import SessionStore, ValidationError
 from sessionstore._paths import name_problem, read_regular_file
 from sessionstore.claude_code import import_claude_code, write_claude_code
 from sessionstore.cli import main
+from sessionstore.errors import PathRefusedError
 
 from .strategies import examples
 

@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 
 import sessionstore
 from sessionstore import (
-    CLEARED_PLACEHOLDER,
-    BlockingLimitError,
     BudgetConfig,
     MessageAppended,
     MicrocompactConfig,
@@ -29,12 +27,10 @@ from sessionstore import (
     SessionStore,
     UsageRecorded,
     ValidationError,
-    microcompact,
-    persisted_preview,
     revert,
-    snip,
     validate_request,
 )
+from sessionstore.errors import BlockingLimitError
 from sessionstore.events import MicrocompactApplied
 from sessionstore.pipeline import (
     STAGE_ORDER,
@@ -43,11 +39,15 @@ from sessionstore.pipeline import (
     SnipConfig,
     Stage,
     StageReport,
+    microcompact,
+    persisted_preview,
     record_events,
+    snip,
 )
 from sessionstore.pipeline._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections import CLEARED_PLACEHOLDER
 from sessionstore.projections._api_context import committed_spans, request_bytes
 
 from .messages_api import with_tool_definitions
@@ -422,10 +422,10 @@ class TestServerSideEdits:
         response = client.beta.messages.create(
             model="claude-opus-5-5",
             max_tokens=100,
-            betas=[sessionstore.CONTEXT_MANAGEMENT_BETA],
+            betas=[sessionstore.pipeline.CONTEXT_MANAGEMENT_BETA],
             **prepared.request,
         )
-        event = sessionstore.record_applied_edits(session, response)
+        event = sessionstore.pipeline.record_applied_edits(session, response)
 
         sent = messages_api.requests[-1]
         assert prepared.beta
@@ -482,14 +482,14 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             decided = sessionstore.pipeline._budget.budget_stage(session, budget)
             if decided:
                 session.append(decided)
-            report = sessionstore.StageReport("budget", 0, tuple(str(e.event_id) for e in decided))
+            report = sessionstore.pipeline.StageReport("budget", 0, tuple(str(e.event_id) for e in decided))
         elif op == "collapse":
             span = _next_span(session, CollapseConfig(span_rounds=arg, keep_recent_rounds=0))
             if span is None:
                 continue
             staged = stage_collapse(session, OfflineSummarizer(), *span)
             committed = commit_collapse(session, str(staged.event_id))
-            report = sessionstore.StageReport("collapse", 0, (str(committed.event_id),))
+            report = sessionstore.pipeline.StageReport("collapse", 0, (str(committed.event_id),))
         elif op == "compact":
             compact(session, OfflineSummarizer())
             applied.clear()  # edits before a boundary no longer shape the request byte for byte

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 import sessionstore
 from sessionstore import (
-    ContextConfigured,
     Event,
     MessageAppended,
     Session,
@@ -23,6 +22,7 @@ from sessionstore import (
     UsageRecorded,
     validate_request,
 )
+from sessionstore.events import ContextConfigured
 from sessionstore.projections._api_context import ApiContextProjection, request_bytes
 from sessionstore.projections._base import fold, save_snapshot
 from sessionstore.projections._transcript import TranscriptProjection
@@ -209,7 +209,7 @@ class TestNormalization:
         assert messages[2]["content"][0] == {
             "type": "tool_result",
             "tool_use_id": "t1",
-            "content": sessionstore.INTERRUPTED_TOOL_RESULT,
+            "content": sessionstore.projections.INTERRUPTED_TOOL_RESULT,
             "is_error": True,
         }
         assert messages[2]["content"][1] == {"type": "text", "text": "never mind, stop"}
@@ -226,7 +226,7 @@ class TestNormalization:
         session.append([MessageAppended(role="user", content=[_result("t1", "real output")])])
         after = session.request()["messages"]
 
-        assert before[-1]["content"][0]["content"] == sessionstore.INTERRUPTED_TOOL_RESULT
+        assert before[-1]["content"][0]["content"] == sessionstore.projections.INTERRUPTED_TOOL_RESULT
         assert after[-1]["content"] == [_result("t1", "real output")]
 
     def test_orphan_and_duplicate_results_are_dropped_and_results_go_first(self) -> None:
@@ -267,7 +267,7 @@ class TestNormalization:
 
         assert session.request()["messages"][0] == {
             "role": "user",
-            "content": [{"type": "text", "text": sessionstore.LEADING_USER_MARKER}],
+            "content": [{"type": "text", "text": sessionstore.projections.LEADING_USER_MARKER}],
         }
 
     def test_thinking_blocks_keep_their_signatures(self) -> None:
@@ -409,7 +409,9 @@ class TestSnapshots:
             version = 99 if case == "another version" else ApiContextProjection.version
             store = session.store
             store.put_snapshot(
-                sessionstore.SnapshotRecord(session.id, "api_context", version, session.tokenizer, 4, state)
+                sessionstore.store.SnapshotRecord(
+                    session.id, "api_context", version, session.tokenizer, 4, state
+                )
             )
             caplog.clear()
 
@@ -524,7 +526,8 @@ def test_transcript_links_sub_agents_and_the_api_view_ignores_the_link() -> None
     session = _session(MessageAppended(role="user", content="research this"))
     before = session.request_bytes()
 
-    session.append([sessionstore.SubagentStarted(child_session_id="child-1", parent_tool_use_id="toolu_9")])
+    started = sessionstore.events.SubagentStarted(child_session_id="child-1", parent_tool_use_id="toolu_9")
+    session.append([started])
 
     assert [e.child_session_id for e in session.transcript if e.child_session_id] == ["child-1"]
     assert session.request_bytes() == before

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 import types
+from pathlib import Path
+
+import pytest
 
 import sessionstore
+
+ROOT = Path(__file__).resolve().parent.parent
+FACADE_LIMIT = 50
+
+
+def _documented_facade() -> dict[str, list[str]]:
+    """The facade drawn in docs/architecture.md ("The facade"): layer -> the names it gives."""
+    section = (ROOT / "docs" / "architecture.md").read_text().split("## The facade", 1)[1]
+    block = re.search(r"```\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "docs/architecture.md: the facade section has no list"
+    layers = (line.split(":", 1) for line in block.group(1).splitlines())
+    return {layer.strip(): names.split() for layer, names in layers}
+
+
+def _moved_out_of_the_facade() -> list[tuple[str, str]]:
+    """(name, module) rows of CHANGELOG.md's table of names that left the facade."""
+    section = (ROOT / "CHANGELOG.md").read_text().split("### Removed from the facade: ", 1)[1]
+    section = section.split("\n#", 1)[0]
+    return re.findall(r"^\| `(\w+)` \| `(sessionstore\.\w+)` \|$", section, flags=re.MULTILINE)
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -30,3 +54,38 @@ def test_every_error_shares_one_root() -> None:
     assert all(issubclass(error, sessionstore.SessionStoreError) for error in errors)
     assert issubclass(sessionstore.ValidationError, ValueError)
     assert issubclass(sessionstore.SessionNotFoundError, LookupError)
+
+
+def test_the_facade_is_the_documented_list() -> None:
+    """sessionstore.__all__ is exactly docs/architecture.md's list, each name from the layer it names."""
+    documented = _documented_facade()
+    names = [name for layer in documented.values() for name in layer]
+
+    assert sorted(names) == sessionstore.__all__
+    assert len(names) <= FACADE_LIMIT
+    for layer, layer_names in documented.items():
+        package = importlib.import_module(f"sessionstore.{layer}")
+        for name in layer_names:
+            assert name in package.__all__, f"{name} is not exported by sessionstore.{layer}"
+            assert getattr(sessionstore, name) is getattr(package, name)
+
+
+MOVED = _moved_out_of_the_facade()
+
+
+def test_the_changelog_lists_the_names_that_left_the_facade() -> None:
+    """The move table is there and names no facade name twice."""
+    names = [name for name, _ in MOVED]
+
+    assert len(names) == len(set(names)) > 100
+    assert not set(names) & set(sessionstore.__all__)
+
+
+@pytest.mark.parametrize(("name", "module"), MOVED, ids=[name for name, _ in MOVED])
+def test_a_name_that_left_the_facade_is_exported_by_its_layer(name: str, module: str) -> None:
+    """Code that used sessionstore.X imports X from the layer CHANGELOG.md names."""
+    package = importlib.import_module(module)
+
+    assert name in package.__all__
+    assert getattr(package, name) is not None
+    assert not hasattr(sessionstore, name)

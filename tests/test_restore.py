@@ -105,7 +105,7 @@ def test_compaction_restores_recently_read_files() -> None:
         [
             MessageAppended(role="user", content="read the handler"),
             MessageAppended(role="assistant", content="done reading"),
-            sessionstore.FileRead(path="src/handler.py", blob_sha256=blob.sha256, size=29),
+            sessionstore.events.FileRead(path="src/handler.py", blob_sha256=blob.sha256, size=29),
         ]
     )
 

@@ -20,12 +20,12 @@ import sessionstore
 from sessionstore import (
     ConcurrencyError,
     MessageAppended,
-    OperationalError,
     RetryPolicy,
     SessionStore,
     StoreUnavailableError,
     ValidationError,
 )
+from sessionstore.errors import OperationalError
 
 from ._private_pg import PrivateCluster, private_pg
 
@@ -173,7 +173,7 @@ def test_an_outage_longer_than_the_budget_raises_store_unavailable_then_recovers
         finally:
             private_pg.start()
         assert raised.value.attempts == 4
-        assert isinstance(raised.value, sessionstore.OperationalError)
+        assert isinstance(raised.value, sessionstore.errors.OperationalError)
         assert store.read(sid) == []  # the failed append wrote nothing
         assert store.append(sid, [MessageAppended(role="user", content="back")], expected_seq=0).seqs == (1,)
 

@@ -13,7 +13,6 @@ import sessionstore
 from sessionstore import (
     ANY,
     ConcurrencyError,
-    DuplicateEventError,
     MessageAppended,
     SessionExistsError,
     SessionNotFoundError,
@@ -22,6 +21,7 @@ from sessionstore import (
     UsageRecorded,
     ValidationError,
 )
+from sessionstore.errors import DuplicateEventError
 from sessionstore.store import _sql
 
 
@@ -71,7 +71,7 @@ class TestAppendAndRead:
             counted.close()
 
         assert started.token_count is None
-        assert message.token_count == sessionstore.TiktokenCounter().count_text("hello world") == 2
+        assert message.token_count == sessionstore.store.TiktokenCounter().count_text("hello world") == 2
 
     def test_counting_off_stores_no_counts(self, backend: Any) -> None:
         """token_counter=None turns counting off."""
@@ -404,7 +404,7 @@ class TestAppendOnly:
         store.append(sid, _messages(2), expected_seq=1)
         store.put_blob(b"payload")
 
-        with pytest.raises(sessionstore.AppendOnlyViolation, match="append-only"):
+        with pytest.raises(sessionstore.errors.AppendOnlyViolation, match="append-only"):
             raw_sql(statement)
         assert store.verify(sid).ok
         assert store.get_blob(store.put_blob(b"payload").sha256) == b"payload"
@@ -417,7 +417,7 @@ class TestAppendOnly:
         try:
             _new_session(pg_store)
             with (
-                pytest.raises(sessionstore.AppendOnlyViolation),
+                pytest.raises(sessionstore.errors.AppendOnlyViolation),
                 _sql.translate_errors(),
                 pg_store.engine.begin() as conn,  # type: ignore[attr-defined]
             ):

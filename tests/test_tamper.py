@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 import sessionstore
-from sessionstore import ChainHead, MessageAppended, SessionStarted, SessionStore
+from sessionstore import MessageAppended, SessionStarted, SessionStore
 from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
+from sessionstore.store import ChainHead
 from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
 from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import sessionstore
-from sessionstore import MessageAppended, TiktokenCounter
+from sessionstore import MessageAppended
+from sessionstore.store import TiktokenCounter
 from sessionstore.store._tokens import MAX_ENCODED_CHARS
 
 from ._claude_code_corpus import corpus_paths, entries
@@ -30,7 +31,8 @@ def test_counting_needs_no_network(tmp_path: Path) -> None:
     """With sockets blocked and an empty tiktoken cache, counting still works."""
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache")}
     code = (
-        _NO_NETWORK + "import sessionstore; print(sessionstore.TiktokenCounter().count_text('hello world'))"
+        _NO_NETWORK
+        + "import sessionstore.store; print(sessionstore.store.TiktokenCounter().count_text('hello world'))"
     )
     proof = _NO_NETWORK + "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9/')"
 

@@ -64,7 +64,7 @@ def _busy_session(store: sessionstore.SessionStore, root: Path, session_id: str 
         if n == 2:
             session.transcript  # noqa: B018 - load the transcript so snapshots include it
             history.save_snapshot()
-    cleared = sessionstore.microcompact(session, keep_recent=1)
+    cleared = sessionstore.pipeline.microcompact(session, keep_recent=1)
     sessionstore.revert(session, cleared.event_ids[0])
     session.append([MessageAppended(role="user", content="one more")])
     return session
