@@ -130,6 +130,27 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     assert done.stdout.strip() == "none"
 
 
+def test_python_dash_m_runs_the_command_line(tmp_path: Path) -> None:
+    """`python -m sessionstore` is the same command: same output, same exit status, same errors."""
+    db = str(tmp_path / "m.db")
+    _run("db", "upgrade", "--db", db)
+    _run("new", "--db", db, "--id", "m-1")
+
+    def python_m(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "sessionstore", *argv]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    verified = python_m("verify", "--db", db, "m-1")
+    missing = python_m("verify", "--db", db, "no-such-session")
+    usage = python_m("--help")
+
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout == _run("verify", "--db", db, "m-1")[1]
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("sessionstore: ") and "no-such-session" in missing.stderr
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: sessionstore ")
+
+
 def test_context_and_show_print_the_views_as_json(tmp_path: Path) -> None:
     """`context --json` prints the request and token state; `show --json` every entry."""
     db = str(tmp_path / "views.db")

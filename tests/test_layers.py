@@ -27,6 +27,7 @@ RANK = {
     "audit": 6,
     "cli": 7,
     "__init__": 8,  # the facade
+    "__main__": 8,  # python -m sessionstore: runs the cli
 }
 
 
@@ -116,3 +117,70 @@ def test_sibling_layers_do_not_import_each_other() -> None:
     assert _violations("from ..checkpoints import FileHistory", "sessionstore.agent._example") != []
     assert _violations("from ..agent import Conversation", "sessionstore.checkpoints._example") != []
     assert _violations("from ..audit import audit", "sessionstore.claude_code._example") != []
+
+
+def _private_imports(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Imports in ``source`` of a private module (``_x``) of a layer other than the module's own."""
+    own = _layer_of(module)
+    wrong = []
+    for line, target in _imports(source, module, is_package):
+        private = any(part.startswith("_") for part in target.split(".")[1:])
+        if private and _layer_of(target) != own:
+            wrong.append(f"{module}:{line} imports {target}")
+    return wrong
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "cli").glob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_the_cli_uses_only_public_names(path: Path) -> None:
+    """The command line is a client of the library: it imports the layer packages, never their
+    private modules, so what it needs is part of the public API."""
+    assert _private_imports(path.read_text(), _module_of(path), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize(
+    ("source", "reported"),
+    [
+        ("from ..pipeline._collapse import collapse", True),
+        ("from ..store import _migrate", True),
+        ("from .._paths import read_regular_file", True),
+        ("import sessionstore.audit._verify", True),
+        ("from ..pipeline import collapse", False),
+        ("from ._render import render_audit", False),
+        ("from ..errors import EXIT_OK", False),
+    ],
+)
+def test_the_private_import_checker(source: str, reported: bool) -> None:
+    """A cli module importing another layer's private module is reported; its own modules are not."""
+    assert bool(_private_imports(source, "sessionstore.cli._example")) is reported
+
+
+def _terminal_uses(source: str) -> list[str]:
+    """Calls of print, and imports of argparse or rich, in ``source``: what only the CLI may do."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{node.lineno}: print()")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            terminal = [m for m in modules if m.split(".")[0] in ("argparse", "rich")]
+            found += [f"{node.lineno}: import {m}" for m in terminal]
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _package_files() if _layer_of(_module_of(p)) not in ("cli", "__main__")],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_the_library_does_not_print(path: Path) -> None:
+    """Only the command line prints, parses arguments or draws tables; the layers return data."""
+    assert _terminal_uses(path.read_text()) == []
+
+
+def test_the_terminal_checker() -> None:
+    """print(), argparse and rich are reported; a method named print or a string is not."""
+    source = "import argparse\nfrom rich.table import Table\nprint('x')\nconsole.print(t)\ns = 'print(1)'"
+
+    assert _terminal_uses(source) == ["1: import argparse", "2: import rich.table", "3: print()"]

@@ -4,6 +4,7 @@ what the model was served.
 Everything here is read from the log: ``audit`` walks the transcript; ``served_request`` folds
 the API view up to the seq a ``ContextServed`` covers and checks the rebuilt bytes against the
 fingerprint recorded when the request went out; ``view_diff`` compares the request at two seqs.
+It returns data; the command line (``sessionstore/cli/_render.py``) draws the tables.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from ..errors import ValidationError
 from ..pipeline._collapse import collapsed_messages, shown_messages
@@ -29,7 +30,6 @@ __all__ = [
     "AuditReport",
     "ServedReplay",
     "audit",
-    "render_audit",
     "served_request",
     "view_diff",
 ]
@@ -419,43 +419,6 @@ def _with_source_metadata(session: Session, timeline: list[AuditEntry]) -> list[
             )
         result.append(entry)
     return result
-
-
-def render_audit(report: AuditReport, out: TextIO) -> None:
-    """Print the timeline as a table, then the served-request count and the breaker's state."""
-    from rich.console import Console  # imported here: only the terminal views need rich
-    from rich.table import Table
-
-    table = Table(title=f"audit of {report.session_id}", show_lines=False)
-    for column in ("seq", "turn", "operation", "what", "freed", "before", "after", "reverted by"):
-        table.add_column(column, overflow="fold")
-    for entry in report.entries:
-        cells = [entry.tokens_freed, entry.tokens_before, entry.tokens_after]
-        table.add_row(
-            str(entry.seq),
-            "" if entry.turn is None else str(entry.turn),
-            entry.kind,
-            _what_with_uuids(entry),
-            *("" if v is None else str(v) for v in cells),
-            (entry.reverted_by or "")[:8],
-        )
-    console = Console(file=out, width=160, no_color=True)
-    console.print(table)
-    breaker = "OPEN" if report.breaker_open else "closed"
-    console.print(
-        f"requests served: {report.requests_served}; auto-compact breaker: {breaker} "
-        f"({report.consecutive_auto_compact_failures} consecutive failures)"
-    )
-
-
-def _what_with_uuids(entry: AuditEntry) -> str:
-    """The 'what' cell: for a collapse or compaction, the uuids of what it replaced on lines below."""
-    lines = [entry.what]
-    for key, label in (("replaced", "replaced"), ("ptl_dropped", "dropped unsummarized")):
-        listed = entry.details.get(key)
-        if listed and listed["count"]:
-            lines.append(f"{label}: " + " ".join(listed["uuids"]))
-    return "\n".join(lines)
 
 
 def _api_state_at(session: Session, seq: int) -> Any:

@@ -22,22 +22,20 @@ Outcomes per projection:
   the row was written by something other than sessionstore: a failure.
 
 Only snapshots a reader of *this* store would use are checked: the current version of each
-registered projection, keyed by this store's tokenizer. Everything here only reads.
+registered projection, keyed by this store's tokenizer. Everything here only reads, and returns
+data: the command line (``sessionstore/cli/_verify.py``) prints it.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 from .._paths import read_regular_file
-from ..errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, SessionNotFoundError, ValidationError
+from ..errors import SessionNotFoundError, ValidationError
 from ..projections import PROJECTIONS, ApiContextProjection
 from ..projections._api_context import ApiContextState
 from ..projections._base import Projection, rebuild
@@ -50,9 +48,8 @@ __all__ = [
     "SessionVerification",
     "all_heads",
     "format_head",
+    "missing_session",
     "read_heads",
-    "run_command",
-    "run_heads",
     "verify_all",
     "verify_session",
 ]
@@ -340,10 +337,10 @@ def verify_all(
     for orphan in store.orphaned_sessions():
         yield verify_session(store, orphan, head=anchors.pop(orphan, None))
     for anchor in sorted(anchors.values(), key=lambda a: a.session_id):
-        yield _gone(anchor)
+        yield missing_session(anchor)
 
 
-def _gone(anchor: ChainHead) -> SessionVerification:
+def missing_session(anchor: ChainHead) -> SessionVerification:
     """The failed verification of an anchored session that has neither a row nor events."""
     reason = f"anchored at seq {anchor.seq}, but the session and all its events are gone"
     return SessionVerification(VerifyReport(anchor.session_id, 0, None, reason), 0)
@@ -404,58 +401,3 @@ def _parse_head(line: str, where: str) -> ChainHead:
         msg = f"{where}: the seq must be >= 0 and the hash 64 hex digits"
         raise ValidationError(msg, field="heads")
     return anchor
-
-
-def run_heads(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    """The CLI's ``heads [SESSION] [--json]``: one ``SESSION SEQ HASH`` line per session."""
-    heads = [store.head(args.session_id)] if args.session_id is not None else all_heads(store)
-    for head in heads:
-        line = json.dumps(dataclasses.asdict(head)) if args.json else format_head(head)
-        print(line, file=out, flush=True)
-    return EXIT_OK
-
-
-def _single_anchor(args: argparse.Namespace) -> ChainHead | str | None:
-    """The anchor for ``verify SESSION``: ``--head HASH``, or the session's line of ``--heads``."""
-    if args.head is not None:
-        return str(args.head)
-    if args.heads is not None:
-        return read_heads(args.heads).get(args.session_id)
-    return None
-
-
-def run_command(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    """The CLI's ``verify [SESSION] [--json] [--head HASH | --heads FILE]``: 0 when everything
-    verifies, else ``EXIT_INTEGRITY``.
-
-    With a session: its line (or JSON object). Without: one line per session and a total (with
-    ``--json``, one object: ``{"sessions": [...], "total", "failed", "ok"}``).
-    """
-    if args.head is not None and args.session_id is None:
-        print("sessionstore: verify --head needs a SESSION (use --heads FILE for all)", file=sys.stderr)
-        return EXIT_USAGE
-    if args.session_id is not None:
-        anchor = _single_anchor(args)
-        try:
-            result = verify_session(store, args.session_id, head=anchor)
-        except SessionNotFoundError:
-            if not isinstance(anchor, ChainHead):
-                raise
-            result = _gone(anchor)
-        print(json.dumps(result.to_dict()) if args.json else result.summary(), file=out)
-        return EXIT_OK if result.ok else EXIT_INTEGRITY
-    total = failed = 0
-    rows: list[dict[str, Any]] = []
-    heads = read_heads(args.heads) if args.heads is not None else None
-    for result in verify_all(store, heads=heads):
-        total += 1
-        failed += not result.ok
-        if args.json:
-            rows.append(result.to_dict())
-        else:
-            print(result.summary(), file=out, flush=True)  # a line as each session is done
-    if args.json:
-        print(json.dumps({"sessions": rows, "total": total, "failed": failed, "ok": not failed}), file=out)
-    else:
-        print(f"{total} sessions verified: {total - failed} ok, {failed} failed", file=out)
-    return EXIT_INTEGRITY if failed else EXIT_OK

@@ -32,17 +32,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from ..audit._audit import AuditReport, audit, render_audit, served_request
-from ..events._base import MessageAppended, UsageRecorded
-from ..pipeline import Pipeline, PipelineConfig, PreparedRequest, SnipConfig, StageReport, revert
-from ..pipeline._collapse import CollapseConfig
-from ..pipeline._summarizers import OfflineSummarizer
-from ..projections._api_context import ApiContextProjection, materialize, request_bytes
-from ..projections._base import fold
-from ..projections._session import Session
-from ..projections._validate import validate_request
-from ..store._contract import SessionStore
-from ..store._open import open_store
+from ..audit import AuditReport, audit, served_request
+from ..events import MessageAppended, UsageRecorded
+from ..pipeline import (
+    CollapseConfig,
+    OfflineSummarizer,
+    Pipeline,
+    PipelineConfig,
+    PreparedRequest,
+    SnipConfig,
+    StageReport,
+    revert,
+)
+from ..projections import ApiContextProjection, Session, fold, materialize, request_bytes, validate_request
+from ..store import SessionStore, open_store
+from ._render import render_audit
 
 __all__ = ["run_demo"]
 

@@ -17,9 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..audit._audit import audit, render_audit, served_request, view_diff
-from ..audit._verify import run_command as _run_verify
-from ..audit._verify import run_heads as _run_heads
+from ..audit import audit, served_request, view_diff
 from ..checkpoints import FileHistory, RewindResult
 from ..errors import (
     EXIT_BROKEN_PIPE,
@@ -31,20 +29,26 @@ from ..errors import (
     SessionStoreError,
     ValidationError,
 )
-from ..events._base import MessageAppended
-from ..pipeline import microcompact, revert, snip
-from ..pipeline._collapse import collapse
-from ..pipeline._compaction import compact
-from ..pipeline._summarizers import default_summarizer
-from ..projections._session import Session, SessionConfig
-from ..projections._window import WindowConfig
-from ..store import _migrate
-from ..store._config import create_engine_for_url, resolve_url
-from ..store._contract import ANY, ExpectedSeq, SessionInfo, SessionStore
-from ..store._open import open_store
+from ..events import MessageAppended
+from ..pipeline import collapse, compact, default_summarizer, microcompact, revert, snip
+from ..projections import Session, SessionConfig, WindowConfig
+from ..store import (
+    ANY,
+    ExpectedSeq,
+    SessionInfo,
+    SessionStore,
+    create_engine_for_url,
+    current_revision,
+    downgrade,
+    open_store,
+    resolve_url,
+    upgrade,
+)
 from ._demo import run_demo
+from ._render import render_audit
 from ._transcripts import add_commands as _add_interchange_commands
 from ._transcripts import run_command as _run_interchange
+from ._verify import run_heads, run_verify
 
 __all__ = ["main"]
 
@@ -281,11 +285,11 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
     where = engine.url.render_as_string(hide_password=True)
     try:
         if args.db_command == "upgrade":
-            _migrate.upgrade(engine, args.revision)
+            upgrade(engine, args.revision)
         elif args.db_command == "downgrade":
-            _migrate.downgrade(engine, args.revision, drop_events=args.yes)
+            downgrade(engine, args.revision, drop_events=args.yes)
         with engine.connect().execution_options(sessionstore_read=True) as conn:
-            current = _migrate.current_revision(conn)
+            current = current_revision(conn)
     finally:
         engine.dispose()
     if args.json:
@@ -407,9 +411,9 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
                     file=out,
                 )
     elif args.command == "verify":
-        return _run_verify(args, store, out)  # chain + snapshots (sessionstore/audit/_verify.py)
+        return run_verify(args, store, out)  # chain + snapshots (sessionstore/cli/_verify.py)
     elif args.command == "heads":
-        return _run_heads(args, store, out)
+        return run_heads(args, store, out)
     return 0
 
 

@@ -13,9 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ..claude_code._export import export_claude_code, write_claude_code
-from ..claude_code._import import import_claude_code
-from ..store._contract import SessionStore
+from ..claude_code import export_claude_code, import_claude_code, write_claude_code
+from ..store import SessionStore
 
 __all__ = ["add_commands", "run_command"]
 

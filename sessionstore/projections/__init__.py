@@ -9,6 +9,9 @@ from ._api_context import (
     INTERRUPTED_TOOL_RESULT,
     LEADING_USER_MARKER,
     ApiContextProjection,
+    ApiContextState,
+    materialize,
+    request_bytes,
 )
 from ._base import (
     Projection,
@@ -63,6 +66,7 @@ __all__ = [
     "TranscriptProjection",
     "FileHistoryProjection",
     "ApiContextProjection",
+    "ApiContextState",
     "CLEARED_PLACEHOLDER",
     "DEFAULT_BLOCK_OVERHEAD",
     "DEFAULT_CALIBRATION",
@@ -87,8 +91,10 @@ __all__ = [
     "UnfinishedRewind",
     "WindowConfig",
     "fold",
+    "materialize",
     "model_limits",
     "register_projection",
+    "request_bytes",
     "request_problems",
     "token_state",
     "token_window",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._config import (
+    create_engine_for_url,
     default_database_path,
     resolve_url,
 )
@@ -24,6 +25,9 @@ from ._lineage import (
 )
 from ._migrate import (
     SCHEMA_REVISION,
+    current_revision,
+    downgrade,
+    upgrade,
 )
 from ._open import (
     open_store,
@@ -61,7 +65,11 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",
+    "create_engine_for_url",
+    "current_revision",
     "default_database_path",
+    "downgrade",
     "open_store",
     "resolve_url",
+    "upgrade",
 ]
