@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,22 @@ def test_a_name_that_left_the_facade_is_exported_by_its_layer(name: str, module:
     assert name in package.__all__
     assert getattr(package, name) is not None
     assert not hasattr(sessionstore, name)
+
+
+LAYERS = ["agent", "audit", "checkpoints", "claude_code", "events", "pipeline", "projections", "store"]
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_each_layer_package_exports_a_sorted_complete_list(layer: str) -> None:
+    """A layer's __all__ is sorted, and names exactly what the package offers (every name resolves)."""
+    package = importlib.import_module(f"sessionstore.{layer}")
+    offered = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and value is not getattr(typing, name, None)  # typing names the package itself uses
+    } - {"annotations"}
+
+    assert package.__all__ == sorted(package.__all__)
+    assert set(package.__all__) == offered

@@ -63,8 +63,6 @@ PROJECTIONS: tuple[type[Projection[Any]], ...] = (
 )
 
 __all__ = [
-    "TranscriptProjection",
-    "FileHistoryProjection",
     "ApiContextProjection",
     "ApiContextState",
     "CLEARED_PLACEHOLDER",
@@ -72,6 +70,7 @@ __all__ = [
     "DEFAULT_CALIBRATION",
     "DEFAULT_MODEL_LIMITS",
     "FileCheckpoint",
+    "FileHistoryProjection",
     "FileHistoryState",
     "FileVersion",
     "INTERRUPTED_TOOL_RESULT",
@@ -88,6 +87,7 @@ __all__ = [
     "TokenState",
     "TokenWindow",
     "TranscriptEntry",
+    "TranscriptProjection",
     "UnfinishedRewind",
     "WindowConfig",
     "fold",
