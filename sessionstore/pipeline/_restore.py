@@ -150,7 +150,7 @@ def select_attachments(
     chosen: list[dict[str, Any]] = []
     total = 0
     for candidate in files:
-        if len([c for c in chosen if c["kind"] == "file"]) >= max_files:
+        if len(chosen) >= max_files:  # only files are chosen so far
             break
         if _is_skipped_file(candidate.name, visible_paths):
             continue
