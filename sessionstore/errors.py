@@ -270,11 +270,24 @@ class SessionNotFoundError(SessionStoreError, LookupError):
 
 
 class SessionExistsError(SessionStoreError):
-    """A session with this id already exists."""
+    """A session with this id already exists, or one with this (tenant, user, external id).
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id!r} already exists")
+    Attributes:
+        session_id: the existing session's id.
+        key: the (tenant, user, external_id) another session already has, when that was the clash.
+    """
+
+    def __init__(self, session_id: str, *, key: tuple[str, str, str] | None = None) -> None:
+        if key is None:
+            super().__init__(f"session {session_id!r} already exists")
+        else:
+            tenant, user, external_id = key
+            super().__init__(
+                f"session {session_id!r} already has tenant {tenant!r}, user {user!r} and "
+                f"external id {external_id!r} (get_or_create_session returns it)"
+            )
         self.session_id = session_id
+        self.key = key
 
 
 class ConcurrencyError(SessionStoreError):

@@ -40,6 +40,7 @@ __all__ = [
     "SnapshotRecord",
     "VerifyReport",
     "check_int",
+    "check_owner_key",
     "check_session_id",
 ]
 
@@ -63,6 +64,35 @@ def check_session_id(session_id: str) -> str:
         )
         raise ValidationError(msg, field="session_id")
     return session_id
+
+
+#: The longest tenant, user or external id (the columns are VARCHAR(255)).
+OWNER_KEY_MAX = 255
+
+
+def _forbidden_in_key(code: int) -> bool:
+    """C0 and C1 control characters, DEL, and lone surrogates (not storable as UTF-8)."""
+    return code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000
+
+
+def check_owner_key(name: str, value: object) -> str:
+    """Return ``value`` if it is a usable tenant, user or external id: 1-255 characters of valid
+    Unicode with no control characters (an e-mail address or a UUID fits; a stray newline does not).
+
+    Raises:
+        ValidationError: otherwise, naming the argument.
+    """
+    if not isinstance(value, str):
+        msg = f"{name} must be a str, not {type(value).__name__}"
+        raise ValidationError(msg, field=name)
+    if not 1 <= len(value) <= OWNER_KEY_MAX:
+        msg = f"{name} must be 1-{OWNER_KEY_MAX} characters, not {len(value)}"
+        raise ValidationError(msg, field=name)
+    bad = next((c for c in value if _forbidden_in_key(ord(c))), None)
+    if bad is not None:
+        msg = f"{name} {value!r} holds {bad!r}: no control characters or lone surrogates"
+        raise ValidationError(msg, field=name)
+    return value
 
 
 #: The range of the database's integer columns (seq, position: signed 64-bit).
@@ -92,13 +122,23 @@ def check_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """A session's row: identity, lineage and metadata."""
+    """A session's row: identity, lineage, metadata and owner.
+
+    Attributes:
+        tenant, user: who the session belongs to (None when created without them); a fork or
+            child session always has its parent's.
+        external_id: the caller's own key for it, unique per (tenant, user): see
+            ``SessionStore.get_or_create_session``.
+    """
 
     id: str
     created_at: datetime
     parent_session_id: str | None = None
     fork_seq: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    tenant: str | None = None
+    user: str | None = None
+    external_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,8 +211,8 @@ class SessionWrite:
     Attributes:
         session_id: the session.
         events: its events (for a new session: its first events).
-        create: create the session (with ``metadata``, ``parent_session_id``, ``fork_seq``);
-            otherwise append after ``expected_seq``.
+        create: create the session (with ``metadata``, ``parent_session_id``, ``fork_seq``,
+            ``tenant``, ``user``, ``external_id``); otherwise append after ``expected_seq``.
         expected_seq: for an append, the session's expected last seq, or ``ANY``.
     """
 
@@ -183,6 +223,9 @@ class SessionWrite:
     metadata: dict[str, Any] | None = None
     parent_session_id: str | None = None
     fork_seq: int | None = None
+    tenant: str | None = None
+    user: str | None = None
+    external_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -316,7 +359,16 @@ def anchor_problem(hashes: dict[int, str], head: str | ChainHead) -> str | None:
 
 def session_identity(info: SessionInfo) -> SessionIdentity:
     """The identity a session's chain starts from, as its row holds it."""
-    return SessionIdentity(info.id, info.parent_session_id, info.fork_seq, info.created_at, info.metadata)
+    return SessionIdentity(
+        info.id,
+        info.parent_session_id,
+        info.fork_seq,
+        info.created_at,
+        info.metadata,
+        info.tenant,
+        info.user,
+        info.external_id,
+    )
 
 
 class SessionStore(abc.ABC):
@@ -364,13 +416,43 @@ class SessionStore(abc.ABC):
         parent_session_id: str | None = None,
         fork_seq: int | None = None,
         events: Sequence[Event | dict[str, Any]] = (),
+        tenant: str | None = None,
+        user: str | None = None,
+        external_id: str | None = None,
     ) -> SessionInfo:
         """Create a session (and append ``events`` to it) in one transaction.
 
+        A fork or child session (``parent_session_id``) belongs to its parent's tenant and
+        user: left out, they are inherited; given, they must be the parent's.
+
         Raises:
-            SessionExistsError: the id is taken.
+            SessionExistsError: the id is taken, or (tenant, user, external_id) names another session.
             SessionNotFoundError: ``parent_session_id`` does not exist.
-            ValidationError: a bad id, fork point or event.
+            ValidationError: a bad id, fork point, owner key or event; a tenant or user that is
+                not the parent's; an ``external_id`` without a tenant and a user.
+        """
+
+    @abc.abstractmethod
+    def get_or_create_session(
+        self,
+        tenant: str,
+        user: str,
+        external_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        events: Sequence[Event | dict[str, Any]] = (),
+    ) -> tuple[SessionInfo, bool]:
+        """The session (tenant, user, external_id) names, created (with ``metadata`` and
+        ``events``) when there is none; ``(info, created)``.
+
+        Race-safe: concurrent callers with the same key, in any process, all get the one session
+        a unique index lets exist, and exactly one of them gets ``created`` True. An existing
+        session is returned as it is (``metadata``, ``session_id`` and ``events`` are ignored).
+
+        Raises:
+            ValidationError: a bad key, id, metadata or event.
+            SessionExistsError: ``session_id`` is taken by a session with another key.
         """
 
     @abc.abstractmethod
@@ -382,11 +464,23 @@ class SessionStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def list_sessions(self, *, limit: int = 100, after: str | None = None) -> list[SessionInfo]:
+    def list_sessions(
+        self,
+        *,
+        limit: int = 100,
+        after: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+    ) -> list[SessionInfo]:
         """Sessions ordered by id, ``limit`` at a time, starting after id ``after``.
 
+        The id order is a stable cursor: pass the last id of a page as ``after`` for the next,
+        and sessions created meanwhile never shift or repeat a page. ``tenant`` (and ``user``)
+        keep only that tenant's (and user's) sessions; ``user`` needs ``tenant``.
+
         Raises:
-            ValidationError: ``limit`` is negative or not a 64-bit int.
+            ValidationError: ``limit`` is negative or not a 64-bit int; a bad tenant or user;
+                ``user`` without ``tenant``.
         """
 
     @abc.abstractmethod

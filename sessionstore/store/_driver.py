@@ -81,8 +81,14 @@ class DriverSQL:
     def session_row(self) -> str:
         """The columns of a session's identity (``SessionIdentity``)."""
         return (
-            f"SELECT parent_session_id, fork_seq, created_at, metadata FROM sessions WHERE id = {self.mark}"
+            "SELECT parent_session_id, fork_seq, created_at, metadata, tenant_id, user_id, external_id "
+            f"FROM sessions WHERE id = {self.mark}"
         )
+
+    def owned_session(self) -> str:
+        """The id of the session with a (tenant, user, external id)."""
+        m = self.mark
+        return f"SELECT id FROM sessions WHERE tenant_id = {m} AND user_id = {m} AND external_id = {m}"
 
     def hash_at(self) -> str:
         """The hash of one event of a session."""
@@ -103,9 +109,10 @@ class DriverSQL:
 
     def insert_session(self) -> str:
         """One session row."""
-        marks = ", ".join([self.mark] * 5)
+        marks = ", ".join([self.mark] * 8)
         return (
-            f"INSERT INTO sessions (id, parent_session_id, fork_seq, created_at, metadata) VALUES ({marks})"
+            "INSERT INTO sessions (id, parent_session_id, fork_seq, created_at, metadata, "
+            f"tenant_id, user_id, external_id) VALUES ({marks})"
         )
 
 
@@ -179,11 +186,19 @@ class DriverTransaction:
         row = self.cursor.fetchone()
         if row is None:
             return None
-        parent, fork_seq, created_at, metadata = row
+        parent, fork_seq, created_at, metadata, tenant, user, external_id = row
         if isinstance(created_at, str):  # sqlite3 hands back the stored text
             created_at = datetime.fromisoformat(created_at)
         fork = None if fork_seq is None else int(fork_seq)
-        return SessionIdentity(session_id, parent, fork, as_utc(created_at), json.loads(metadata))
+        return SessionIdentity(
+            session_id, parent, fork, as_utc(created_at), json.loads(metadata), tenant, user, external_id
+        )
+
+    def owned_session(self, tenant: str, user: str, external_id: str) -> str | None:
+        """The id of the session with this (tenant, user, external id), if there is one."""
+        self.cursor.execute(self.sql.owned_session(), (tenant, user, external_id))
+        row = self.cursor.fetchone()
+        return None if row is None else str(row[0])
 
     def genesis(self, identity: SessionIdentity) -> str:
         """The ``prev_hash`` of the session's first event: its identity, bound to its fork point.
@@ -273,10 +288,19 @@ class DriverTransaction:
             result.append(int(self.cursor.fetchone()[0]))
         return tuple(result)
 
-    def insert_session(
-        self, session_id: str, parent: str | None, fork_seq: int | None, now: datetime, metadata: str
-    ) -> None:
-        """Insert a session row."""
+    def insert_session(self, identity: SessionIdentity, metadata: str) -> None:
+        """Insert a session row (``metadata``: its stored JSON text)."""
+        i = identity
         self.cursor.execute(
-            self.sql.insert_session(), (session_id, parent, fork_seq, self.timestamp(now), metadata)
+            self.sql.insert_session(),
+            (
+                i.session_id,
+                i.parent_session_id,
+                i.fork_seq,
+                self.timestamp(i.created_at),
+                metadata,
+                i.tenant,
+                i.user,
+                i.external_id,
+            ),
         )

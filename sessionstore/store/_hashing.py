@@ -6,7 +6,10 @@ payload text included, so flipping one byte anywhere breaks the chain at that se
 The chain starts from the session's *genesis*: a hash of what the session is (its id,
 parent, fork point, creation time and metadata, and for a fork the hash of the parent's event
 at the fork point). The ``sessions`` row is not otherwise hashed, so this is what makes an edit
-to it (a fork re-pointed at another history, say) break the chain at seq 1. Chains written
+to it (a fork re-pointed at another history, say) break the chain at seq 1. A session's tenant,
+user and external id are part of what it is: when any is set, the genesis binds them too, so
+moving a session to another tenant or user breaks its chain. A session with none of them hashes
+exactly as before they existed, so chains written earlier still verify. Chains written
 before identities were bound start from ``LEGACY_GENESIS_HASH`` instead; they still verify,
 without that protection (docs/architecture.md).
 """
@@ -33,6 +36,8 @@ __all__ = [
 LEGACY_GENESIS_HASH = "0" * 64
 #: Leads the genesis input, so a genesis can never equal an event hash of the same fields.
 _GENESIS_TAG = "sessionstore-session-v2"
+#: Leads the genesis of a session with a tenant, user or external id (revision 0004).
+_OWNED_GENESIS_TAG = "sessionstore-session-v3"
 #: Forks of forks deeper than this are treated as a cycle (only a tampered row can make one).
 _MAX_FORK_DEPTH = 10_000
 
@@ -78,6 +83,14 @@ class SessionIdentity:
     fork_seq: int | None
     created_at: datetime
     metadata: dict[str, Any]
+    tenant: str | None = None
+    user: str | None = None
+    external_id: str | None = None
+
+    @property
+    def owned(self) -> bool:
+        """True when the session has a tenant, a user or an external id (bound into its genesis)."""
+        return (self.tenant, self.user, self.external_id) != (None, None, None)
 
 
 def session_genesis(identity: SessionIdentity, fork_point: str) -> str:
@@ -88,14 +101,17 @@ def session_genesis(identity: SessionIdentity, fork_point: str) -> str:
     """
     micros = (as_utc(identity.created_at) - _EPOCH) // _MICROSECOND
     fork_seq = "" if identity.fork_seq is None else str(identity.fork_seq)
-    fields = (
-        _GENESIS_TAG,
+    fields: tuple[str, ...] = (
+        _OWNED_GENESIS_TAG if identity.owned else _GENESIS_TAG,
         identity.session_id,
         identity.parent_session_id or "",
         fork_seq,
         str(micros),
         fork_point,
     )
+    if identity.owned:
+        # Keys are never empty and hold no control characters, so "" stands for None unambiguously.
+        fields += (identity.tenant or "", identity.user or "", identity.external_id or "")
     # Metadata in a fixed canonical form (not the stored text): the row's JSON, whatever its spacing.
     meta = json.dumps(identity.metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     digest = hashlib.sha256(("\x1f".join(fields) + "\x1e").encode())

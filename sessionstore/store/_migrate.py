@@ -18,7 +18,7 @@ from ._sql import translate_errors
 __all__ = ["SCHEMA_REVISION", "check_schema", "current_revision", "downgrade", "known_revisions", "upgrade"]
 
 #: The Alembic head this code expects. A test asserts it equals the scripts' head.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 # Serializes concurrent first-use migrations on PostgreSQL (SQLite uses BEGIN IMMEDIATE).
 _MIGRATION_LOCK_KEY = 0x5E55_0001

@@ -62,6 +62,12 @@ sessions = Table(
     Column("fork_seq", BigInteger, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("metadata", Text, nullable=False),
+    # Who the session belongs to (revision 0004): NULL for sessions created without them,
+    # including every session written before. A fork or child carries its parent's.
+    Column("tenant_id", String(255), nullable=True),
+    Column("user_id", String(255), nullable=True),
+    # The caller's own key for the session (a conversation id), unique per tenant and user.
+    Column("external_id", String(255), nullable=True),
     PrimaryKeyConstraint("id"),
     ForeignKeyConstraint(["parent_session_id"], ["sessions.id"]),
     CheckConstraint("fork_seq IS NULL OR parent_session_id IS NOT NULL", name="fork_needs_parent"),
@@ -101,6 +107,9 @@ blobs = Table(
     Column("compression", String(16), nullable=False),
     Column("data", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # The tenant that stored it, under PostgreSQL row-level security (revision 0004; filled by
+    # the column default the policies install, NULL otherwise). See ``_tenancy.py``.
+    Column("tenant_id", String(255), nullable=True),
     PrimaryKeyConstraint("sha256"),
     CheckConstraint("size >= 0", name="size_not_negative"),
     CheckConstraint("compression IN ('none', 'zlib')", name="compression_known"),
@@ -121,6 +130,17 @@ snapshots = Table(
 )
 
 Index("ix_sessions_parent_session_id", sessions.c.parent_session_id)
+# Listing a tenant's (or a user's) sessions pages through this index in id order.
+Index("ix_sessions_tenant_id_user_id_id", sessions.c.tenant_id, sessions.c.user_id, sessions.c.id)
+# Get-or-create is race-safe because the database refuses a second row for the same key
+# (NULLs are distinct: sessions without an external id never collide).
+Index(
+    "uq_sessions_tenant_id_user_id_external_id",
+    sessions.c.tenant_id,
+    sessions.c.user_id,
+    sessions.c.external_id,
+    unique=True,
+)
 
 # --- append-only enforcement -------------------------------------------------------------
 

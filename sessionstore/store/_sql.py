@@ -57,6 +57,7 @@ from ._contract import (
 )
 from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows
 from ._hashing import SessionIdentity, as_utc
+from ._owners import Owner, check_owner, inherit_owner
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
 from ._tokens import TokenCounter, check_token_counter
@@ -93,6 +94,10 @@ def _constraint_names_by_columns() -> dict[str, str]:
             if columns is not None and constraint.name:
                 key = ", ".join(f"{table.name}.{c.name}" for c in columns)
                 names.setdefault(key, str(constraint.name))
+        for index in table.indexes:  # unique indexes fail with the same wording
+            if index.unique and index.name:
+                key = ", ".join(f"{table.name}.{c.name}" for c in index.columns)
+                names.setdefault(key, str(index.name))
     return names
 
 
@@ -300,8 +305,12 @@ class SqlSessionStore(SessionStore):
         parent_session_id: str | None = None,
         fork_seq: int | None = None,
         events: Sequence[Event | dict[str, Any]] = (),
+        tenant: str | None = None,
+        user: str | None = None,
+        external_id: str | None = None,
     ) -> SessionInfo:
         """See ``SessionStore.create_session``."""
+        owner = check_owner(tenant, user, external_id)
         sid = check_session_id(session_id if session_id is not None else str(uuid4()))
         if parent_session_id is not None:
             check_session_id(parent_session_id)
@@ -315,11 +324,13 @@ class SqlSessionStore(SessionStore):
         def attempt() -> SessionInfo:
             nonlocal failed_before
             try:
-                return self._create_once(sid, parent_session_id, fork_seq, meta_json, prepared)
+                return self._create_once(sid, parent_session_id, fork_seq, meta_json, prepared, owner)
             except SessionExistsError:
                 # A retry after a lost acknowledgement finds its own session: that is success.
                 if failed_before:
-                    created = self._created_before(sid, parent_session_id, fork_seq, meta_json, prepared)
+                    created = self._created_before(
+                        sid, parent_session_id, fork_seq, meta_json, prepared, owner
+                    )
                     if created is not None:
                         return created
                 raise
@@ -336,12 +347,15 @@ class SqlSessionStore(SessionStore):
         fork_seq: int | None,
         meta_json: str,
         prepared: Sequence[Prepared],
+        owner: Owner,
     ) -> SessionInfo:
         """One try of ``create_session``: one write transaction."""
         now = _utcnow()
         with self._lock, self._driver_transaction() as txn:
-            self._create_in(txn, sid, parent_session_id, fork_seq, meta_json, prepared, now)
-        return SessionInfo(sid, now, parent_session_id, fork_seq, json.loads(meta_json))
+            _, _, identity = self._create_in(
+                txn, sid, parent_session_id, fork_seq, meta_json, prepared, now, owner
+            )
+        return _info_of(identity)
 
     def _create_in(
         self,
@@ -352,27 +366,46 @@ class SqlSessionStore(SessionStore):
         meta_json: str,
         prepared: Sequence[Prepared],
         now: datetime,
-    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Create a session (and its first events) inside ``txn``; the (seqs, positions) written."""
+        owner: Owner,
+    ) -> tuple[tuple[int, ...], tuple[int, ...], SessionIdentity]:
+        """Create a session (and its first events) inside ``txn``: the (seqs, positions) written
+        and the identity it was created with (its owner completed from its parent)."""
         if txn.last_seq(sid) is not None:
             raise SessionExistsError(sid)
+        parent_identity = None
         if parent_session_id is not None:
             parent = txn.last_seq(parent_session_id)
-            if parent is None:
+            parent_identity = txn.identity(parent_session_id)
+            if parent is None or parent_identity is None:
                 raise SessionNotFoundError(parent_session_id)
             # A fork of a fork counts seqs through its parent's shared prefix too.
             parent_last = parent + txn.fork_seq(parent_session_id)
             if fork_seq is not None and fork_seq > parent_last:
                 msg = f"fork_seq {fork_seq} is beyond the parent's last seq {parent_last}"
                 raise ValidationError(msg, field="fork_seq")
-        txn.insert_session(sid, parent_session_id, fork_seq, now, meta_json)
+        owner = inherit_owner(sid, owner, parent_identity)
+        if owner.tenant is not None and owner.user is not None and owner.external_id is not None:
+            # Writers are serialized, so this check decides; the unique index backs it up.
+            taken = txn.owned_session(owner.tenant, owner.user, owner.external_id)
+            if taken is not None:
+                raise SessionExistsError(taken, key=(owner.tenant, owner.user, owner.external_id))
+        identity = SessionIdentity(
+            sid,
+            parent_session_id,
+            fork_seq,
+            now,
+            json.loads(meta_json),
+            owner.tenant,
+            owner.user,
+            owner.external_id,
+        )
+        txn.insert_session(identity, meta_json)
         if not prepared:
-            return (), ()
+            return (), (), identity
         if txn.stored_result(sid, prepared) is not None:  # pragma: no cover - the session is new
             raise DuplicateEventError(prepared[0].event_id, "already stored")
-        identity = SessionIdentity(sid, parent_session_id, fork_seq, now, json.loads(meta_json))
         seqs, rows = chain_rows(sid, 0, txn.genesis(identity), prepared, now, txn.timestamp)
-        return seqs, txn.insert(rows)
+        return seqs, txn.insert(rows), identity
 
     def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
         """See ``SessionStore.write_sessions``."""
@@ -380,9 +413,13 @@ class SqlSessionStore(SessionStore):
         # Prepared once, outside the transaction: a retry writes the very same event ids.
         return self._retrying("write_sessions", lambda: self._write_sessions_once(checked))
 
-    def _check_write(self, write: SessionWrite) -> tuple[SessionWrite, str, list[Prepared]]:
-        """Validate one write up front: (the write, its metadata JSON, its prepared events)."""
+    def _check_write(self, write: SessionWrite) -> tuple[SessionWrite, str, list[Prepared], Owner]:
+        """Validate one write up front: (the write, its metadata JSON, its prepared events, its owner)."""
         check_session_id(write.session_id)
+        owner = check_owner(write.tenant, write.user, write.external_id)
+        if owner != Owner() and not write.create:
+            msg = f"session {write.session_id}: tenant, user and external_id are given when it is created"
+            raise ValidationError(msg, field="tenant")
         if write.create:
             if write.parent_session_id is not None:
                 check_session_id(write.parent_session_id)
@@ -399,20 +436,20 @@ class SqlSessionStore(SessionStore):
         ):
             msg = f"expected_seq must be an int >= 0 or ANY, got {write.expected_seq!r}"
             raise ValidationError(msg, field="expected_seq")
-        return write, _metadata_json(write.metadata), self._prepare(write.events)
+        return write, _metadata_json(write.metadata), self._prepare(write.events), owner
 
     def _write_sessions_once(
-        self, checked: Sequence[tuple[SessionWrite, str, list[Prepared]]]
+        self, checked: Sequence[tuple[SessionWrite, str, list[Prepared], Owner]]
     ) -> list[AppendResult]:
         """One try of ``write_sessions``: one write transaction for every session."""
         now = _utcnow()
         results: list[AppendResult] = []
         with self._lock, self._driver_transaction() as txn:
-            for write, meta_json, prepared in checked:
+            for write, meta_json, prepared, owner in checked:
                 sid = write.session_id
                 if write.create:
-                    seqs, positions = self._create_in(
-                        txn, sid, write.parent_session_id, write.fork_seq, meta_json, prepared, now
+                    seqs, positions, _ = self._create_in(
+                        txn, sid, write.parent_session_id, write.fork_seq, meta_json, prepared, now, owner
                     )
                     results.append(AppendResult(sid, seqs, positions, seqs[-1] if seqs else 0))
                 elif not prepared:
@@ -438,6 +475,7 @@ class SqlSessionStore(SessionStore):
         fork_seq: int | None,
         meta_json: str,
         prepared: Sequence[Prepared],
+        owner: Owner,
     ) -> SessionInfo | None:
         """The stored session if it is exactly the one this call creates (its commit's reply was lost)."""
         info = self.get_session(sid)
@@ -446,6 +484,10 @@ class SqlSessionStore(SessionStore):
             fork_seq,
             json.loads(meta_json),
         )
+        stored_owner = (info.tenant, info.user, info.external_id)
+        asked = (owner.tenant, owner.user, owner.external_id)
+        # An owner key left out may have been inherited from the parent.
+        same = same and all(a is None or a == b for a, b in zip(asked, stored_owner, strict=True))
         if not same:
             return None
         with self._lock, self._driver_transaction() as txn:
@@ -469,11 +511,77 @@ class SqlSessionStore(SessionStore):
             raise SessionNotFoundError(session_id)
         return _session_info(row)
 
-    def list_sessions(self, *, limit: int = 100, after: str | None = None) -> list[SessionInfo]:
+    def get_or_create_session(
+        self,
+        tenant: str,
+        user: str,
+        external_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        events: Sequence[Event | dict[str, Any]] = (),
+    ) -> tuple[SessionInfo, bool]:
+        """See ``SessionStore.get_or_create_session``."""
+        owner = check_owner(tenant, user, external_id)
+        if None in (owner.tenant, owner.user, owner.external_id):
+            msg = "get_or_create_session needs a tenant, a user and an external_id"
+            raise ValidationError(msg, field="tenant" if owner.tenant is None else "user")
+        found = self._owned_session(owner)
+        if found is not None:
+            return found, False
+        try:
+            created = self.create_session(
+                session_id,
+                metadata=metadata,
+                events=events,
+                tenant=tenant,
+                user=user,
+                external_id=external_id,
+            )
+        except (SessionExistsError, IntegrityError) as e:
+            # Another writer created it first (its commit decided; the unique index holds it).
+            if isinstance(e, IntegrityError) and e.constraint != "uq_sessions_tenant_id_user_id_external_id":
+                raise
+            found = self._owned_session(owner)
+            if found is None:
+                raise  # the session id is taken by a session with another key
+            return found, False
+        return created, True
+
+    def _owned_session(self, owner: Owner) -> SessionInfo | None:
+        query = select(sessions).where(
+            sessions.c.tenant_id == owner.tenant,
+            sessions.c.user_id == owner.user,
+            sessions.c.external_id == owner.external_id,
+        )
+
+        def attempt() -> Any:
+            with self._read() as conn:
+                return conn.execute(query).first()
+
+        row = self._retrying("get_or_create_session", attempt)
+        return None if row is None else _session_info(row)
+
+    def list_sessions(
+        self,
+        *,
+        limit: int = 100,
+        after: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+    ) -> list[SessionInfo]:
         """See ``SessionStore.list_sessions``."""
+        owner = check_owner(tenant, user, None)
+        if owner.user is not None and owner.tenant is None:
+            msg = "list_sessions: a user needs a tenant (users are counted per tenant)"
+            raise ValidationError(msg, field="tenant")
         query = select(sessions).order_by(sessions.c.id).limit(check_int("limit", limit, minimum=0))
         if after is not None:
             query = query.where(sessions.c.id > after)
+        if owner.tenant is not None:
+            query = query.where(sessions.c.tenant_id == owner.tenant)
+        if owner.user is not None:
+            query = query.where(sessions.c.user_id == owner.user)
 
         def attempt() -> list[SessionInfo]:
             with self._read() as conn:
@@ -839,6 +947,24 @@ def _session_info(row: Any) -> SessionInfo:
         parent_session_id=row.parent_session_id,
         fork_seq=row.fork_seq,
         metadata=json.loads(row.metadata),
+        tenant=row.tenant_id,
+        user=row.user_id,
+        external_id=row.external_id,
+    )
+
+
+def _info_of(identity: SessionIdentity) -> SessionInfo:
+    """The ``SessionInfo`` of a session just created with ``identity``."""
+    i = identity
+    return SessionInfo(
+        i.session_id,
+        i.created_at,
+        i.parent_session_id,
+        i.fork_seq,
+        i.metadata,
+        i.tenant,
+        i.user,
+        i.external_id,
     )
 
 
