@@ -521,7 +521,7 @@ def test_a_database_written_by_a_newer_sessionstore_says_so(
     with shared_backend.open() as store:
         store.create_session("kept")
         with store.engine.begin() as conn:  # type: ignore[attr-defined]
-            conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+            conn.execute(text("UPDATE sessionstore_alembic_version SET version_num = '0099'"))
 
     with pytest.raises(
         sessionstore.SchemaOutOfDateError, match="at schema revision 0099, written by a newer"

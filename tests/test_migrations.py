@@ -18,15 +18,16 @@ from sessionstore.cli import main
 from sessionstore.store import SCHEMA_REVISION
 from sessionstore.store._config import create_engine_for_url
 from sessionstore.store._migrate import alembic_config, current_revision, downgrade, known_revisions, upgrade
-from sessionstore.store._schema import metadata
+from sessionstore.store._schema import DEFAULT_TABLES
 from sessionstore.store._sql import translate_errors
 
 TABLES = {"sessions", "events", "blobs", "snapshots"}
+VERSION_TABLE = "sessionstore_alembic_version"
 
 
 def _tables(engine: Any) -> set[str]:
     with engine.connect() as conn:
-        return set(inspect(conn).get_table_names()) & (TABLES | {"alembic_version"})
+        return set(inspect(conn).get_table_names()) & (TABLES | {VERSION_TABLE, "alembic_version"})
 
 
 def test_code_expects_the_scripts_head() -> None:
@@ -44,13 +45,15 @@ def engine(shared_backend: Any) -> Any:
 def test_upgrade_downgrade_upgrade(engine: Any) -> None:
     """upgrade head / downgrade base / upgrade head leaves the schema equal to the models."""
     upgrade(engine)
-    assert _tables(engine) == TABLES | {"alembic_version"}
+    assert _tables(engine) == TABLES | {VERSION_TABLE}
     downgrade(engine, "base")
-    assert _tables(engine) <= {"alembic_version"}
+    assert _tables(engine) <= {VERSION_TABLE}
     upgrade(engine)
 
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+        diff = compare_metadata(
+            MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}), DEFAULT_TABLES.metadata
+        )
         revision = current_revision(conn)
 
     assert diff == []
@@ -75,7 +78,7 @@ def _named_constraints_in_models() -> set[str]:
 
     return {
         str(c.name)
-        for table in metadata.tables.values()
+        for table in DEFAULT_TABLES.metadata.tables.values()
         for c in table.constraints
         if isinstance(c, CheckConstraint | UniqueConstraint | ForeignKeyConstraint)
     }
@@ -178,12 +181,12 @@ def test_downgrading_away_the_events_needs_confirmation(engine: Any, shared_back
     for revision in ("base", f"-{len(known_revisions())}"):
         with pytest.raises(ValidationError, match=r"1 event\(s\) in 1 session\(s\)"):
             downgrade(engine, revision)
-        assert _tables(engine) == TABLES | {"alembic_version"}
+        assert _tables(engine) == TABLES | {VERSION_TABLE}
     with shared_backend.open(migrate=False) as store:
         assert store.last_seq(sid) == 1
 
     downgrade(engine, "base", drop_events=True)
-    assert _tables(engine) <= {"alembic_version"}
+    assert _tables(engine) <= {VERSION_TABLE}
 
 
 def test_the_cli_asks_for_yes_before_dropping_events(
@@ -210,7 +213,7 @@ def test_the_cli_asks_for_yes_before_dropping_events(
 def test_downgrading_an_empty_database_needs_no_confirmation(engine: Any) -> None:
     upgrade(engine)
     downgrade(engine, "base")
-    assert _tables(engine) <= {"alembic_version"}
+    assert _tables(engine) <= {VERSION_TABLE}
 
 
 def test_append_only_sessions_migration_up_and_down(engine: Any) -> None:

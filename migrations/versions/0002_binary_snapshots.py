@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from sessionstore.store._migrate import migration_tables
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -23,8 +25,10 @@ depends_on = None
 
 
 def _create_snapshots(state_type: sa.types.TypeEngine[object]) -> None:
+    tables = migration_tables()
+    snapshots, sessions = tables.name("snapshots"), tables.name("sessions")
     op.create_table(
-        "snapshots",
+        snapshots,
         sa.Column("session_id", sa.String(64), nullable=False),
         sa.Column("projection", sa.String(64), nullable=False),
         sa.Column("projection_version", sa.Integer(), nullable=False),
@@ -33,20 +37,28 @@ def _create_snapshots(state_type: sa.types.TypeEngine[object]) -> None:
         sa.Column("state", state_type, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint(
-            "session_id", "projection", "projection_version", "tokenizer", "seq", name=op.f("pk_snapshots")
+            "session_id", "projection", "projection_version", "tokenizer", "seq", name=op.f(f"pk_{snapshots}")
         ),
         sa.ForeignKeyConstraint(
-            ["session_id"], ["sessions.id"], name=op.f("fk_snapshots_session_id_sessions")
+            ["session_id"],
+            [f"{tables.schema}.{sessions}.id" if tables.schema else f"{sessions}.id"],
+            name=op.f(f"fk_{snapshots}_session_id_{sessions}"),
         ),
-        sa.CheckConstraint("seq >= 1", name=op.f("ck_snapshots_seq_positive")),
+        sa.CheckConstraint("seq >= 1", name=op.f(f"ck_{snapshots}_seq_positive")),
+        schema=tables.schema,
     )
 
 
+def _drop_snapshots() -> None:
+    tables = migration_tables()
+    op.drop_table(tables.name("snapshots"), schema=tables.schema)
+
+
 def upgrade() -> None:
-    op.drop_table("snapshots")
+    _drop_snapshots()
     _create_snapshots(sa.LargeBinary())
 
 
 def downgrade() -> None:
-    op.drop_table("snapshots")
+    _drop_snapshots()
     _create_snapshots(sa.Text())

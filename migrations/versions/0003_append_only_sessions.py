@@ -14,32 +14,40 @@ from __future__ import annotations
 
 from alembic import op
 
-from sessionstore.store._schema import sqlite_append_only_ddl
+from sessionstore.store._migrate import migration_tables
+from sessionstore.store._schema import reject_function, sqlite_append_only_ddl
 
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-# Spelled out rather than derived, so this revision stays what it was when later ones change.
+# Spelled out rather than derived (only the names are the store's), so this revision stays what
+# it was when later ones change.
 _POSTGRES_CREATE = [
-    "CREATE TRIGGER sessions_append_only_row BEFORE UPDATE OR DELETE ON sessions "
-    "FOR EACH ROW EXECUTE FUNCTION sessionstore_reject_change()",
-    "CREATE TRIGGER sessions_append_only_truncate BEFORE TRUNCATE ON sessions "
-    "FOR EACH STATEMENT EXECUTE FUNCTION sessionstore_reject_change()",
+    "CREATE TRIGGER {name}_append_only_row BEFORE UPDATE OR DELETE ON {table} "
+    "FOR EACH ROW EXECUTE FUNCTION {function}",
+    "CREATE TRIGGER {name}_append_only_truncate BEFORE TRUNCATE ON {table} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {function}",
 ]
 _POSTGRES_DROP = [
-    "DROP TRIGGER IF EXISTS sessions_append_only_row ON sessions",
-    "DROP TRIGGER IF EXISTS sessions_append_only_truncate ON sessions",
+    "DROP TRIGGER IF EXISTS {name}_append_only_row ON {table}",
+    "DROP TRIGGER IF EXISTS {name}_append_only_truncate ON {table}",
 ]
 
 
 def _ddl() -> tuple[list[str], list[str]]:
     dialect = op.get_bind().dialect.name
+    tables = migration_tables()
     if dialect == "sqlite":
-        return sqlite_append_only_ddl("sessions")
+        return sqlite_append_only_ddl(tables.name("sessions"))
     if dialect == "postgresql":  # the trigger function is 0001's
-        return _POSTGRES_CREATE, _POSTGRES_DROP
+        names = {
+            "name": tables.name("sessions"),
+            "table": tables.sql_name("sessions"),
+            "function": reject_function(tables),
+        }
+        return [s.format(**names) for s in _POSTGRES_CREATE], [s.format(**names) for s in _POSTGRES_DROP]
     msg = f"sessionstore supports sqlite and postgresql, not {dialect}"
     raise NotImplementedError(msg)
 

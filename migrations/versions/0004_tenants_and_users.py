@@ -14,6 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from sessionstore.store._migrate import migration_tables
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -23,24 +25,31 @@ _KEY = sa.String(255)
 
 
 def upgrade() -> None:
+    tables = migration_tables()  # the store's table prefix and schema
+    sessions, blobs, schema = tables.name("sessions"), tables.name("blobs"), tables.schema
     # Plain ADD COLUMN (no batch copy): the tables keep their append-only triggers.
-    op.add_column("sessions", sa.Column("tenant_id", _KEY, nullable=True))
-    op.add_column("sessions", sa.Column("user_id", _KEY, nullable=True))
-    op.add_column("sessions", sa.Column("external_id", _KEY, nullable=True))
-    op.add_column("blobs", sa.Column("tenant_id", _KEY, nullable=True))
-    op.create_index("ix_sessions_tenant_id_user_id_id", "sessions", ["tenant_id", "user_id", "id"])
+    op.add_column(sessions, sa.Column("tenant_id", _KEY, nullable=True), schema=schema)
+    op.add_column(sessions, sa.Column("user_id", _KEY, nullable=True), schema=schema)
+    op.add_column(sessions, sa.Column("external_id", _KEY, nullable=True), schema=schema)
+    op.add_column(blobs, sa.Column("tenant_id", _KEY, nullable=True), schema=schema)
     op.create_index(
-        "uq_sessions_tenant_id_user_id_external_id",
-        "sessions",
+        f"ix_{sessions}_tenant_id_user_id_id", sessions, ["tenant_id", "user_id", "id"], schema=schema
+    )
+    op.create_index(
+        f"uq_{sessions}_tenant_id_user_id_external_id",
+        sessions,
         ["tenant_id", "user_id", "external_id"],
         unique=True,
+        schema=schema,
     )
 
 
 def downgrade() -> None:
-    op.drop_index("uq_sessions_tenant_id_user_id_external_id", "sessions")
-    op.drop_index("ix_sessions_tenant_id_user_id_id", "sessions")
-    op.drop_column("blobs", "tenant_id")
-    op.drop_column("sessions", "external_id")
-    op.drop_column("sessions", "user_id")
-    op.drop_column("sessions", "tenant_id")
+    tables = migration_tables()
+    sessions, blobs, schema = tables.name("sessions"), tables.name("blobs"), tables.schema
+    op.drop_index(f"uq_{sessions}_tenant_id_user_id_external_id", sessions, schema=schema)
+    op.drop_index(f"ix_{sessions}_tenant_id_user_id_id", sessions, schema=schema)
+    op.drop_column(blobs, "tenant_id", schema=schema)
+    op.drop_column(sessions, "external_id", schema=schema)
+    op.drop_column(sessions, "user_id", schema=schema)
+    op.drop_column(sessions, "tenant_id", schema=schema)

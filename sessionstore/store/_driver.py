@@ -4,21 +4,22 @@ SQLAlchemy Core builds, caches and executes a statement for ~0.3 ms of CPU; an a
 three of them, which made single appends several times slower than the database itself. The
 write path therefore runs its fixed statements as plain SQL on the pooled driver connection
 (``engine.raw_connection()``), in the dialect's parameter style. Reads, migrations and
-everything else stay on SQLAlchemy Core. Statements here touch only the columns and names
-defined in ``sessionstore.store._schema``.
+everything else stay on SQLAlchemy Core. Statements here touch only the columns defined in
+``sessionstore.store._schema``, under the table names of the store's ``StoreTables``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from ..errors import DatabaseError, DuplicateEventError
 from ._contract import AppendResult
 from ._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
+from ._schema import StoreTables
 
 __all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
 
@@ -52,7 +53,8 @@ class DriverSQL:
     Args:
         mark: the driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
         begin_write: the statement that opens a write transaction serialized against every
-            other event writer (see the backend modules for why each is what it is).
+            other event writer (see the backend modules for why each is what it is);
+            ``{events}`` in it stands for the events table.
         to_timestamp: turns an aware UTC datetime into the driver's parameter.
         many_returning: the driver returns RETURNING rows from ``executemany``.
         last_rowid: a query for the last inserted position, when positions in one batch are
@@ -65,53 +67,66 @@ class DriverSQL:
     many_returning: bool
     #: A query for the last inserted position, where batches may rely on it (SQLite).
     last_rowid: str | None = None
+    #: The tables' names in SQL (schema-qualified and prefixed: see ``for_tables``).
+    events: str = "events"
+    sessions: str = "sessions"
+
+    def for_tables(self, tables: StoreTables) -> DriverSQL:
+        """These statements on ``tables`` (a store's prefix and schema)."""
+        events = tables.sql_name("events")
+        return replace(
+            self,
+            events=events,
+            sessions=tables.sql_name("sessions"),
+            begin_write=self.begin_write.format(events=events),
+        )
 
     def head(self) -> str:
         """The session's last seq and hash."""
-        return f"SELECT seq, hash FROM events WHERE session_id = {self.mark} ORDER BY seq DESC LIMIT 1"
+        return f"SELECT seq, hash FROM {self.events} WHERE session_id = {self.mark} ORDER BY seq DESC LIMIT 1"
 
     def fork_point(self) -> str:
         """A session's fork_seq (NULL unless it is a fork)."""
-        return f"SELECT fork_seq FROM sessions WHERE id = {self.mark}"
+        return f"SELECT fork_seq FROM {self.sessions} WHERE id = {self.mark}"
 
     def session_exists(self) -> str:
         """One row when the session exists."""
-        return f"SELECT 1 FROM sessions WHERE id = {self.mark}"
+        return f"SELECT 1 FROM {self.sessions} WHERE id = {self.mark}"
 
     def session_row(self) -> str:
         """The columns of a session's identity (``SessionIdentity``)."""
         return (
             "SELECT parent_session_id, fork_seq, created_at, metadata, tenant_id, user_id, external_id "
-            f"FROM sessions WHERE id = {self.mark}"
+            f"FROM {self.sessions} WHERE id = {self.mark}"
         )
 
     def owned_session(self) -> str:
         """The id of the session with a (tenant, user, external id)."""
         m = self.mark
-        return f"SELECT id FROM sessions WHERE tenant_id = {m} AND user_id = {m} AND external_id = {m}"
+        return f"SELECT id FROM {self.sessions} WHERE tenant_id = {m} AND user_id = {m} AND external_id = {m}"
 
     def hash_at(self) -> str:
         """The hash of one event of a session."""
-        return f"SELECT hash FROM events WHERE session_id = {self.mark} AND seq = {self.mark}"
+        return f"SELECT hash FROM {self.events} WHERE session_id = {self.mark} AND seq = {self.mark}"
 
     def stored(self, count: int) -> str:
         """Stored rows for ``count`` event ids."""
         marks = ", ".join([self.mark] * count)
         return (
             "SELECT event_id, session_id, seq, position, type, schema_version, payload "
-            f"FROM events WHERE event_id IN ({marks})"
+            f"FROM {self.events} WHERE event_id IN ({marks})"
         )
 
     def insert_event(self) -> str:
         """One event row, returning its global position."""
         marks = ", ".join([self.mark] * 10)
-        return f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
+        return f"INSERT INTO {self.events} ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
 
     def insert_session(self) -> str:
         """One session row."""
         marks = ", ".join([self.mark] * 8)
         return (
-            "INSERT INTO sessions (id, parent_session_id, fork_seq, created_at, metadata, "
+            f"INSERT INTO {self.sessions} (id, parent_session_id, fork_seq, created_at, metadata, "
             f"tenant_id, user_id, external_id) VALUES ({marks})"
         )
 

@@ -1,4 +1,12 @@
-"""Schema migrations through Alembic, usable from an installed package (no ini file)."""
+"""Schema migrations through Alembic, usable from an installed package (no ini file).
+
+sessionstore records its revision in a version table of its own (``StoreTables.version_table``:
+``sessionstore_alembic_version``, or ``<prefix>alembic_version`` under a table prefix), so a host
+application's Alembic history in the same database keeps ``alembic_version`` to itself.
+Databases migrated before kept sessionstore's revision in ``alembic_version``: every upgrade or
+downgrade first moves that row into the new table (``_adopt_legacy_version``). Alembic reads the
+version table before it runs any revision, so the move cannot be a revision itself.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +14,35 @@ import importlib.resources
 import re
 from pathlib import Path
 
-from alembic import command
+from alembic import command, context
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    inspect,
+    text,
+)
 
 from ..errors import SchemaOutOfDateError, ValidationError
+from ._schema import DEFAULT_TABLES, LEGACY_VERSION_TABLE, StoreTables
 from ._sql import translate_errors
 
-__all__ = ["SCHEMA_REVISION", "check_schema", "current_revision", "downgrade", "known_revisions", "upgrade"]
+__all__ = [
+    "SCHEMA_REVISION",
+    "check_schema",
+    "current_revision",
+    "downgrade",
+    "known_revisions",
+    "migration_tables",
+    "upgrade",
+]
 
 #: The Alembic head this code expects. A test asserts it equals the scripts' head.
 SCHEMA_REVISION = "0004"
@@ -31,6 +58,13 @@ def alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(scripts))
     return config
+
+
+def migration_tables() -> StoreTables:
+    """The tables the running migration creates or changes (for the revision scripts)."""
+    tables = context.config.attributes.get("sessionstore_tables", DEFAULT_TABLES)
+    assert isinstance(tables, StoreTables)
+    return tables
 
 
 def known_revisions() -> list[str]:
@@ -70,45 +104,102 @@ def _unknown_revision(direction: str, revision: object, why: str) -> ValidationE
     return ValidationError(msg, field="revision")
 
 
-def _run_alembic(conn: Connection, direction: str, revision: str) -> None:
+def _run_alembic(conn: Connection, tables: StoreTables, direction: str, revision: str) -> None:
     """``alembic upgrade|downgrade revision`` on ``conn``, its errors as sessionstore's.
 
     Raises:
         SchemaOutOfDateError: the database was written by a newer sessionstore.
         ValidationError: ``revision`` is not one of this version's revisions (or a valid step).
     """
-    current = current_revision(conn)
+    current = current_revision(conn, tables)
     if current is not None and current not in known_revisions():
         raise _schema_error(conn, current)
     _check_revision(direction, revision)
     config = alembic_config()
     config.attributes["connection"] = conn
+    config.attributes["sessionstore_tables"] = tables
     try:
         (command.upgrade if direction == "upgrade" else command.downgrade)(config, revision)
     except CommandError as e:
         raise _unknown_revision(direction, revision, str(e)) from None
 
 
-def current_revision(conn: Connection) -> str | None:
-    """The revision the database is at, or None when it has no sessionstore schema."""
-    if not inspect(conn).has_table("alembic_version"):
+def current_revision(conn: Connection, tables: StoreTables = DEFAULT_TABLES) -> str | None:
+    """The revision the database is at, or None when it has no sessionstore schema (under these
+    ``tables``' prefix and schema).
+
+    A database not yet moved to sessionstore's own version table answers from the legacy
+    ``alembic_version`` when that holds one of sessionstore's revisions.
+    """
+    if inspect(conn).has_table(tables.version_table, schema=tables.schema):
+        version = _version_table(tables.version_table, tables.schema)
+        return conn.execute(version.select()).scalar()
+    return _legacy_revision(conn, tables)
+
+
+def _version_table(name: str, schema: str | None) -> Table:
+    """An Alembic version table (the shape Alembic creates)."""
+    return Table(
+        name,
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name=f"{name}_pkc"),
+        schema=schema,
+    )
+
+
+def _legacy_revision(conn: Connection, tables: StoreTables) -> str | None:
+    """sessionstore's revision in ``alembic_version``, if that table holds ours and only ours.
+
+    Only the unprefixed layout was ever recorded there, and only with its tables beside it:
+    any other row (a host application's revision) means the table is not sessionstore's.
+    """
+    inspector = inspect(conn)
+    if tables.prefix or not inspector.has_table(LEGACY_VERSION_TABLE, schema=tables.schema):
         return None
-    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    if not inspector.has_table(tables.events.name, schema=tables.schema):
+        return None
+    legacy = _version_table(LEGACY_VERSION_TABLE, tables.schema)
+    rows = [str(row) for row in conn.execute(legacy.select()).scalars()]
+    if len(rows) != 1 or rows[0] not in known_revisions():
+        return None
+    return rows[0]
 
 
-def _stored_counts(conn: Connection) -> tuple[int, int]:
+def _adopt_legacy_version(conn: Connection, tables: StoreTables) -> None:
+    """Move sessionstore's row from ``alembic_version`` into its own version table.
+
+    Runs inside the migration's transaction (under its lock), so concurrent upgrades move it
+    once and a failure leaves the database as it was. ``alembic_version`` is dropped once it
+    is empty: it was sessionstore's (it held only sessionstore's revision), and a host's
+    Alembic creates it afresh.
+    """
+    if inspect(conn).has_table(tables.version_table, schema=tables.schema):
+        return
+    revision = _legacy_revision(conn, tables)
+    if revision is None:
+        return
+    version = _version_table(tables.version_table, tables.schema)
+    version.create(conn)
+    conn.execute(version.insert().values(version_num=revision))
+    legacy = _version_table(LEGACY_VERSION_TABLE, tables.schema)
+    conn.execute(legacy.delete().where(legacy.c.version_num == revision))
+    legacy.drop(conn)
+
+
+def _stored_counts(conn: Connection, tables: StoreTables) -> tuple[int, int]:
     """(events, sessions) stored, (0, 0) when there are no tables."""
-    if not inspect(conn).has_table("events"):
+    if not inspect(conn).has_table(tables.events.name, schema=tables.schema):
         return 0, 0
-    events = conn.execute(text("SELECT count(*) FROM events")).scalar_one()
-    sessions = conn.execute(text("SELECT count(*) FROM sessions")).scalar_one()
+    events = conn.execute(text(f"SELECT count(*) FROM {tables.sql_name('events')}")).scalar_one()
+    sessions = conn.execute(text(f"SELECT count(*) FROM {tables.sql_name('sessions')}")).scalar_one()
     return int(events), int(sessions)
 
 
-def _refuse_dropping_events(conn: Connection, before: tuple[int, int]) -> None:
+def _refuse_dropping_events(conn: Connection, tables: StoreTables, before: tuple[int, int]) -> None:
     """Raise (rolling the downgrade back) if it dropped the event log while it held events."""
     events, sessions = before
-    if events and not inspect(conn).has_table("events"):
+    if events and not inspect(conn).has_table(tables.events.name, schema=tables.schema):
         msg = (
             f"this downgrade drops the event log with {events} event(s) in {sessions} session(s); "
             "nothing was changed. Pass --yes (drop_events=True) to delete them"
@@ -116,46 +207,65 @@ def _refuse_dropping_events(conn: Connection, before: tuple[int, int]) -> None:
         raise ValidationError(msg, field="drop_events")
 
 
-def _migrate(engine: Engine, direction: str, revision: str, *, drop_events: bool = True) -> None:
+def _migrate(
+    engine: Engine, tables: StoreTables, direction: str, revision: str, *, drop_events: bool = True
+) -> None:
     with translate_errors(), engine.connect() as conn, conn.begin():
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
-        if direction == "upgrade" and revision == "head" and current_revision(conn) == SCHEMA_REVISION:
+        _check_schema_option(conn, tables)
+        _adopt_legacy_version(conn, tables)
+        at_head = current_revision(conn, tables) == SCHEMA_REVISION
+        if direction == "upgrade" and revision == "head" and at_head:
             return
         if direction == "upgrade":
-            _run_alembic(conn, direction, revision)
+            if tables.schema is not None:
+                conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{tables.schema}"'))
+            _run_alembic(conn, tables, direction, revision)
             return
-        before = _stored_counts(conn)
-        _run_alembic(conn, direction, revision)
+        before = _stored_counts(conn, tables)
+        _run_alembic(conn, tables, direction, revision)
         # Checked after the fact, inside the same transaction (DDL is transactional on SQLite
         # and PostgreSQL): whatever the revision's spelling (base, -1, 0001 ...), a downgrade
         # that took the events with it is undone unless confirmed.
         if not drop_events:
-            _refuse_dropping_events(conn, before)
+            _refuse_dropping_events(conn, tables, before)
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def _check_schema_option(conn: Connection, tables: StoreTables) -> None:
+    """Raise ``ValidationError`` for a schema on a backend without schemas (SQLite)."""
+    if tables.schema is not None and conn.dialect.name != "postgresql":
+        msg = f"schema {tables.schema!r}: schemas are a PostgreSQL option; on SQLite use a table prefix"
+        raise ValidationError(msg, field="schema")
+
+
+def upgrade(engine: Engine, revision: str = "head", *, tables: StoreTables = DEFAULT_TABLES) -> None:
     """Migrate the database up to ``revision`` in one transaction (safe to run concurrently).
+
+    ``tables`` says which tables (prefix, PostgreSQL schema); a missing schema is created.
 
     Raises:
         SchemaOutOfDateError: the database was written by a newer sessionstore.
-        ValidationError: an unknown revision; nothing was changed.
+        ValidationError: an unknown revision, or a schema on SQLite; nothing was changed.
     """
-    _migrate(engine, "upgrade", revision)
+    _migrate(engine, tables, "upgrade", revision)
 
 
-def downgrade(engine: Engine, revision: str = "base", *, drop_events: bool = False) -> None:
-    """Migrate the database down to ``revision`` (``base`` removes every sessionstore table).
+def downgrade(
+    engine: Engine, revision: str = "base", *, drop_events: bool = False, tables: StoreTables = DEFAULT_TABLES
+) -> None:
+    """Migrate the database down to ``revision`` (``base`` removes every sessionstore table of
+    ``tables``; an empty version table and the schema stay).
 
     Raises:
         ValidationError: the downgrade would drop stored events and ``drop_events`` is False,
-            or an unknown revision; nothing was changed.
+            an unknown revision, or a schema on SQLite; nothing was changed.
         SchemaOutOfDateError: the database was written by a newer sessionstore.
     """
-    _migrate(engine, "downgrade", revision, drop_events=drop_events)
+    _migrate(engine, tables, "downgrade", revision, drop_events=drop_events)
 
 
-def check_schema(engine: Engine) -> None:
+def check_schema(engine: Engine, tables: StoreTables = DEFAULT_TABLES) -> None:
     """Raise ``SchemaOutOfDateError`` unless the database is at ``SCHEMA_REVISION``.
 
     The error says whether ``db upgrade`` helps, or the database was written by a newer
@@ -166,6 +276,7 @@ def check_schema(engine: Engine) -> None:
         engine.connect().execution_options(sessionstore_read=True) as conn,
         conn.begin(),
     ):
-        current = current_revision(conn)
+        _check_schema_option(conn, tables)
+        current = current_revision(conn, tables)
     if current != SCHEMA_REVISION:
         raise _schema_error(engine, current)

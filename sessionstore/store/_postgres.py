@@ -24,7 +24,6 @@ from sqlalchemy.dialects.postgresql import insert as postgres_insert
 from sqlalchemy.engine import make_url
 
 from ._driver import DriverSQL
-from ._schema import snapshots
 from ._sql import SqlSessionStore
 
 __all__ = ["PostgresSessionStore", "create_postgres_engine"]
@@ -70,7 +69,7 @@ class PostgresSessionStore(SqlSessionStore):
     driver_sql = DriverSQL(
         mark="%s",
         # psycopg opens the transaction implicitly; the lock is its first statement.
-        begin_write="LOCK TABLE events IN EXCLUSIVE MODE",
+        begin_write="LOCK TABLE {events} IN EXCLUSIVE MODE",
         to_timestamp=lambda moment: moment,
         many_returning=True,
     )
@@ -78,7 +77,7 @@ class PostgresSessionStore(SqlSessionStore):
     def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
         # In psycopg's default text format a bytea arrives hex-encoded, twice its size, and is
         # decoded again: the binary format reads a 28 MB snapshot in ~60% of the time.
-        query = newest.add_columns(snapshots.c.state).compile(dialect=conn.dialect)
+        query = newest.add_columns(self.tables.snapshots.c.state).compile(dialect=conn.dialect)
         driver = conn.connection.driver_connection
         assert isinstance(driver, psycopg.Connection)
         with driver.cursor(binary=True) as cursor:

@@ -59,23 +59,23 @@ from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows
 from ._hashing import SessionIdentity, as_utc
 from ._owners import Owner, check_owner, inherit_owner
 from ._retry import DEFAULT_RETRY, RetryPolicy
-from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, blobs, events, metadata, sessions, snapshots
+from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, DEFAULT_TABLES, StoreTables
 from ._tokens import TokenCounter, check_token_counter
 
 __all__ = ["SqlSessionStore", "translate_errors"]
 
 _EVENT_COLUMNS = (
-    events.c.session_id,
-    events.c.seq,
-    events.c.position,
-    events.c.event_id,
-    events.c.type,
-    events.c.schema_version,
-    events.c.payload,
-    events.c.token_count,
-    events.c.prev_hash,
-    events.c.hash,
-    events.c.created_at,
+    "session_id",
+    "seq",
+    "position",
+    "event_id",
+    "type",
+    "schema_version",
+    "payload",
+    "token_count",
+    "prev_hash",
+    "hash",
+    "created_at",
 )
 _T = TypeVar("_T")
 # Blobs smaller than this are stored uncompressed: zlib's header would not pay for itself.
@@ -85,34 +85,17 @@ _COMPRESS_MIN_BYTES = 256
 # --- error translation ---------------------------------------------------------------------
 
 
-def _constraint_names_by_columns() -> dict[str, str]:
-    """Map SQLite's 'table.col, table.col' wording of a failed constraint to its name."""
-    names: dict[str, str] = {}
-    for table in metadata.tables.values():
-        for constraint in table.constraints:
-            columns = getattr(constraint, "columns", None)
-            if columns is not None and constraint.name:
-                key = ", ".join(f"{table.name}.{c.name}" for c in columns)
-                names.setdefault(key, str(constraint.name))
-        for index in table.indexes:  # unique indexes fail with the same wording
-            if index.unique and index.name:
-                key = ", ".join(f"{table.name}.{c.name}" for c in index.columns)
-                names.setdefault(key, str(index.name))
-    return names
-
-
-_SQLITE_CONSTRAINTS = _constraint_names_by_columns()
 _SQLITE_FAILED = re.compile(r"(?:UNIQUE|PRIMARY KEY|NOT NULL) constraint failed: (.+)$")
 
 
-def _constraint_of(orig: BaseException) -> str | None:
+def _constraint_of(orig: BaseException, tables: StoreTables) -> str | None:
     diag = getattr(orig, "diag", None)
     name = getattr(diag, "constraint_name", None)
     if name:
         return str(name)
     match = _SQLITE_FAILED.search(str(orig))
     if match:
-        return _SQLITE_CONSTRAINTS.get(match.group(1), match.group(1))
+        return tables.constraint_names_by_columns().get(match.group(1), match.group(1))
     check = re.search(r"CHECK constraint failed: (\w+)", str(orig))
     return check.group(1) if check else None
 
@@ -154,15 +137,16 @@ def _is_transient(orig: BaseException) -> bool:
     return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
 
 
-def _translate(error: BaseException) -> SessionStoreError:
-    """One driver error (raw, or wrapped by SQLAlchemy) as the sessionstore error it means."""
+def _translate(error: BaseException, tables: StoreTables = DEFAULT_TABLES) -> SessionStoreError:
+    """One driver error (raw, or wrapped by SQLAlchemy) as the sessionstore error it means
+    (constraint names as in ``tables``)."""
     orig = getattr(error, "orig", None) or error
     message = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     kinds = _pep249_kind(orig)
     if getattr(orig, "sqlstate", None) == APPEND_ONLY_ERRCODE or APPEND_ONLY_MESSAGE in message:
         return AppendOnlyViolation(message)
     if "IntegrityError" in kinds:
-        return IntegrityError(message, constraint=_constraint_of(orig))
+        return IntegrityError(message, constraint=_constraint_of(orig, tables))
     if "no such table" in message or "no such column" in message:
         return ProgrammingError(message)
     if kinds & {"OperationalError", "InterfaceError"}:
@@ -173,7 +157,7 @@ def _translate(error: BaseException) -> SessionStoreError:
 
 
 @contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
+def translate_errors(tables: StoreTables = DEFAULT_TABLES) -> Iterator[None]:
     """Re-raise SQLAlchemy / driver errors as sessionstore errors (``raise ... from e``).
 
     A lone surrogate in a query parameter (a session id or cursor a caller looks up; stored
@@ -182,7 +166,7 @@ def translate_errors() -> Iterator[None]:
     try:
         yield
     except (sa_exc.DBAPIError, sqlite3.Error, psycopg.Error) as e:
-        raise _translate(e) from e
+        raise _translate(e, tables) from e
     except UnicodeEncodeError as e:
         bad = e.object[e.start : e.end]
         msg = f"a lookup with text that is not valid Unicode (a lone surrogate): {bad!r}"
@@ -227,16 +211,25 @@ class SqlSessionStore(SessionStore):
         token_counter: TokenCounter | None = None,
         single_connection: bool = False,
         retry: RetryPolicy = DEFAULT_RETRY,
+        tables: StoreTables = DEFAULT_TABLES,
     ) -> None:
         if token_counter is not None:
             check_token_counter(token_counter)
         self.engine = engine
+        #: Where this store's tables are (prefix, schema); every statement takes its names from it.
+        self.tables = tables
+        self._write_sql = self.driver_sql.for_tables(tables)
+        self._event_columns = tuple(tables.events.c[name] for name in _EVENT_COLUMNS)
         self.token_counter = token_counter
         self.retry = retry
         # One shared connection (SQLite :memory:) must not interleave transactions.
         self._lock: contextlib.AbstractContextManager[Any] = (
             threading.RLock() if single_connection else contextlib.nullcontext()
         )
+
+    def _unique(self, *columns: str) -> str:
+        """The name of the events table's unique constraint over ``columns``."""
+        return f"uq_{self.tables.events.name}_{'_'.join(columns)}"
 
     def _retrying(self, what: str, operation: Callable[[], _T]) -> _T:
         """``operation()`` (one whole transaction) retried per the store's retry policy."""
@@ -245,7 +238,7 @@ class SqlSessionStore(SessionStore):
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
         """A SQLAlchemy write transaction for rows outside the event log (blobs, snapshots)."""
-        with self._lock, translate_errors(), self.engine.connect() as conn:
+        with self._lock, translate_errors(self.tables), self.engine.connect() as conn:
             with conn.begin():
                 yield conn
                 self._check_file(conn.connection.info)
@@ -261,7 +254,7 @@ class SqlSessionStore(SessionStore):
     def _read(self) -> Iterator[Connection]:
         with (
             self._lock,
-            translate_errors(),
+            translate_errors(self.tables),
             self.engine.connect().execution_options(sessionstore_read=True) as conn,
             conn.begin(),
         ):
@@ -501,6 +494,7 @@ class SqlSessionStore(SessionStore):
 
     def get_session(self, session_id: str) -> SessionInfo:
         """See ``SessionStore.get_session``."""
+        sessions = self.tables.sessions
 
         def attempt() -> Any:
             with self._read() as conn:
@@ -540,7 +534,8 @@ class SqlSessionStore(SessionStore):
             )
         except (SessionExistsError, IntegrityError) as e:
             # Another writer created it first (its commit decided; the unique index holds it).
-            if isinstance(e, IntegrityError) and e.constraint != "uq_sessions_tenant_id_user_id_external_id":
+            owner_key = f"uq_{self.tables.sessions.name}_tenant_id_user_id_external_id"
+            if isinstance(e, IntegrityError) and e.constraint != owner_key:
                 raise
             found = self._owned_session(owner)
             if found is None:
@@ -549,6 +544,7 @@ class SqlSessionStore(SessionStore):
         return created, True
 
     def _owned_session(self, owner: Owner) -> SessionInfo | None:
+        sessions = self.tables.sessions
         query = select(sessions).where(
             sessions.c.tenant_id == owner.tenant,
             sessions.c.user_id == owner.user,
@@ -571,6 +567,7 @@ class SqlSessionStore(SessionStore):
         user: str | None = None,
     ) -> list[SessionInfo]:
         """See ``SessionStore.list_sessions``."""
+        sessions = self.tables.sessions
         owner = check_owner(tenant, user, None)
         if owner.user is not None and owner.tenant is None:
             msg = "list_sessions: a user needs a tenant (users are counted per tenant)"
@@ -624,7 +621,7 @@ class SqlSessionStore(SessionStore):
             # Built only after COMMIT: what is returned was durably written.
             return AppendResult(session_id, seqs, positions, seqs[-1])
         except IntegrityError as e:
-            if e.constraint != "uq_events_event_id":
+            if e.constraint != self._unique("event_id"):
                 raise
         # An id of the batch is stored, though the head matched: settle it with a fresh read
         # (the failed transaction is gone; stored rows never change).
@@ -663,8 +660,8 @@ class SqlSessionStore(SessionStore):
         try:
             positions = txn.insert(rows)
         except _DRIVER_ERRORS as e:
-            error = _translate(e)
-            if isinstance(error, IntegrityError) and error.constraint == "uq_events_session_id_seq":
+            error = _translate(e, self.tables)
+            if isinstance(error, IntegrityError) and error.constraint == self._unique("session_id", "seq"):
                 # A writer that bypassed the lock; the transaction is dead, the head moved on.
                 raise ConcurrencyError(session_id, head_seq, head_seq + 1) from e
             raise error from e
@@ -677,13 +674,13 @@ class SqlSessionStore(SessionStore):
         SQLAlchemy Core costs ~1 ms of CPU per append in statement building and caching;
         the driver runs the same three statements in a fraction of that.
         """
-        with translate_errors():
+        with translate_errors(self.tables):
             raw = self.engine.raw_connection()
             try:
                 cursor = raw.cursor()
                 try:
-                    cursor.execute(self.driver_sql.begin_write)
-                    yield DriverTransaction(cursor, self.driver_sql)
+                    cursor.execute(self._write_sql.begin_write)
+                    yield DriverTransaction(cursor, self._write_sql)
                     self._check_file(raw.info)
                     raw.commit()
                     self._check_file(raw.info)  # the file vanished during the commit: not kept
@@ -696,6 +693,7 @@ class SqlSessionStore(SessionStore):
                 raw.close()
 
     def _last_seq(self, conn: Connection, session_id: str) -> int:
+        events = self.tables.events
         row = conn.execute(
             select(events.c.seq)
             .where(events.c.session_id == session_id)
@@ -708,6 +706,7 @@ class SqlSessionStore(SessionStore):
         return 0
 
     def _require_session(self, conn: Connection, session_id: str) -> None:
+        sessions = self.tables.sessions
         if conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
             raise SessionNotFoundError(session_id)
 
@@ -731,11 +730,12 @@ class SqlSessionStore(SessionStore):
         verify: bool = False,
     ) -> list[RecordedEvent]:
         """See ``SessionStore.read``."""
+        events = self.tables.events
         check_int("from_seq", from_seq)
         if to_seq is not None:
             check_int("to_seq", to_seq)
         query = (
-            select(*_EVENT_COLUMNS)
+            select(*self._event_columns)
             .where(events.c.session_id == session_id, events.c.seq >= from_seq)
             .order_by(events.c.seq)
         )
@@ -764,10 +764,11 @@ class SqlSessionStore(SessionStore):
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """See ``SessionStore.read_all``."""
+        events = self.tables.events
         check_int("after_position", after_position)
         check_int("limit", limit, minimum=0)
         query = (
-            select(*_EVENT_COLUMNS)
+            select(*self._event_columns)
             .where(events.c.position > after_position)
             .order_by(events.c.position)
             .limit(limit)
@@ -781,6 +782,7 @@ class SqlSessionStore(SessionStore):
 
     def orphaned_sessions(self) -> list[str]:
         """See ``SessionStore.orphaned_sessions``."""
+        sessions, events = self.tables.sessions, self.tables.events
         has_row = select(sessions.c.id).where(sessions.c.id == events.c.session_id).exists()
         query = select(events.c.session_id).where(~has_row).distinct().order_by(events.c.session_id)
 
@@ -792,6 +794,7 @@ class SqlSessionStore(SessionStore):
 
     def max_position(self) -> int:
         """See ``SessionStore.max_position``."""
+        events = self.tables.events
 
         def attempt() -> int:
             with self._read() as conn:
@@ -803,6 +806,7 @@ class SqlSessionStore(SessionStore):
 
     def put_blob(self, data: bytes) -> BlobRef:
         """See ``SessionStore.put_blob``."""
+        blobs = self.tables.blobs
         if not isinstance(data, bytes | bytearray | memoryview):
             msg = f"blob data must be bytes, not {type(data).__name__}"
             raise ValidationError(msg, field="data")
@@ -830,6 +834,7 @@ class SqlSessionStore(SessionStore):
 
     def get_blob(self, sha256: str) -> bytes:
         """See ``SessionStore.get_blob``."""
+        blobs = self.tables.blobs
 
         def attempt() -> Any:
             with self._read() as conn:
@@ -852,6 +857,7 @@ class SqlSessionStore(SessionStore):
 
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         """See ``SessionStore.put_snapshot``."""
+        snapshots = self.tables.snapshots
         statement = (
             type(self)
             .dialect_insert(snapshots)
@@ -893,6 +899,7 @@ class SqlSessionStore(SessionStore):
         max_seq: int | None = None,
     ) -> SnapshotRecord | None:
         """See ``SessionStore.latest_snapshot``."""
+        snapshots = self.tables.snapshots
         newest = (
             select(snapshots.c.seq)
             .where(
@@ -923,6 +930,7 @@ class SqlSessionStore(SessionStore):
         Snapshot rows can be large (a resume reads the whole history's JSON): backends read the
         state the fastest way their driver offers.
         """
+        snapshots = self.tables.snapshots
         row = conn.execute(newest.add_columns(snapshots.c.state)).first()
         return None if row is None else (int(row.seq), bytes(row.state))  # bytes: not a memoryview
 

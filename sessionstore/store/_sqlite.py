@@ -175,5 +175,5 @@ class SQLiteSessionStore(SqlSessionStore):
             return None
         driver = conn.connection.driver_connection
         assert isinstance(driver, sqlite3.Connection)
-        with driver.blobopen("snapshots", "state", int(row.rowid), readonly=True) as blob:
+        with driver.blobopen(self.tables.snapshots.name, "state", int(row.rowid), readonly=True) as blob:
             return int(row.seq), blob.read()
