@@ -31,6 +31,8 @@ The tree::
         │   └── DatabaseFileGoneError        the SQLite file was deleted or replaced while open
         ├── IntegrityError                   a database constraint the store did not expect (PEP 249)
         └── ProgrammingError                 broken SQL, missing table
+            └── AccessDeniedError            the role lacks a privilege, or a row-level security
+                                             policy refused the row (another tenant's)
 
 Driver errors are translated in exactly one place (``sessionstore.store._sql``)
 with ``raise ... from e``, so callers never import SQLAlchemy or a driver to catch errors.
@@ -49,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 __all__ = [
+    "AccessDeniedError",
     "AppendOnlyViolation",
     "BlockingLimitError",
     "CompactionDisabledError",
@@ -435,6 +438,12 @@ class IntegrityError(DatabaseError):
 
 class ProgrammingError(DatabaseError):
     """Broken SQL or a missing table or column."""
+
+
+class AccessDeniedError(ProgrammingError):
+    """The database refused the connection's role (PostgreSQL SQLSTATE 42501): a privilege it
+    lacks, or a row-level security policy that keeps the row to another tenant. Nothing was written.
+    """
 
 
 class DatabaseFileGoneError(OperationalError):

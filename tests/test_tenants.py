@@ -6,6 +6,8 @@ Runs on every backend (SQLite file and memory, PostgreSQL).
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +17,7 @@ from sqlalchemy import DateTime, bindparam, text
 
 from sessionstore import MessageAppended, Session, SessionStarted, SessionStore, ValidationError
 from sessionstore.agent import spawn_subagent
+from sessionstore.cli import main
 from sessionstore.errors import SessionExistsError
 from sessionstore.events._base import encode_event
 from sessionstore.store import SessionWrite
@@ -351,3 +354,36 @@ def test_a_database_from_before_owners_verifies_after_the_migration(shared_backe
         assert store.create_session("new-fork", parent_session_id="old", fork_seq=4).tenant is None
         assert store.verify("new-fork").ok
         assert store.list_sessions(tenant="acme") == []
+
+
+def test_the_cli_creates_gets_and_lists_owned_sessions(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "cli.db")
+
+    def run(*argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return main([*argv, "--db", db], out=out), out.getvalue()
+
+    assert run("db", "upgrade")[0] == 0
+    code, first = run("new", "--tenant", "acme", "--user", "alice", "--external-id", "chat-1")
+    assert code == 0
+    assert run("new", "--tenant", "acme", "--user", "alice", "--external-id", "chat-1") == (0, first)
+    assert run("new", "--id", "a2", "--tenant", "acme", "--user", "alice")[0] == 0
+    assert run("new", "--id", "b1", "--tenant", "acme", "--user", "bob")[0] == 0
+    assert run("new", "--id", "plain")[0] == 0
+
+    code, listed = run("sessions", "--tenant", "acme", "--user", "alice", "--json")
+    rows = [json.loads(line) for line in listed.splitlines()]
+    assert code == 0
+    assert sorted(r["id"] for r in rows) == sorted([first.strip(), "a2"])
+    assert {(r["tenant"], r["user"]) for r in rows} == {("acme", "alice")}
+    page = run("sessions", "--tenant", "acme", "--limit", "1")[1].split()[0]
+    rest = run("sessions", "--tenant", "acme", "--after", page)[1]
+    assert len(rest.splitlines()) == 2 and page not in rest
+    assert "tenant=acme user=bob" in run("sessions", "--tenant", "acme")[1]
+
+    assert run("new", "--user", "alice", "--external-id", "x")[0] == 1
+    assert "needs a tenant, a user and an external_id" in capsys.readouterr().err
+    assert run("sessions", "--user", "alice")[0] == 1
+    assert "a user needs a tenant" in capsys.readouterr().err

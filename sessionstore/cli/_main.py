@@ -46,6 +46,8 @@ from ..store import (
 )
 from ._demo import run_demo
 from ._render import render_audit
+from ._rls import add_commands as _add_rls_commands
+from ._rls import run_command as _run_rls
 from ._transcripts import add_commands as _add_interchange_commands
 from ._transcripts import run_command as _run_interchange
 from ._verify import run_heads, run_verify
@@ -87,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
                 "--yes", action="store_true", help="confirm dropping stored events (a downgrade to 'base')"
             )
 
+    _add_rls_commands(commands, _add_db)
+
     demo = commands.add_parser("demo", help="drive a generated agent session through every context stage")
     _add_db(demo)
     demo.add_argument("--json", action="store_true", help="print a summary object instead")
@@ -94,11 +98,20 @@ def _parser() -> argparse.ArgumentParser:
     sessions = commands.add_parser("sessions", help="list sessions")
     _add_db(sessions)
     sessions.add_argument("--limit", type=int, default=100)
+    sessions.add_argument("--after", help="start after this session id (the last id of the previous page)")
+    sessions.add_argument("--tenant", help="only this tenant's sessions")
+    sessions.add_argument("--user", help="only this user's sessions (needs --tenant)")
 
     new = commands.add_parser("new", help="create a session and print its id")
     _add_db(new)
     new.add_argument("--id", dest="session_id")
     new.add_argument("--metadata", type=json.loads, default=None, help="JSON object")
+    new.add_argument("--tenant", help="the tenant the session belongs to")
+    new.add_argument("--user", help="the user it belongs to (needs --tenant)")
+    new.add_argument(
+        "--external-id",
+        help="your key for it (needs --tenant and --user): print the session it names, creating it if none",
+    )
 
     append = commands.add_parser("append", help="append events (JSON lines on stdin) or one --text message")
     _add_db(append)
@@ -316,15 +329,36 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
     # Every seq the CLI takes or prints is in the visible numbering (a fork's count through its
     # parent's prefix), never the storage numbering of store.read/append.
     if args.command == "sessions":
-        for info in store.list_sessions(limit=args.limit):
+        listed = store.list_sessions(limit=args.limit, after=args.after, tenant=args.tenant, user=args.user)
+        for info in listed:
             last_seq = store.visible_log(info.id).last_seq()
             if args.json:
                 _print_json(out, {**_session_json(info), "last_seq": last_seq})
                 continue
             lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
-            print(f"{info.id}  {info.created_at.isoformat()}  last_seq={last_seq}{lineage}", file=out)
+            owner = "".join(
+                f" {name}={value}"
+                for name, value in (
+                    ("tenant", info.tenant),
+                    ("user", info.user),
+                    ("external_id", info.external_id),
+                )
+                if value is not None
+            )
+            print(f"{info.id}  {info.created_at.isoformat()}  last_seq={last_seq}{lineage}{owner}", file=out)
     elif args.command == "new":
-        info = store.create_session(args.session_id, metadata=args.metadata)
+        if args.external_id is not None:
+            info, _ = store.get_or_create_session(
+                args.tenant,
+                args.user,
+                args.external_id,
+                metadata=args.metadata,
+                session_id=args.session_id,
+            )
+        else:
+            info = store.create_session(
+                args.session_id, metadata=args.metadata, tenant=args.tenant, user=args.user
+            )
         print(json.dumps(_session_json(info)) if args.json else info.id, file=out)
     elif args.command in ("context", "show"):
         return _run_views(args, store, out)
@@ -639,6 +673,8 @@ def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "db":
         return _run_db(args, out)
+    if args.command == "rls":
+        return _run_rls(args, out)
     if args.command == "demo":
         return run_demo(args.db, out, as_json=args.json)
     with open_store(args.db, create=args.command in _CREATING_COMMANDS) as store:

@@ -38,6 +38,13 @@ from ._postgres import (
 from ._retry import (
     RetryPolicy,
 )
+from ._rls import (
+    disable_row_level_security,
+    enable_row_level_security,
+    grant_tenant_role,
+    revoke_tenant_role,
+    row_level_security_sql,
+)
 from ._sqlite import (
     SQLiteSessionStore,
 )
@@ -68,8 +75,13 @@ __all__ = [
     "create_engine_for_url",
     "current_revision",
     "default_database_path",
+    "disable_row_level_security",
     "downgrade",
+    "enable_row_level_security",
+    "grant_tenant_role",
     "open_store",
     "resolve_url",
+    "revoke_tenant_role",
+    "row_level_security_sql",
     "upgrade",
 ]

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine, Select, delete, func, select
 from sqlalchemy import exc as sa_exc
 
 from ..errors import (
+    AccessDeniedError,
     AppendOnlyViolation,
     ConcurrencyError,
     DatabaseError,
@@ -147,6 +148,8 @@ def _translate(error: BaseException, tables: StoreTables = DEFAULT_TABLES) -> Se
         return AppendOnlyViolation(message)
     if "IntegrityError" in kinds:
         return IntegrityError(message, constraint=_constraint_of(orig, tables))
+    if getattr(orig, "sqlstate", None) == "42501":  # insufficient_privilege, row-level security too
+        return AccessDeniedError(message)
     if "no such table" in message or "no such column" in message:
         return ProgrammingError(message)
     if kinds & {"OperationalError", "InterfaceError"}:
@@ -344,10 +347,17 @@ class SqlSessionStore(SessionStore):
     ) -> SessionInfo:
         """One try of ``create_session``: one write transaction."""
         now = _utcnow()
-        with self._lock, self._driver_transaction() as txn:
-            _, _, identity = self._create_in(
-                txn, sid, parent_session_id, fork_seq, meta_json, prepared, now, owner
-            )
+        try:
+            with self._lock, self._driver_transaction() as txn:
+                _, _, identity = self._create_in(
+                    txn, sid, parent_session_id, fork_seq, meta_json, prepared, now, owner
+                )
+        except IntegrityError as e:
+            if e.constraint == "pk_sessions":
+                # A row this connection cannot see holds the id (another tenant's, under
+                # row-level security): the id is taken all the same.
+                raise SessionExistsError(sid) from e
+            raise
         return _info_of(identity)
 
     def _create_in(
@@ -822,7 +832,8 @@ class SqlSessionStore(SessionStore):
             type(self)
             .dialect_insert(blobs)
             .values(sha256=digest, size=len(raw), compression=compression, data=stored, created_at=_utcnow())
-            .on_conflict_do_nothing(index_elements=["sha256"])
+            # No conflict target: under row-level security the key is (sha256, tenant) (_rls.py).
+            .on_conflict_do_nothing()
         )
 
         def attempt() -> None:
