@@ -298,7 +298,11 @@ def test_the_cli_installs_grants_and_prints_the_policies(pg_backend: Backend) ->
         printed = io.StringIO()
         assert main(["rls", "sql", "--schema", "agents"], out=printed) == 0
         assert printed.getvalue().splitlines() == [f"{s};" for s in row_level_security_sql("agents")]
-        assert 'CREATE POLICY tenant_select ON "agents".events' in printed.getvalue()
+        assert 'CREATE POLICY tenant_select ON "agents"."events"' in printed.getvalue()
+        printed = io.StringIO()
+        assert main(["rls", "sql", "--schema", "agents", "--table-prefix", "ss_"], out=printed) == 0
+        assert 'CREATE POLICY tenant_select ON "agents"."ss_events"' in printed.getvalue()
+        assert '"agents"."ss_tenant_roles"' in printed.getvalue()
     finally:
         with admin.begin() as conn:
             conn.execute(text(f"DROP OWNED BY {role}"))

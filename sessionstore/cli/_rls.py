@@ -38,6 +38,7 @@ def add_commands(
             sub.add_argument(
                 "--schema", default="public", help="the schema holding the tables (default public)"
             )
+            sub.add_argument("--table-prefix", default="", help="the store's table prefix (default none)")
             continue
         add_db(sub)
         if name == "grant":
@@ -49,7 +50,7 @@ def add_commands(
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """Run one ``rls`` action; returns the exit status."""
     if args.rls_command == "sql":
-        for statement in row_level_security_sql(args.schema):
+        for statement in row_level_security_sql(args.schema, table_prefix=args.table_prefix):
             print(f"{statement};", file=out)
         return 0
     engine = create_engine_for_url(resolve_url(args.db), create=False)

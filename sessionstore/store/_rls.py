@@ -18,7 +18,10 @@ What the policies hold (the owner, who runs migrations, is not subject to them):
   fills in the tenant), so two tenants storing the same bytes do not share a row.
 
 Nothing here is a migration: it is a deployment choice on PostgreSQL, installed by the owner
-with ``enable_row_level_security`` (or ``sessionstore rls enable``) after ``db upgrade``.
+with ``enable_row_level_security`` (or ``sessionstore rls enable``) after ``db upgrade``. Every
+function takes the store's ``table_prefix`` and ``schema`` (default: none, and the connection's
+current schema), as the store does; the role map and the tenant function are named like the
+version table (``sessionstore_tenant_roles``, or ``<prefix>tenant_roles``).
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from sqlalchemy import Connection, Engine, inspect, text
 
 from ..errors import ValidationError
 from ._contract import check_owner_key
+from ._schema import LEGACY_VERSION_TABLE, StoreTables, store_tables
 from ._sql import translate_errors
 
 __all__ = [
-    "TENANT_ROLES_TABLE",
     "disable_row_level_security",
     "enable_row_level_security",
     "grant_tenant_role",
@@ -38,10 +41,7 @@ __all__ = [
     "row_level_security_sql",
 ]
 
-#: Maps each tenant role to its tenant.
-TENANT_ROLES_TABLE = "sessionstore_tenant_roles"
-_FUNCTION = "sessionstore_current_tenant"
-_VERSION_TABLES = ("alembic_version", "sessionstore_alembic_version")
+_TABLES = ("sessions", "events", "snapshots", "blobs")
 
 
 def _ident(name: str) -> str:
@@ -54,76 +54,117 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def row_level_security_sql(schema: str = "public") -> list[str]:
+class _Names:
+    """The schema-qualified names of one store's objects, for raw SQL."""
+
+    def __init__(self, tables: StoreTables, schema: str) -> None:
+        self.tables = tables
+        self.schema = _ident(schema)
+        self.role_map = self.of(tables.own_name("tenant_roles"))
+        self.tenant = f"{self.of(tables.own_name('current_tenant'))}()"
+
+    def of(self, name: str) -> str:
+        return f"{self.schema}.{_ident(name)}"
+
+    def table(self, base: str) -> str:
+        return self.of(self.tables.name(base))
+
+
+def row_level_security_sql(schema: str = "public", *, table_prefix: str = "") -> list[str]:
     """The statements ``enable_row_level_security`` runs, for the tables in ``schema``.
 
     For a DBA who applies them through their own change process instead (``sessionstore rls
     sql`` prints them).
+
+    Raises:
+        ValidationError: a schema or prefix that is not a plain lower-case name.
     """
-    s = _ident(schema)
-    tenant = f"{s}.{_FUNCTION}()"
-    own_session = (
-        f"EXISTS (SELECT 1 FROM {s}.sessions AS owned WHERE owned.id = {{table}}.session_id "
-        f"AND owned.tenant_id = {tenant})"
-    )
+    return _enable_sql(_Names(store_tables(table_prefix, schema), schema))
+
+
+def _enable_sql(n: _Names) -> list[str]:
+    blobs = n.tables.name("blobs")
+
+    def own_session(table: str) -> str:
+        return (
+            f"EXISTS (SELECT 1 FROM {n.table('sessions')} AS owned "
+            f"WHERE owned.id = {n.table(table)}.session_id AND owned.tenant_id = {n.tenant})"
+        )
+
     statements = [
-        f"CREATE TABLE IF NOT EXISTS {s}.{TENANT_ROLES_TABLE} ("
-        "role_name name PRIMARY KEY, tenant_id varchar(255) NOT NULL)",
-        f"ALTER TABLE {s}.{TENANT_ROLES_TABLE} ENABLE ROW LEVEL SECURITY",
-        f"DROP POLICY IF EXISTS own_role ON {s}.{TENANT_ROLES_TABLE}",
+        f"CREATE TABLE IF NOT EXISTS {n.role_map} "
+        "(role_name name PRIMARY KEY, tenant_id varchar(255) NOT NULL)",
+        f"ALTER TABLE {n.role_map} ENABLE ROW LEVEL SECURITY",
+        f"DROP POLICY IF EXISTS own_role ON {n.role_map}",
         # A tenant role reads only its own mapping (it learns no other tenant's name).
-        f"CREATE POLICY own_role ON {s}.{TENANT_ROLES_TABLE} FOR SELECT USING (role_name = current_user)",
+        f"CREATE POLICY own_role ON {n.role_map} FOR SELECT USING (role_name = current_user)",
         # STABLE: evaluated once per statement, not once per row.
-        f"CREATE OR REPLACE FUNCTION {tenant} RETURNS varchar LANGUAGE sql STABLE AS "
-        f"$$ SELECT tenant_id FROM {s}.{TENANT_ROLES_TABLE} WHERE role_name = current_user $$",
+        f"CREATE OR REPLACE FUNCTION {n.tenant} RETURNS varchar LANGUAGE sql STABLE AS "
+        f"$$ SELECT tenant_id FROM {n.role_map} WHERE role_name = current_user $$",
         # Blobs are stored once per tenant: the key becomes (sha256, tenant), and the tenant a
         # connection stores under is filled in by the database, from its role.
-        f"ALTER TABLE {s}.blobs DROP CONSTRAINT IF EXISTS pk_blobs",
-        f"CREATE UNIQUE INDEX IF NOT EXISTS uq_blobs_sha256_tenant "
-        f"ON {s}.blobs (sha256, COALESCE(tenant_id, ''))",
-        f"ALTER TABLE {s}.blobs ALTER COLUMN tenant_id SET DEFAULT {tenant}",
+        f"ALTER TABLE {n.table('blobs')} DROP CONSTRAINT IF EXISTS {_ident('pk_' + blobs)}",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {_ident('uq_' + blobs + '_sha256_tenant')} "
+        f"ON {n.table('blobs')} (sha256, COALESCE(tenant_id, ''))",
+        f"ALTER TABLE {n.table('blobs')} ALTER COLUMN tenant_id SET DEFAULT {n.tenant}",
     ]
     policies = {
         "sessions": [
-            ("SELECT", f"USING (tenant_id = {tenant})"),
-            ("INSERT", f"WITH CHECK (tenant_id = {tenant})"),
+            ("SELECT", f"USING (tenant_id = {n.tenant})"),
+            ("INSERT", f"WITH CHECK (tenant_id = {n.tenant})"),
         ],
         "events": [
-            ("SELECT", f"USING ({own_session.format(table='events')})"),
-            ("INSERT", f"WITH CHECK ({own_session.format(table='events')})"),
+            ("SELECT", f"USING ({own_session('events')})"),
+            ("INSERT", f"WITH CHECK ({own_session('events')})"),
         ],
         "snapshots": [
-            ("SELECT", f"USING ({own_session.format(table='snapshots')})"),
-            ("INSERT", f"WITH CHECK ({own_session.format(table='snapshots')})"),
+            ("SELECT", f"USING ({own_session('snapshots')})"),
+            ("INSERT", f"WITH CHECK ({own_session('snapshots')})"),
             # Snapshots are caches: put_snapshot prunes a key's older ones.
-            ("DELETE", f"USING ({own_session.format(table='snapshots')})"),
+            ("DELETE", f"USING ({own_session('snapshots')})"),
         ],
         "blobs": [
-            ("SELECT", f"USING (tenant_id = {tenant})"),
-            ("INSERT", f"WITH CHECK (tenant_id = {tenant})"),
+            ("SELECT", f"USING (tenant_id = {n.tenant})"),
+            ("INSERT", f"WITH CHECK (tenant_id = {n.tenant})"),
         ],
     }
-    for table, rules in policies.items():
-        statements.append(f"ALTER TABLE {s}.{table} ENABLE ROW LEVEL SECURITY")
+    for base, rules in policies.items():
+        statements.append(f"ALTER TABLE {n.table(base)} ENABLE ROW LEVEL SECURITY")
         for command, rule in rules:
             name = f"tenant_{command.lower()}"
-            statements.append(f"DROP POLICY IF EXISTS {name} ON {s}.{table}")
-            statements.append(f"CREATE POLICY {name} ON {s}.{table} FOR {command} {rule}")
+            statements.append(f"DROP POLICY IF EXISTS {name} ON {n.table(base)}")
+            statements.append(f"CREATE POLICY {name} ON {n.table(base)} FOR {command} {rule}")
     return statements
 
 
-def _schema_of(conn: Connection) -> str:
+def _names(conn: Connection, table_prefix: str, schema: str | None) -> _Names:
+    """The store's names on this connection (``schema`` None: the connection's current schema).
+
+    Raises:
+        ValidationError: not PostgreSQL, a bad prefix or schema, or no migrated tables there.
+    """
     if conn.dialect.name != "postgresql":
         msg = f"row-level security needs PostgreSQL, not {conn.dialect.name}"
         raise ValidationError(msg, field="url")
-    schema = conn.execute(text("SELECT current_schema()")).scalar()
-    if not schema or not inspect(conn).has_table("sessions", schema=schema):
-        msg = "no sessionstore tables in this database's schema: run `sessionstore db upgrade` first"
+    tables = store_tables(table_prefix, schema)
+    where = schema or conn.execute(text("SELECT current_schema()")).scalar()
+    if not where or not inspect(conn).has_table(tables.name("sessions"), schema=where):
+        msg = "no sessionstore tables in this schema: run `sessionstore db upgrade` first"
         raise ValidationError(msg, field="url")
-    return str(schema)
+    return _Names(tables, str(where))
 
 
-def enable_row_level_security(engine: Engine) -> None:
+def _has(conn: Connection, n: _Names, name: str) -> bool:
+    return inspect(conn).has_table(name, schema=n.schema.strip('"'))
+
+
+def _position_sequence(conn: Connection, n: _Names) -> str:
+    """The sequence that numbers events' global positions, as SQL."""
+    found = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'position')"), {"t": n.table("events")})
+    return str(found.scalar_one())
+
+
+def enable_row_level_security(engine: Engine, *, table_prefix: str = "", schema: str | None = None) -> None:
     """Install the tenant policies (see the module docstring) in one transaction; idempotent.
 
     Run it as the tables' owner. Until a role is granted a tenant (``grant_tenant_role``),
@@ -133,11 +174,11 @@ def enable_row_level_security(engine: Engine) -> None:
         ValidationError: not PostgreSQL, or the schema is not migrated.
     """
     with translate_errors(), engine.begin() as conn:
-        for statement in row_level_security_sql(_schema_of(conn)):
+        for statement in _enable_sql(_names(conn, table_prefix, schema)):
             conn.execute(text(statement))
 
 
-def disable_row_level_security(engine: Engine) -> None:
+def disable_row_level_security(engine: Engine, *, table_prefix: str = "", schema: str | None = None) -> None:
     """Remove the policies, the tenant function and the role map; every role with privileges on
     the tables sees every row again. Blobs keep their per-tenant key (rows are never deleted).
 
@@ -145,17 +186,19 @@ def disable_row_level_security(engine: Engine) -> None:
         ValidationError: not PostgreSQL, or the schema is not migrated.
     """
     with translate_errors(), engine.begin() as conn:
-        s = _ident(_schema_of(conn))
-        for table in ("sessions", "events", "snapshots", "blobs"):
-            conn.execute(text(f"ALTER TABLE {s}.{table} DISABLE ROW LEVEL SECURITY"))
+        n = _names(conn, table_prefix, schema)
+        for base in _TABLES:
+            conn.execute(text(f"ALTER TABLE {n.table(base)} DISABLE ROW LEVEL SECURITY"))
             for command in ("select", "insert", "delete"):
-                conn.execute(text(f"DROP POLICY IF EXISTS tenant_{command} ON {s}.{table}"))
-        conn.execute(text(f"ALTER TABLE {s}.blobs ALTER COLUMN tenant_id DROP DEFAULT"))
-        conn.execute(text(f"DROP FUNCTION IF EXISTS {s}.{_FUNCTION}()"))
-        conn.execute(text(f"DROP TABLE IF EXISTS {s}.{TENANT_ROLES_TABLE}"))
+                conn.execute(text(f"DROP POLICY IF EXISTS tenant_{command} ON {n.table(base)}"))
+        conn.execute(text(f"ALTER TABLE {n.table('blobs')} ALTER COLUMN tenant_id DROP DEFAULT"))
+        conn.execute(text(f"DROP FUNCTION IF EXISTS {n.tenant}"))
+        conn.execute(text(f"DROP TABLE IF EXISTS {n.role_map}"))
 
 
-def grant_tenant_role(engine: Engine, tenant: str, role: str) -> None:
+def grant_tenant_role(
+    engine: Engine, tenant: str, role: str, *, table_prefix: str = "", schema: str | None = None
+) -> None:
     """Make ``role`` (an existing PostgreSQL role) the tenant ``tenant``'s, with the privileges
     the store needs and no more; granting another tenant later moves the role.
 
@@ -170,46 +213,48 @@ def grant_tenant_role(engine: Engine, tenant: str, role: str) -> None:
     """
     check_owner_key("tenant", tenant)
     with translate_errors(), engine.begin() as conn:
-        schema = _schema_of(conn)
+        n = _names(conn, table_prefix, schema)
         if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first() is None:
             msg = f"no PostgreSQL role {role!r}: create it first (CREATE ROLE ...)"
             raise ValidationError(msg, field="role")
-        if not inspect(conn).has_table(TENANT_ROLES_TABLE, schema=schema):
+        if not _has(conn, n, n.tables.own_name("tenant_roles")):
             msg = "row-level security is not enabled here: run `sessionstore rls enable` first"
             raise ValidationError(msg, field="role")
-        s, r = _ident(schema), _ident(role)
-        version_tables = [t for t in _VERSION_TABLES if inspect(conn).has_table(t, schema=schema)]
+        r = _ident(role)
+        versions = [v for v in (n.tables.version_table, LEGACY_VERSION_TABLE) if _has(conn, n, v)]
+        tables = ", ".join(n.table(base) for base in ("sessions", "events", "blobs"))
         statements = [
-            f"GRANT USAGE ON SCHEMA {s} TO {r}",
-            *(f"GRANT SELECT ON {s}.{t} TO {r}" for t in version_tables),
-            f"GRANT SELECT ON {s}.{TENANT_ROLES_TABLE} TO {r}",
-            f"GRANT SELECT, INSERT ON {s}.sessions, {s}.events, {s}.blobs TO {r}",
-            f"GRANT SELECT, INSERT, DELETE ON {s}.snapshots TO {r}",
-            f"GRANT UPDATE ON {s}.events TO {r}",
-            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r}",
-            f"GRANT EXECUTE ON FUNCTION {s}.{_FUNCTION}() TO {r}",
-            f"INSERT INTO {s}.{TENANT_ROLES_TABLE} (role_name, tenant_id) "
-            f"VALUES ({_literal(role)}, {_literal(tenant)}) "
+            f"GRANT USAGE ON SCHEMA {n.schema} TO {r}",
+            *(f"GRANT SELECT ON {n.of(v)} TO {r}" for v in versions),
+            f"GRANT SELECT ON {n.role_map} TO {r}",
+            f"GRANT SELECT, INSERT ON {tables} TO {r}",
+            f"GRANT SELECT, INSERT, DELETE ON {n.table('snapshots')} TO {r}",
+            f"GRANT UPDATE ON {n.table('events')} TO {r}",
+            f"GRANT USAGE ON SEQUENCE {_position_sequence(conn, n)} TO {r}",
+            f"GRANT EXECUTE ON FUNCTION {n.tenant} TO {r}",
+            f"INSERT INTO {n.role_map} (role_name, tenant_id) VALUES ({_literal(role)}, {_literal(tenant)}) "
             "ON CONFLICT (role_name) DO UPDATE SET tenant_id = EXCLUDED.tenant_id",
         ]
         for statement in statements:
             conn.execute(text(statement))
 
 
-def revoke_tenant_role(engine: Engine, role: str) -> None:
+def revoke_tenant_role(
+    engine: Engine, role: str, *, table_prefix: str = "", schema: str | None = None
+) -> None:
     """Take ``role``'s tenant and its privileges on the store's tables away (the role remains).
 
     Raises:
         ValidationError: not PostgreSQL, or the schema is not migrated.
     """
     with translate_errors(), engine.begin() as conn:
-        schema = _schema_of(conn)
-        s, r = _ident(schema), _ident(role)
-        if inspect(conn).has_table(TENANT_ROLES_TABLE, schema=schema):
-            conn.execute(text(f"DELETE FROM {s}.{TENANT_ROLES_TABLE} WHERE role_name = :r"), {"r": role})
-            conn.execute(text(f"REVOKE ALL ON {s}.{TENANT_ROLES_TABLE} FROM {r}"))
-        tables = ["sessions", "events", "blobs", "snapshots"]
-        tables += [t for t in _VERSION_TABLES if inspect(conn).has_table(t, schema=schema)]
-        conn.execute(text(f"REVOKE ALL ON {', '.join(f'{s}.{t}' for t in tables)} FROM {r}"))
-        conn.execute(text(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {r}"))
-        conn.execute(text(f"REVOKE USAGE ON SCHEMA {s} FROM {r}"))
+        n = _names(conn, table_prefix, schema)
+        r = _ident(role)
+        if _has(conn, n, n.tables.own_name("tenant_roles")):
+            conn.execute(text(f"DELETE FROM {n.role_map} WHERE role_name = :r"), {"r": role})
+            conn.execute(text(f"REVOKE ALL ON {n.role_map} FROM {r}"))
+        versions = [v for v in (n.tables.version_table, LEGACY_VERSION_TABLE) if _has(conn, n, v)]
+        tables = ", ".join([*(n.table(base) for base in _TABLES), *(n.of(v) for v in versions)])
+        conn.execute(text(f"REVOKE ALL ON {tables} FROM {r}"))
+        conn.execute(text(f"REVOKE ALL ON SEQUENCE {_position_sequence(conn, n)} FROM {r}"))
+        conn.execute(text(f"REVOKE USAGE ON SCHEMA {n.schema} FROM {r}"))

@@ -353,7 +353,7 @@ class SqlSessionStore(SessionStore):
                     txn, sid, parent_session_id, fork_seq, meta_json, prepared, now, owner
                 )
         except IntegrityError as e:
-            if e.constraint == "pk_sessions":
+            if e.constraint == f"pk_{self.tables.sessions.name}":
                 # A row this connection cannot see holds the id (another tenant's, under
                 # row-level security): the id is taken all the same.
                 raise SessionExistsError(sid) from e
