@@ -25,6 +25,7 @@ The tree::
     ├── UnknownEventTypeError                a stored event type this version cannot read
     ├── SchemaOutOfDateError                 not migrated to this version (or by a newer one)
     ├── DatabaseNotFoundError (LookupError)  no database at the path, and this call may not create one
+    ├── MissingDependencyError (ImportError) an optional extra is not installed; names it
     └── DatabaseError                        PEP 249 names for storage failures
         ├── OperationalError                 lost connection, lock timeout, disk full ...
         │   ├── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
@@ -64,6 +65,7 @@ __all__ = [
     "FilesRewindError",
     "IntegrityError",
     "InvalidRequestError",
+    "MissingDependencyError",
     "OperationalError",
     "PathRefusedError",
     "ProgrammingError",
@@ -381,6 +383,24 @@ class DatabaseNotFoundError(SessionStoreError, LookupError):
             f"`sessionstore db upgrade --db {path}` creates it)"
         )
         self.path = path
+
+
+class MissingDependencyError(SessionStoreError, ImportError):
+    """A feature needs an optional extra that is not installed (e.g. PostgreSQL needs ``postgres``).
+
+    Attributes:
+        extra: the extra to install (``pip install 'sessionstore[EXTRA]'``).
+        feature: what needed it.
+    """
+
+    def __init__(self, extra: str, feature: str, missing: str) -> None:
+        super().__init__(
+            f"{feature} needs the '{extra}' extra, which is not installed ({missing}): "
+            f"pip install 'sessionstore[{extra}]'",
+            name=missing,
+        )
+        self.extra = extra
+        self.feature = feature
 
 
 class DatabaseError(SessionStoreError):

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import tiktoken
+
 import sessionstore
-from sessionstore import MessageAppended
-from sessionstore.store import TiktokenCounter
+from sessionstore import DataCorruptionError, MessageAppended
+from sessionstore.store import TiktokenCounter, _cl100k
 from sessionstore.store._tokens import MAX_ENCODED_CHARS
 
 from ._claude_code_corpus import corpus_paths, entries
@@ -194,3 +197,103 @@ def test_the_store_s_counter_measures_every_text(tmp_path: Path) -> None:
         assert uncounted.token_counter is None
         assert sessionstore.Session.create(uncounted).count_text(text) == 8  # ceil(31 / 4)
     assert sessionstore.SessionStore.token_counter is None
+
+
+def _registry_cl100k() -> dict[str, object]:
+    """What tiktoken's own registry (tiktoken_ext/openai_public.py) says cl100k_base is: the
+    published hash of its BPE file, its pattern and special tokens, read from the source (calling
+    it would download the file)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("tiktoken_ext.openai_public")
+    assert spec is not None and spec.origin is not None
+    module = ast.parse(Path(spec.origin).read_text())
+    constants = {
+        target.id: ast.literal_eval(node.value)
+        for node in module.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant)
+    }
+    function = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "cl100k_base")
+    found: dict[str, object] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.keyword) and node.arg == "expected_hash":
+            found["sha256"] = ast.literal_eval(node.value)
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "special_tokens":
+            assert isinstance(node.value, ast.Dict)
+            found["special_tokens"] = {
+                constants[key.id]: ast.literal_eval(value)  # type: ignore[union-attr]
+                for key, value in zip(node.value.keys, node.value.values, strict=True)
+            }
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "pat_str":
+                    found["pat_str"] = ast.literal_eval(value)
+    return found
+
+
+def test_the_shipped_bpe_file_is_the_one_tiktoken_publishes() -> None:
+    """The file inside the package hashes to what tiktoken's registry records for cl100k_base,
+    and the encoding built from it uses the registry's pattern and special tokens."""
+    import hashlib
+    import importlib.resources
+
+    registry = _registry_cl100k()
+    shipped = importlib.resources.files("sessionstore.store").joinpath("data/cl100k_base.tiktoken")
+
+    assert hashlib.sha256(shipped.read_bytes()).hexdigest() == registry["sha256"]
+    assert registry["sha256"] == _cl100k.CL100K_SHA256
+    assert registry["special_tokens"] == _cl100k.CL100K_SPECIAL_TOKENS
+    ours = TiktokenCounter()._encoding
+    assert ours.encode("hello world") == [15339, 1917]
+    assert ours.n_vocab == 100277
+    # The pattern's spelling changed across tiktoken versions (possessive quantifiers, same
+    # splits): the installed registry's pattern must cut every text as ours does.
+    theirs = tiktoken.Encoding(
+        name="registry",
+        pat_str=registry["pat_str"],
+        mergeable_ranks=ours._mergeable_ranks,
+        special_tokens=registry["special_tokens"],
+    )
+    for text in [*_PRETOKENIZER_CASES, _corpus_text()[:200_000]]:
+        assert ours.encode_ordinary(text) == theirs.encode_ordinary(text), text[:80]
+
+
+#: Texts that exercise every branch of the pre-tokenizer: contractions, letter runs after a
+#: symbol, digit groups, punctuation runs with newlines, trailing and inner whitespace, non-Latin.
+_PRETOKENIZER_CASES = [
+    "I'm sure you'll see they've we're it's Don'T",
+    "x=1234567 +abc -def _ghi .jkl",
+    "a!!!\n\n\r\nb ... ;;\n",
+    "trailing   ",
+    "inner   \t\n  gaps\n\n\n",
+    "   leading",
+    "日本語のテキスト、そして emoji 🎉🎉 mixed123abc",
+    "def f(x):\n    return x**2  # comment\n",
+]
+
+
+def test_a_damaged_bpe_file_is_refused_before_any_count() -> None:
+    """One changed byte (or a swapped file) fails the hash check: a DataCorruptionError naming the
+    file, never silently different counts."""
+    import importlib.resources
+
+    shipped = importlib.resources.files("sessionstore.store").joinpath("data/cl100k_base.tiktoken")
+    contents = shipped.read_bytes()
+    damaged = contents[:100] + bytes([contents[100] ^ 1]) + contents[101:]
+
+    with pytest.raises(DataCorruptionError, match=r"cl100k_base\.tiktoken: SHA-256 .* is not the published"):
+        _cl100k.parse_bpe(damaged, expected_sha256=_cl100k.CL100K_SHA256, source="cl100k_base.tiktoken")
+    ranks = _cl100k.parse_bpe(contents, expected_sha256=_cl100k.CL100K_SHA256, source="shipped")
+    assert len(ranks) == 100256
+    assert ranks[b"hello"] == 15339
+
+
+def test_a_malformed_line_is_refused_with_its_number() -> None:
+    import hashlib
+
+    text = b"aGVsbG8= 0\nbm90IGJhc2U2NA 1\n"  # line 2: base64 without its padding
+    with pytest.raises(DataCorruptionError, match="line 2"):
+        _cl100k.parse_bpe(text, expected_sha256=hashlib.sha256(text).hexdigest(), source="x")

@@ -2,9 +2,13 @@
 
 Resolution order for the database URL: an explicit argument (``--db``), then the
 ``SESSIONSTORE_URL`` environment variable, then the embedded default — a SQLite file at
-``$SESSIONSTORE_HOME/sessionstore.db``, where ``SESSIONSTORE_HOME`` defaults to
-``$XDG_DATA_HOME/sessionstore`` (``~/.local/share/sessionstore``). A bare path is taken as a
-SQLite file; ``postgresql://`` URLs use the psycopg 3 driver.
+``$SESSIONSTORE_HOME/sessionstore.db``, where ``SESSIONSTORE_HOME`` defaults to the platform's
+user data folder from ``platformdirs`` (``$XDG_DATA_HOME/sessionstore``, i.e.
+``~/.local/share/sessionstore`` on Linux; ``~/Library/Application Support/sessionstore`` on
+macOS; ``%LOCALAPPDATA%`` on Windows). A database already at the location earlier
+versions used everywhere (``$XDG_DATA_HOME/sessionstore``, else ``~/.local/share/sessionstore``)
+is kept in use while none exists at the platform's folder. A bare path is taken as a SQLite
+file; ``postgresql://`` URLs use the psycopg 3 driver (the ``postgres`` extra).
 """
 
 from __future__ import annotations
@@ -26,13 +30,31 @@ URL_ENV = "SESSIONSTORE_URL"
 HOME_ENV = "SESSIONSTORE_HOME"
 
 
+_DATABASE_FILE = "sessionstore.db"
+
+
+def _legacy_database_path() -> Path:
+    """Where versions before platformdirs put the default database, on every platform."""
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home).expanduser() / "sessionstore" / _DATABASE_FILE
+
+
 def default_database_path() -> Path:
-    """The embedded default database file (not created by this call)."""
+    """The embedded default database file (not created by this call).
+
+    ``$SESSIONSTORE_HOME/sessionstore.db`` when that is set; otherwise in the platform's user
+    data folder, unless only the earlier default location holds a database (then that one).
+    """
     home = os.environ.get(HOME_ENV)
     if home:
-        return Path(home).expanduser() / "sessionstore.db"
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home).expanduser() / "sessionstore" / "sessionstore.db"
+        return Path(home).expanduser() / _DATABASE_FILE
+    import platformdirs  # only the embedded default needs it
+
+    platform = Path(platformdirs.user_data_dir("sessionstore", appauthor=False)) / _DATABASE_FILE
+    legacy = _legacy_database_path()
+    if legacy != platform and legacy.exists() and not platform.exists():
+        return legacy
+    return platform
 
 
 def resolve_url(url: str | os.PathLike[str] | None) -> str:

@@ -6,6 +6,9 @@ application's Alembic history in the same database keeps ``alembic_version`` to 
 Databases migrated before kept sessionstore's revision in ``alembic_version``: every upgrade or
 downgrade first moves that row into the new table (``_adopt_legacy_version``). Alembic reads the
 version table before it runs any revision, so the move cannot be a revision itself.
+
+Alembic is imported by the functions that run it, not with this module: opening a database
+that is already at this version reads its version row and never needs Alembic.
 """
 
 from __future__ import annotations
@@ -13,11 +16,8 @@ from __future__ import annotations
 import importlib.resources
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command, context
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import (
     Column,
     Connection,
@@ -33,6 +33,9 @@ from sqlalchemy import (
 from ..errors import SchemaOutOfDateError, ValidationError
 from ._schema import DEFAULT_TABLES, LEGACY_VERSION_TABLE, StoreTables
 from ._sql import translate_errors
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
     "SCHEMA_REVISION",
@@ -53,6 +56,8 @@ _MIGRATION_LOCK_KEY = 0x5E55_0001
 
 def alembic_config() -> Config:
     """An Alembic config pointing at the migration scripts shipped in the package."""
+    from alembic.config import Config
+
     # The top-level migrations/ folder is installed as this package (see pyproject.toml).
     scripts = Path(str(importlib.resources.files("sessionstore._migrations")))
     config = Config()
@@ -62,6 +67,8 @@ def alembic_config() -> Config:
 
 def migration_tables() -> StoreTables:
     """The tables the running migration creates or changes (for the revision scripts)."""
+    from alembic import context
+
     tables = context.config.attributes.get("sessionstore_tables", DEFAULT_TABLES)
     assert isinstance(tables, StoreTables)
     return tables
@@ -69,6 +76,8 @@ def migration_tables() -> StoreTables:
 
 def known_revisions() -> list[str]:
     """The revisions of the migration scripts shipped with this version, oldest first."""
+    from alembic.script import ScriptDirectory
+
     scripts = ScriptDirectory.from_config(alembic_config())
     return [script.revision for script in reversed(list(scripts.walk_revisions()))]
 
@@ -111,6 +120,9 @@ def _run_alembic(conn: Connection, tables: StoreTables, direction: str, revision
         SchemaOutOfDateError: the database was written by a newer sessionstore.
         ValidationError: ``revision`` is not one of this version's revisions (or a valid step).
     """
+    from alembic import command
+    from alembic.util import CommandError
+
     current = current_revision(conn, tables)
     if current is not None and current not in known_revisions():
         raise _schema_error(conn, current)

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection, Engine, Select, create_engine
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
 from sqlalchemy.engine import make_url
 
+from ..errors import MissingDependencyError
 from ._driver import DriverSQL
 from ._sql import SqlSessionStore
 
-__all__ = ["PostgresSessionStore", "create_postgres_engine"]
+__all__ = ["PostgresSessionStore", "create_postgres_engine", "require_psycopg"]
 
 #: Server-side bounds on waiting, in milliseconds (G11 of the guarantees).
 LOCK_TIMEOUT_MS = 10_000
@@ -36,12 +36,28 @@ STATEMENT_TIMEOUT_MS = 300_000
 CONNECT_TIMEOUT_S = 10
 
 
+def require_psycopg() -> None:
+    """Import psycopg (the ``postgres`` extra) now, or say which extra to install.
+
+    Raises:
+        MissingDependencyError: psycopg 3 is not installed.
+    """
+    try:
+        import psycopg  # noqa: F401 - an optional extra: imported when PostgreSQL is used
+    except ImportError as e:
+        raise MissingDependencyError("postgres", "a PostgreSQL database", e.name or "psycopg") from e
+
+
 def create_postgres_engine(url: str, **engine_kwargs: Any) -> Engine:
     """An engine over psycopg 3 with bounded lock, statement and idle-transaction waits.
 
     ``options`` given in the URL's query (``?options=-csearch_path%3Dtenant``) are kept and
     come first, so a URL can still pick a schema.
+
+    Raises:
+        MissingDependencyError: the ``postgres`` extra (psycopg) is not installed.
     """
+    require_psycopg()
     parsed = make_url(url)
     url_options = parsed.query.get("options")
     own = (
@@ -78,6 +94,8 @@ class PostgresSessionStore(SqlSessionStore):
         # In psycopg's default text format a bytea arrives hex-encoded, twice its size, and is
         # decoded again: the binary format reads a 28 MB snapshot in ~60% of the time.
         query = newest.add_columns(self.tables.snapshots.c.state).compile(dialect=conn.dialect)
+        import psycopg  # imported already: the engine needed it
+
         driver = conn.connection.driver_connection
         assert isinstance(driver, psycopg.Connection)
         with driver.cursor(binary=True) as cursor:

