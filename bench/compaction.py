@@ -580,7 +580,7 @@ def reduce_once(session: Session, strategy: str, turns: int) -> tuple[ReductionR
         report = compact(session, summarizer, trigger="manual")
         offline = time.perf_counter() - t0
         used = report.strategy if report.ok else f"failed: {report.reason}"
-        summary = len(session.api_state.compact["summary"].encode()) if session.api_state.compact else 0
+        summary = len(session.api_state.compact.summary.encode()) if session.api_state.compact else 0
         if report.above_threshold:
             note = "still above the auto-compact threshold"
     elif strategy == "memory":
@@ -599,7 +599,7 @@ def reduce_once(session: Session, strategy: str, turns: int) -> tuple[ReductionR
             note = "memory compact found no cut: fell back to the LLM summary"
         elif report.above_threshold:
             note = "still above the auto-compact threshold"
-        summary = len(session.api_state.compact["summary"].encode()) if session.api_state.compact else 0
+        summary = len(session.api_state.compact.summary.encode()) if session.api_state.compact else 0
     else:
         probe.close()
         config = CollapseConfig(enabled=True)

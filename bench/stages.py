@@ -121,6 +121,7 @@ from sessionstore import (
 )
 from sessionstore.events import ContextConfigured, ContextServed
 from sessionstore.pipeline import _budget, _microcompact, _pipeline, _snip
+from sessionstore.projections import ResultsEdit
 
 SEED = 20250617
 MODEL = "claude-sonnet-4-5-20250929"
@@ -566,7 +567,9 @@ def bench_chain(folder: Path, history: int, turns: int, fires: int, *, profile: 
             fired_mc.append(sample)
             report = next(r for r in prepared.reports if r.stage == "microcompact")
             event_id = report.event_ids[0]
-            cleared.append(len(session.api_state.edits[event_id]["ids"]))
+            cleared_by = session.api_state.edits[event_id]
+            assert isinstance(cleared_by, ResultsEdit)
+            cleared.append(len(cleared_by.ids))
             revert(session, event_id)  # untimed: the next fire clears the same span again
         window = session.token_state().window
         state = session.api_state

@@ -162,7 +162,8 @@ def test_binary_snapshots_migration_keeps_the_log_and_drops_old_snapshots(
             {"role": "user", "content": [{"type": "text", "text": "still here"}]}
         ]
         assert store.latest_snapshot("old", "api_context", 1, session.tokenizer) is None
-        assert store.latest_snapshot("old", "api_context", 2, session.tokenizer) is not None
+        current = sessionstore.projections.ApiContextProjection.version
+        assert store.latest_snapshot("old", "api_context", current, session.tokenizer) is not None
     finally:
         store.close()
     downgrade(engine, "0001")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from sessionstore.pipeline import (
 from sessionstore.pipeline._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
-from sessionstore.projections import CLEARED_PLACEHOLDER
+from sessionstore.projections import CLEARED_PLACEHOLDER, ApiContextState
 from sessionstore.projections._api_context import committed_spans, request_bytes
 
 from .messages_api import with_tool_definitions
@@ -516,6 +517,8 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
     # them: the bytes still equal serializing the request, and every revert still undoes exactly.
     session.snapshot()
     resumed = Session(store, session.id, SessionConfig(snapshot_every=0))
+    # Every record (edits, replacements, collapses, the compaction, the memory) reads back equal.
+    assert _state_but_messages(resumed.api_state) == _state_but_messages(session.api_state)
     for cache in (False, True):
         assert resumed.request_bytes(cache_control=cache) == session.request_bytes(cache_control=cache)
         assert request_bytes(session.request(cache_control=cache)) == session.request_bytes(
@@ -525,6 +528,10 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
         event_id, before = applied.pop()
         revert(resumed, event_id)
         assert resumed.request_bytes() == before
+
+
+def _state_but_messages(state: ApiContextState) -> dict[str, Any]:
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "messages"}
 
 
 class TestSnipStage:

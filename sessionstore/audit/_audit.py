@@ -21,6 +21,7 @@ from ..errors import ValidationError
 from ..pipeline._collapse import collapsed_messages, shown_messages
 from ..pipeline._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 from ..projections._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
+from ..projections._api_records import CollapseEdit
 from ..projections._base import fold
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
@@ -298,9 +299,7 @@ def _collapses_before(state: ApiContextState, keep_from_seq: int) -> list[str]:
     return [
         event_id
         for event_id, edit in state.edits.items()
-        if edit["type"] == "collapse_committed"
-        and first <= edit["first_seq"]
-        and edit["end_seq"] <= keep_from_seq
+        if isinstance(edit, CollapseEdit) and first <= edit.first_seq and edit.end_seq <= keep_from_seq
     ]
 
 
@@ -339,8 +338,8 @@ def _hidden_seqs(before: ApiContextState, transcript: list[TranscriptEntry]) -> 
     """Seqs of message events a summary already stood in for in ``before``: committed collapses,
     and the part an earlier partial "from" compaction summarized."""
     hidden = {e.seq for e in _collapsed_before(before, transcript)}
-    if before.compact is not None and before.compact.get("from_seq"):
-        hidden.update(range(int(before.compact["from_seq"]), int(before.compact["seq"])))
+    if before.compact is not None and before.compact.from_seq:
+        hidden.update(range(before.compact.from_seq, before.compact.seq))
     return hidden
 
 
@@ -380,8 +379,8 @@ def _collapsed_before(state: ApiContextState, transcript: list[TranscriptEntry])
     return [
         e
         for edit in state.edits.values()
-        if edit["type"] == "collapse_committed"
-        for e in collapsed_messages(transcript, int(edit["first_seq"]), int(edit["end_seq"]))
+        if isinstance(edit, CollapseEdit)
+        for e in collapsed_messages(transcript, edit.first_seq, edit.end_seq)
     ]
 
 

@@ -44,7 +44,15 @@ from ..pipeline import (
     StageReport,
     revert,
 )
-from ..projections import ApiContextProjection, Session, fold, materialize, request_bytes, validate_request
+from ..projections import (
+    ApiContextProjection,
+    CollapseEdit,
+    Session,
+    fold,
+    materialize,
+    request_bytes,
+    validate_request,
+)
 from ..store import SessionStore, open_store
 from ._render import render_audit
 
@@ -493,7 +501,7 @@ def _stage_label(session: Session, report: StageReport) -> str | None:
     name = {"tool_result_budget": "budget", "auto_compact": "compact"}.get(report.stage, report.stage)
     if report.stage == "collapse":
         edits = session.api_state.edits
-        committed = [i for i in report.event_ids if edits.get(i, {}).get("type") == "collapse_committed"]
+        committed = [i for i in report.event_ids if isinstance(edits.get(i), CollapseEdit)]
         if not committed:
             return "collapse staged"
         name = "collapse" if len(committed) == len(report.event_ids) else "collapse staged+committed"
@@ -607,7 +615,7 @@ def _roll_back_collapse(run: Run, committed: str) -> None:
 def _committed_collapse(row: dict[str, Any], session: Session) -> str | None:
     for report in row["reports"]:
         for event_id in report["event_ids"]:
-            if session.api_state.edits.get(event_id, {}).get("type") == "collapse_committed":
+            if isinstance(session.api_state.edits.get(event_id), CollapseEdit):
                 return str(event_id)
     return None
 

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import SubagentSpawnRefusedError, ValidationError
 from ..events._context import CollapseCommitted, CollapseStaged
 from ..projections._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
+from ..projections._api_records import StagedCollapse
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
 from ._stage import StageReport
@@ -87,8 +88,8 @@ def _covered(session: Session) -> list[tuple[int, int]]:
     for staged in state.staged.values():
         spans.append(
             (
-                bisect.bisect_left(state.message_first_seq, staged["first_seq"]),
-                bisect.bisect_left(state.message_first_seq, staged["end_seq"]),
+                bisect.bisect_left(state.message_first_seq, staged.first_seq),
+                bisect.bisect_left(state.message_first_seq, staged.end_seq),
             )
         )
     return sorted(spans)
@@ -255,26 +256,26 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
     return event
 
 
-def _still_shown(session: Session, staged: dict[str, Any]) -> bool:
+def _still_shown(session: Session, staged: StagedCollapse) -> bool:
     """True while a staged span is wholly in the request (no snip or compaction took part of it).
 
     A span behind a snip or a compact boundary summarizes messages the model no longer sees:
     committing it would change nothing in the request yet count its tokens as freed.
     """
     state = session.api_state
-    if bisect.bisect_left(state.message_first_seq, staged["first_seq"]) < state.first_visible:
+    if bisect.bisect_left(state.message_first_seq, staged.first_seq) < state.first_visible:
         return False
     compact = state.compact
     # A partial "from" compaction summarized the messages from its pivot to its boundary.
-    if compact is None or not compact.get("from_seq"):
+    if compact is None or not compact.from_seq:
         return True
-    return bool(staged["end_seq"] <= compact["from_seq"] or staged["first_seq"] > compact["seq"])
+    return bool(staged.end_seq <= compact.from_seq or staged.first_seq > compact.seq)
 
 
-def _committable(session: Session) -> list[tuple[str, dict[str, Any]]]:
+def _committable(session: Session) -> list[tuple[str, StagedCollapse]]:
     """Staged collapses whose span is still in the request, oldest first."""
     staged = [(event_id, s) for event_id, s in session.api_state.staged.items() if _still_shown(session, s)]
-    return sorted(staged, key=lambda item: item[1]["first_seq"])
+    return sorted(staged, key=lambda item: item[1].first_seq)
 
 
 def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = False) -> CollapseCommitted:
@@ -297,7 +298,7 @@ def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = F
     event = CollapseCommitted(
         staged_event_id=staged_event_id,
         drained=drained,
-        tokens_freed=max(0, staged["tokens_covered"] - staged["summary_tokens"]),
+        tokens_freed=max(0, staged.tokens_covered - staged.summary_tokens),
     )
     session.append([event])
     return event
@@ -311,7 +312,7 @@ def drain_collapses(session: Session) -> CollapseReport:
         CollapseCommitted(
             staged_event_id=event_id,
             drained=True,
-            tokens_freed=max(0, s["tokens_covered"] - s["summary_tokens"]),
+            tokens_freed=max(0, s.tokens_covered - s.summary_tokens),
         )
         for event_id, s in staged
     ]

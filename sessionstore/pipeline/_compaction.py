@@ -248,7 +248,7 @@ def memory_keep_index(session: Session, config: CompactConfig) -> int | None:
         return None
     first = state.first_visible
     messages = state.messages
-    start = max(first, _index_after_seq(session, memory["last_seq"]))
+    start = max(first, _index_after_seq(session, memory.last_summarized_seq))
     raw = blocks = texts = 0
     chosen = None
     for index in range(len(messages) - 1, first, -1):
@@ -298,14 +298,14 @@ def maybe_extract_memory(session: Session, summarizer: Summarizer, config: Compa
     used = session.used_tokens()
     memory = state.memory
     compacted_since = (
-        memory is not None and state.compact is not None and memory["last_seq"] < state.compact["seq"]
+        memory is not None and state.compact is not None and memory.last_summarized_seq < state.compact.seq
     )
     if memory is None or compacted_since:
         # First extraction, or the first since a compaction reset the context it measured.
         due = used >= config.extract_init_tokens
     else:
-        grown = used - memory["tokens"] >= config.extract_growth_tokens
-        calls = state.tool_calls - memory["tool_calls"] >= config.extract_tool_calls
+        grown = used - memory.tokens_at_extraction >= config.extract_growth_tokens
+        calls = state.tool_calls - memory.tool_calls_at_extraction >= config.extract_tool_calls
         last = state.messages[-1] if state.messages else None
         quiet_turn = (
             last is not None
@@ -364,12 +364,12 @@ def summarizer_input(session: Session) -> list[Message]:
     compact_state = session.api_state.compact
     if compact_state is None:
         return list(messages)
-    summary = str(compact_state["summary"])
+    summary = compact_state.summary
     reinjected = {
         summary,
         COMPACT_SUMMARY_PREFIX + summary,
-        *(str(t) for t in compact_state["attachments"]),
-        *(str(t) for t in compact_state["hook_results"]),
+        *compact_state.attachments,
+        *compact_state.hook_results,
     }
     stripped: list[Message] = []
     for message in messages:
@@ -386,7 +386,7 @@ def summarizer_input(session: Session) -> list[Message]:
 
 def _previous_summary(session: Session) -> str | None:
     compact_state = session.api_state.compact
-    return None if compact_state is None else str(compact_state["summary"]) or None
+    return None if compact_state is None else compact_state.summary or None
 
 
 def _summarize_with_retries(
@@ -455,12 +455,12 @@ def _memory_plan(session: Session, config: CompactConfig) -> _Plan | None:
     history, not from the session-memory view).
     """
     memory = session.api_state.memory
-    if memory is None or memory_is_empty(str(memory["text"])):
+    if memory is None or memory_is_empty(memory.text):
         return None
     index = memory_keep_index(session, config)
     if index is None:
         return None
-    plan = _Plan("session_memory", "base", str(memory["text"]), "session_memory", index)
+    plan = _Plan("session_memory", "base", memory.text, "session_memory", index)
     kept = _kept(session, plan)
     attachments = _restored(session, kept)
     raw = (

@@ -31,6 +31,6 @@ def revert(session: Session, event_id: str) -> StageReport:
             revertible = ", ".join(sorted(REVERTIBLE_TYPES))
             msg = f"event {event_id} is a {entry.type}, which cannot be reverted (only {revertible})"
         raise ValidationError(msg, field="event_id")
-    event = ContextEditReverted(target_event_id=event_id, target_type=edit["type"])
+    event = ContextEditReverted(target_event_id=event_id, target_type=edit.type)
     session.append([event])
-    return StageReport("revert", -int(edit["tokens"]), (str(event.event_id),))
+    return StageReport("revert", -edit.tokens, (str(event.event_id),))

@@ -10,6 +10,7 @@ from datetime import datetime
 from ..errors import ValidationError
 from ..events._context import SnipApplied
 from ..projections._api_context import committed_spans, leading_results
+from ..projections._api_records import CollapseEdit, ResultsEdit
 from ..projections._session import Session
 from ._stage import StageReport, record_events
 
@@ -70,15 +71,15 @@ def _already_freed(session: Session) -> tuple[dict[int, float], dict[int, int]]:
     tokens: dict[int, float] = {}
     blocks: dict[int, int] = {}
     for edit in state.edits.values():
-        if edit["type"] == "collapse_committed":
-            first = bisect.bisect_left(state.message_first_seq, edit["first_seq"])
-            tokens[first] = tokens.get(first, 0.0) + edit["tokens"]
-            blocks[first] = blocks.get(first, 0) + edit["blocks"]
-        elif edit["type"] != "snip_applied":
-            for tool_use_id in edit["ids"]:
+        if isinstance(edit, CollapseEdit):
+            first = bisect.bisect_left(state.message_first_seq, edit.first_seq)
+            tokens[first] = tokens.get(first, 0.0) + edit.tokens
+            blocks[first] = blocks.get(first, 0) + edit.blocks
+        elif isinstance(edit, ResultsEdit):
+            for tool_use_id in edit.ids:
                 index = state.result_index.get(tool_use_id)
                 if index is not None:
-                    tokens[index] = tokens.get(index, 0.0) + edit["tokens"] / len(edit["ids"])
+                    tokens[index] = tokens.get(index, 0.0) + edit.tokens / len(edit.ids)
     return tokens, blocks
 
 

@@ -13,6 +13,17 @@ from ._api_context import (
     materialize,
     request_bytes,
 )
+from ._api_records import (
+    ActiveEdit,
+    CollapseEdit,
+    CompactionRecord,
+    MemoryRecord,
+    PendingReplacement,
+    ResultReplacement,
+    ResultsEdit,
+    SnipEdit,
+    StagedCollapse,
+)
 from ._base import (
     Projection,
     fold,
@@ -63,9 +74,12 @@ PROJECTIONS: tuple[type[Projection[Any]], ...] = (
 )
 
 __all__ = [
+    "ActiveEdit",
     "ApiContextProjection",
     "ApiContextState",
     "CLEARED_PLACEHOLDER",
+    "CollapseEdit",
+    "CompactionRecord",
     "DEFAULT_BLOCK_OVERHEAD",
     "DEFAULT_CALIBRATION",
     "DEFAULT_MODEL_LIMITS",
@@ -76,14 +90,20 @@ __all__ = [
     "INTERRUPTED_TOOL_RESULT",
     "LEADING_USER_MARKER",
     "MAX_SNAPSHOTS",
+    "MemoryRecord",
     "ModelLimits",
     "POST_COMPACT_MAX_FILES_TO_RESTORE",
     "PROJECTIONS",
+    "PendingReplacement",
     "Projection",
     "ReadRecord",
     "RequestProblem",
+    "ResultReplacement",
+    "ResultsEdit",
     "Session",
     "SessionConfig",
+    "SnipEdit",
+    "StagedCollapse",
     "TokenState",
     "TokenWindow",
     "TranscriptEntry",

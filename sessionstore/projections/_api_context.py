@@ -44,7 +44,7 @@ import bisect
 import hashlib
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -64,6 +64,20 @@ from ..events._context import (
     ToolResultPersisted,
 )
 from ..store._contract import RecordedEvent
+from ._api_records import (
+    ActiveEdit,
+    CollapseEdit,
+    CompactionRecord,
+    MemoryRecord,
+    PendingReplacement,
+    ResultReplacement,
+    ResultsEdit,
+    SnipEdit,
+    StagedCollapse,
+    StateRecord,
+    edit_from_json,
+    record_from_json,
+)
 from ._base import Projection, register_projection
 from ._message_list import MessageList, canonical_json
 
@@ -151,15 +165,16 @@ class ApiContextState:
     fresh_results: dict[str, int] = field(default_factory=dict)
     #: Results served un-replaced (ContextServed): never touched again, to keep the cached prefix.
     frozen_results: dict[str, int] = field(default_factory=dict)
-    #: tool_use_id -> {"by": event id, "original": the block before replacement}.
-    replaced: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Replacements whose result is not in the view yet: tool_use_id -> {"by", "content"}.
-    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Active (unreverted) edits: event id -> {"type", "tokens", "blocks", "ids" | "seq"}.
-    edits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: tool_use_id -> the edit that replaced the result's content and the block before it.
+    replaced: dict[str, ResultReplacement] = field(default_factory=dict)
+    #: Replacements whose result is not in the view yet.
+    pending: dict[str, PendingReplacement] = field(default_factory=dict)
+    #: Active (unreverted) edits by event id, in the order they were applied.
+    edits: dict[str, ActiveEdit] = field(default_factory=dict)
+    #: Reverted edit's event id -> event id of the revert.
     reverted: dict[str, str] = field(default_factory=dict)
-    #: Staged (not yet committed) collapses: event id -> first_seq, end_seq, summary, tokens.
-    staged: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Staged (not yet committed) collapses by event id.
+    staged: dict[str, StagedCollapse] = field(default_factory=dict)
     #: Messages that began before this seq are snipped (0: nothing snipped).
     snip_keep_from: int = 0
     removed_tokens: int = 0
@@ -167,7 +182,7 @@ class ApiContextState:
     removed_tokens_at_usage: int = 0
     removed_blocks_at_usage: int = 0
     #: The latest compact boundary: its seq, what it keeps and adds, and the counts at that point.
-    compact: dict[str, Any] | None = None
+    compact: CompactionRecord | None = None
     #: Messages below this index are behind a compact boundary: nothing new merges into them.
     merge_floor: int = 0
     #: Index of the assistant message holding the latest server-side compaction block (-1: none);
@@ -176,7 +191,7 @@ class ApiContextState:
     #: Consecutive failed automatic compactions (the circuit breaker counts these).
     compact_failures: int = 0
     #: The latest session memory: text, last summarized seq, tokens and tool calls at extraction.
-    memory: dict[str, Any] | None = None
+    memory: MemoryRecord | None = None
     #: Main-thread tool calls so far (session-memory extraction paces itself by them).
     tool_calls: int = 0
     #: Skills invoked, oldest first (a re-invocation moves to the end), and the current plan:
@@ -190,9 +205,9 @@ class ApiContextState:
         compact = self.compact
         if compact is None:
             return self.context_tokens + self.message_tokens_total - self.removed_tokens
-        added = self.message_tokens_total - int(compact["messages_total_at"])
-        removed = self.removed_tokens - int(compact["removed_at"])
-        return self.context_tokens + int(compact["base_tokens"]) + added - removed
+        added = self.message_tokens_total - compact.messages_total_at
+        removed = self.removed_tokens - compact.removed_at
+        return self.context_tokens + compact.base_tokens + added - removed
 
     @property
     def visible_blocks(self) -> int:
@@ -200,15 +215,15 @@ class ApiContextState:
         compact = self.compact
         if compact is None:
             return self.view_blocks - self.removed_blocks
-        added = self.view_blocks - int(compact["blocks_at"])
-        return int(compact["base_blocks"]) + added - (self.removed_blocks - int(compact["removed_blocks_at"]))
+        added = self.view_blocks - compact.blocks_at
+        return compact.base_blocks + added - (self.removed_blocks - compact.removed_blocks_at)
 
     @property
     def first_visible(self) -> int:
         """Index of the first message neither snipped nor behind the latest compact boundary."""
         first = bisect.bisect_left(self.message_first_seq, self.snip_keep_from) if self.snip_keep_from else 0
-        if self.compact is not None and not self.compact.get("from_seq"):
-            keep = self.compact["keep_from_seq"] or self.compact["seq"] + 1
+        if self.compact is not None and not self.compact.from_seq:
+            keep = self.compact.keep_from_seq or self.compact.seq + 1
             first = max(first, bisect.bisect_left(self.message_first_seq, keep))
         return max(first, self.server_compaction_index)
 
@@ -335,8 +350,8 @@ def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int
             state.open_tool_ids.remove(tool_id)
             pending = state.pending.pop(tool_id, None)
             if pending is not None:
-                state.replaced[tool_id] = {"by": pending["by"], "original": block}
-                block = {**block, "content": pending["content"]}
+                state.replaced[tool_id] = ResultReplacement(by=pending.by, original=block)
+                block = {**block, "content": pending.content}
             results.append(block)
     if not results and not others:
         return
@@ -382,7 +397,7 @@ def _set_result_content(state: ApiContextState, tool_use_id: str, content: objec
     return None  # pragma: no cover - result_index always points at the message holding it
 
 
-def _replace_results(state: ApiContextState, event_id: str, contents: dict[str, object]) -> list[str]:
+def _replace_results(state: ApiContextState, event_id: str, contents: dict[str, object]) -> tuple[str, ...]:
     """Replace results' content (or remember it for results not in the view yet)."""
     done: list[str] = []
     for tool_use_id, content in contents.items():
@@ -391,138 +406,217 @@ def _replace_results(state: ApiContextState, event_id: str, contents: dict[str, 
         state.fresh_results.pop(tool_use_id, None)
         if tool_use_id in state.result_index:
             original = _set_result_content(state, tool_use_id, content)
-            state.replaced[tool_use_id] = {"by": event_id, "original": original}
+            state.replaced[tool_use_id] = ResultReplacement(by=event_id, original=original)
         else:
-            state.pending[tool_use_id] = {"by": event_id, "content": content}
+            state.pending[tool_use_id] = PendingReplacement(by=event_id, content=content)
         done.append(tool_use_id)
-    return done
+    return tuple(done)
 
 
-def _record_edit(state: ApiContextState, event_id: str, edit: dict[str, Any]) -> None:
+def _record_edit(state: ApiContextState, event_id: str, edit: ActiveEdit) -> None:
     state.edits[event_id] = edit
-    state.removed_tokens += edit["tokens"]
-    state.removed_blocks += edit["blocks"]
+    state.removed_tokens += edit.tokens
+    state.removed_blocks += edit.blocks
 
 
 def _revert(state: ApiContextState, event_id: str, reverted_by: str) -> None:
     edit = state.edits.pop(event_id, None)
     if edit is None:
         return  # the pipeline refuses such reverts before writing them; a no-op keeps folds total
-    state.removed_tokens -= edit["tokens"]
-    state.removed_blocks -= edit["blocks"]
+    state.removed_tokens -= edit.tokens
+    state.removed_blocks -= edit.blocks
     state.reverted[event_id] = reverted_by
-    if edit["type"] == "snip_applied":
-        seqs = [e["seq"] for e in state.edits.values() if e["type"] == "snip_applied"]
+    if isinstance(edit, SnipEdit):
+        seqs = [e.keep_from_seq for e in state.edits.values() if isinstance(e, SnipEdit)]
         state.snip_keep_from = max(seqs, default=0)
         return
-    if edit["type"] == "collapse_committed":
+    if isinstance(edit, CollapseEdit):
         return  # the request is built from the active edits: the span is simply back
-    for tool_use_id in edit["ids"]:
+    for tool_use_id in edit.ids:
         if state.pending.pop(tool_use_id, None) is not None:
             continue
         replaced = state.replaced.pop(tool_use_id, None)
-        if replaced is not None and replaced["original"] is not None:
-            _set_result_content(state, tool_use_id, replaced["original"].get("content"))
+        if replaced is not None and replaced.original is not None:
+            _set_result_content(state, tool_use_id, replaced.original.get("content"))
             if tool_use_id not in state.frozen_results:
                 state.fresh_results[tool_use_id] = state.result_index[tool_use_id]
 
 
-def _apply_edit(state: ApiContextState, event_id: str, edit: Event, seq: int) -> None:
-    if isinstance(edit, ToolResultPersisted):
-        ids = _replace_results(state, event_id, {edit.tool_use_id: edit.preview})
-        freed = edit.tokens_freed if ids else 0
-        _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
-    elif isinstance(edit, MicrocompactApplied):
-        ids = _replace_results(state, event_id, dict.fromkeys(edit.cleared_tool_use_ids, CLEARED_PLACEHOLDER))
-        freed = edit.tokens_freed if ids else 0
-        _record_edit(state, event_id, {"type": edit.type, "tokens": freed, "blocks": 0, "ids": ids})
-    elif isinstance(edit, SnipApplied):
-        stop = _index_of_seq(state, edit.keep_from_seq)
-        span = state.messages[state.first_visible : stop]
-        blocks = sum(len(m["content"]) for m in span) - _collapsed_blocks(state, state.first_visible, stop)
-        _record_edit(
-            state,
-            event_id,
-            {
-                "type": edit.type,
-                "tokens": edit.tokens_freed,
-                "blocks": max(0, blocks),
-                "seq": edit.keep_from_seq,
-            },
-        )
-        state.snip_keep_from = max(state.snip_keep_from, edit.keep_from_seq)
-    elif isinstance(edit, CollapseStaged):
-        state.staged[event_id] = {
-            "first_seq": edit.first_seq,
-            "end_seq": edit.end_seq,
-            "summary": edit.summary,
-            "summary_tokens": edit.summary_tokens,
-            "tokens_covered": edit.tokens_covered,
-        }
-    elif isinstance(edit, CollapseCommitted):
-        staged = state.staged.pop(edit.staged_event_id, None)
-        if staged is not None:
-            span = collapse_span(
-                state, _index_of_seq(state, staged["first_seq"]), _index_of_seq(state, staged["end_seq"])
-            )
-            blocks = max(0, sum(len(m["content"]) for m in span) - 1)
-            _record_edit(
-                state,
-                event_id,
-                {
-                    "type": edit.type,
-                    "tokens": edit.tokens_freed,
-                    "blocks": blocks,
-                    "staged": edit.staged_event_id,
-                }
-                | {k: staged[k] for k in ("first_seq", "end_seq", "summary")},
-            )
-    elif isinstance(edit, ContextEditReverted):
-        _revert(state, edit.target_event_id, event_id)
-    elif isinstance(edit, CompactBoundary):
-        state.compact = {
-            "seq": seq,
-            "keep_from_seq": edit.keep_from_seq,
-            "from_seq": edit.summarized_from_seq,
-            "summary": edit.summary,
-            "verbatim": edit.summarizer in _VERBATIM_SUMMARIZERS,
-            "attachments": [str(a.get("text", "")) for a in edit.attachments],
-            "hook_results": list(edit.hook_results),
-            "base_tokens": edit.post_compact_raw_tokens,
-            "base_blocks": edit.post_compact_blocks,
-            "messages_total_at": state.message_tokens_total,
-            "removed_at": state.removed_tokens,
-            "removed_blocks_at": state.removed_blocks,
-            "blocks_at": state.view_blocks,
-        }
-        if not edit.keep_from_seq or edit.summarized_from_seq:
-            # Calls still open were summarized away with everything else: no result can follow them.
-            state.open_tool_ids.clear()
-            state.last_assistant_index = -1
-            state.last_assistant_api_id = None
-            state.merge_floor = len(state.messages)
-        # The last usage measured the context before the boundary: estimate afresh until the next.
-        state.usage_total = None
-        state.compact_failures = 0
-    elif isinstance(edit, CompactFailed):
-        if edit.trigger == "auto":
-            state.compact_failures += 1
-    elif isinstance(edit, SkillInvoked):
-        state.skills.pop(edit.name, None)
-        state.skills[edit.name] = edit.content
-    elif isinstance(edit, PlanUpdated):
-        state.plan = edit.plan
-    elif isinstance(edit, SessionMemoryUpdated):
-        state.memory = {
-            "text": edit.memory,
-            "last_seq": edit.last_summarized_seq,
-            "tokens": edit.tokens_at_extraction,
-            "tool_calls": edit.tool_calls_at_extraction,
-        }
-    elif isinstance(edit, ContextServed):
-        for tool_use_id in edit.unreplaced_tool_results:
-            index = state.fresh_results.pop(tool_use_id, None)
-            state.frozen_results[tool_use_id] = index if index is not None else -1
+# --- the fold: one handler per event type ------------------------------------------------------
+
+
+def _fold_message(state: ApiContextState, event: RecordedEvent, message: MessageAppended) -> None:
+    if _skip(message):
+        return
+    blocks = _content_blocks(message.content)
+    if not blocks:
+        return
+    tokens = event.token_count or 0
+    if message.role == "assistant":
+        _add_assistant(state, message, blocks, tokens, event.seq)
+        moment = message.timestamp or event.created_at
+        state.last_assistant_time = moment.isoformat()
+    else:
+        _add_user(state, blocks, tokens, event.seq)
+    state.view_blocks += len(blocks)
+    # An assistant message the latest usage already reports is not new context.
+    if message.api_message_id is None or message.api_message_id != state.usage_api_id:
+        state.tokens_since_usage += tokens
+        state.blocks_since_usage += len(blocks)
+
+
+def _fold_usage(state: ApiContextState, event: RecordedEvent, usage: UsageRecorded) -> None:
+    state.usage_total = usage.total_tokens
+    state.usage_api_id = usage.api_message_id
+    state.tokens_since_usage = 0
+    state.blocks_since_usage = 0
+    state.removed_tokens_at_usage = state.removed_tokens
+    state.removed_blocks_at_usage = state.removed_blocks
+
+
+def _fold_context(state: ApiContextState, event: RecordedEvent, configured: ContextConfigured) -> None:
+    tokens = event.token_count or 0
+    state.tokens_since_usage += tokens - state.context_tokens
+    state.system = configured.system
+    state.tools = list(configured.tools)
+    state.context_tokens = tokens
+
+
+def _fold_start(state: ApiContextState, event: RecordedEvent, started: SessionStarted) -> None:
+    state.model = started.model
+    state.context_window = started.context_window
+    state.max_output_tokens = started.max_output_tokens
+    state.query_source = started.query_source
+
+
+def _fold_persisted(state: ApiContextState, event: RecordedEvent, edit: ToolResultPersisted) -> None:
+    ids = _replace_results(state, event.event_id, {edit.tool_use_id: edit.preview})
+    freed = edit.tokens_freed if ids else 0
+    _record_edit(state, event.event_id, ResultsEdit(type=edit.type, tokens=freed, blocks=0, ids=ids))
+
+
+def _fold_microcompact(state: ApiContextState, event: RecordedEvent, edit: MicrocompactApplied) -> None:
+    cleared: dict[str, object] = dict.fromkeys(edit.cleared_tool_use_ids, CLEARED_PLACEHOLDER)
+    ids = _replace_results(state, event.event_id, cleared)
+    freed = edit.tokens_freed if ids else 0
+    _record_edit(state, event.event_id, ResultsEdit(type=edit.type, tokens=freed, blocks=0, ids=ids))
+
+
+def _fold_snip(state: ApiContextState, event: RecordedEvent, edit: SnipApplied) -> None:
+    stop = _index_of_seq(state, edit.keep_from_seq)
+    span = state.messages[state.first_visible : stop]
+    blocks = sum(len(m["content"]) for m in span) - _collapsed_blocks(state, state.first_visible, stop)
+    snipped = SnipEdit(tokens=edit.tokens_freed, blocks=max(0, blocks), keep_from_seq=edit.keep_from_seq)
+    _record_edit(state, event.event_id, snipped)
+    state.snip_keep_from = max(state.snip_keep_from, edit.keep_from_seq)
+
+
+def _fold_collapse_staged(state: ApiContextState, event: RecordedEvent, edit: CollapseStaged) -> None:
+    state.staged[event.event_id] = StagedCollapse(
+        first_seq=edit.first_seq,
+        end_seq=edit.end_seq,
+        summary=edit.summary,
+        summary_tokens=edit.summary_tokens,
+        tokens_covered=edit.tokens_covered,
+    )
+
+
+def _fold_collapse_committed(state: ApiContextState, event: RecordedEvent, edit: CollapseCommitted) -> None:
+    staged = state.staged.pop(edit.staged_event_id, None)
+    if staged is None:
+        return
+    span = collapse_span(state, _index_of_seq(state, staged.first_seq), _index_of_seq(state, staged.end_seq))
+    collapsed = CollapseEdit(
+        tokens=edit.tokens_freed,
+        blocks=max(0, sum(len(m["content"]) for m in span) - 1),
+        staged_event_id=edit.staged_event_id,
+        first_seq=staged.first_seq,
+        end_seq=staged.end_seq,
+        summary=staged.summary,
+    )
+    _record_edit(state, event.event_id, collapsed)
+
+
+def _fold_revert(state: ApiContextState, event: RecordedEvent, edit: ContextEditReverted) -> None:
+    _revert(state, edit.target_event_id, event.event_id)
+
+
+def _fold_boundary(state: ApiContextState, event: RecordedEvent, edit: CompactBoundary) -> None:
+    state.compact = CompactionRecord(
+        seq=event.seq,
+        keep_from_seq=edit.keep_from_seq,
+        from_seq=edit.summarized_from_seq,
+        summary=edit.summary,
+        verbatim=edit.summarizer in _VERBATIM_SUMMARIZERS,
+        attachments=tuple(str(a.get("text", "")) for a in edit.attachments),
+        hook_results=tuple(edit.hook_results),
+        base_tokens=edit.post_compact_raw_tokens,
+        base_blocks=edit.post_compact_blocks,
+        messages_total_at=state.message_tokens_total,
+        removed_at=state.removed_tokens,
+        removed_blocks_at=state.removed_blocks,
+        blocks_at=state.view_blocks,
+    )
+    if not edit.keep_from_seq or edit.summarized_from_seq:
+        # Calls still open were summarized away with everything else: no result can follow them.
+        state.open_tool_ids.clear()
+        state.last_assistant_index = -1
+        state.last_assistant_api_id = None
+        state.merge_floor = len(state.messages)
+    # The last usage measured the context before the boundary: estimate afresh until the next.
+    state.usage_total = None
+    state.compact_failures = 0
+
+
+def _fold_compact_failed(state: ApiContextState, event: RecordedEvent, failed: CompactFailed) -> None:
+    if failed.trigger == "auto":
+        state.compact_failures += 1
+
+
+def _fold_skill(state: ApiContextState, event: RecordedEvent, skill: SkillInvoked) -> None:
+    state.skills.pop(skill.name, None)
+    state.skills[skill.name] = skill.content
+
+
+def _fold_plan(state: ApiContextState, event: RecordedEvent, plan: PlanUpdated) -> None:
+    state.plan = plan.plan
+
+
+def _fold_memory(state: ApiContextState, event: RecordedEvent, memory: SessionMemoryUpdated) -> None:
+    state.memory = MemoryRecord(
+        text=memory.memory,
+        last_summarized_seq=memory.last_summarized_seq,
+        tokens_at_extraction=memory.tokens_at_extraction,
+        tool_calls_at_extraction=memory.tool_calls_at_extraction,
+    )
+
+
+def _fold_served(state: ApiContextState, event: RecordedEvent, served: ContextServed) -> None:
+    for tool_use_id in served.unreplaced_tool_results:
+        index = state.fresh_results.pop(tool_use_id, None)
+        state.frozen_results[tool_use_id] = index if index is not None else -1
+
+
+#: Each event type the view folds, and how. Types not listed do not change what the model sees.
+#: Handlers take the decoded event of exactly their type (``apply`` looks the type up).
+_FOLDS: dict[type[Event], Callable[[ApiContextState, RecordedEvent, Any], None]] = {
+    MessageAppended: _fold_message,
+    UsageRecorded: _fold_usage,
+    ContextConfigured: _fold_context,
+    SessionStarted: _fold_start,
+    ToolResultPersisted: _fold_persisted,
+    MicrocompactApplied: _fold_microcompact,
+    SnipApplied: _fold_snip,
+    CollapseStaged: _fold_collapse_staged,
+    CollapseCommitted: _fold_collapse_committed,
+    ContextEditReverted: _fold_revert,
+    CompactBoundary: _fold_boundary,
+    CompactFailed: _fold_compact_failed,
+    SkillInvoked: _fold_skill,
+    PlanUpdated: _fold_plan,
+    SessionMemoryUpdated: _fold_memory,
+    ContextServed: _fold_served,
+}
 
 
 def _index_of_seq(state: ApiContextState, seq: int) -> int:
@@ -532,28 +626,12 @@ def _index_of_seq(state: ApiContextState, seq: int) -> int:
 def _collapsed_blocks(state: ApiContextState, start: int, stop: int) -> int:
     """Blocks that committed collapses within messages ``start``..``stop - 1`` already removed."""
     return sum(
-        edit["blocks"]
+        edit.blocks
         for edit in state.edits.values()
-        if edit["type"] == "collapse_committed"
-        and start <= _index_of_seq(state, edit["first_seq"])
-        and _index_of_seq(state, edit["end_seq"]) <= stop
+        if isinstance(edit, CollapseEdit)
+        and start <= _index_of_seq(state, edit.first_seq)
+        and _index_of_seq(state, edit.end_seq) <= stop
     )
-
-
-_EDIT_TYPES = (
-    ToolResultPersisted,
-    MicrocompactApplied,
-    SnipApplied,
-    CollapseStaged,
-    CollapseCommitted,
-    ContextEditReverted,
-    ContextServed,
-    CompactBoundary,
-    CompactFailed,
-    SessionMemoryUpdated,
-    SkillInvoked,
-    PlanUpdated,
-)
 
 
 # --- the projection ------------------------------------------------------------------------
@@ -565,7 +643,8 @@ class ApiContextProjection(Projection[ApiContextState]):
 
     name: ClassVar[str] = "api_context"
     #: 2: snapshots keep each message's JSON (MessageList) instead of one JSON document.
-    version: ClassVar[int] = 2
+    #: 3: edits, replacements, collapses, the compaction and the memory are typed records.
+    version: ClassVar[int] = 3
 
     def initial(self) -> ApiContextState:
         """An empty conversation."""
@@ -573,44 +652,9 @@ class ApiContextProjection(Projection[ApiContextState]):
 
     def apply(self, state: ApiContextState, event: RecordedEvent) -> ApiContextState:
         """Add one event's effect on what the model sees."""
-        decoded = event.event
-        tokens = event.token_count or 0
-        if isinstance(decoded, MessageAppended):
-            if _skip(decoded):
-                return state
-            blocks = _content_blocks(decoded.content)
-            if not blocks:
-                return state
-            if decoded.role == "assistant":
-                _add_assistant(state, decoded, blocks, tokens, event.seq)
-                moment = decoded.timestamp or event.created_at
-                state.last_assistant_time = moment.isoformat()
-            else:
-                _add_user(state, blocks, tokens, event.seq)
-            state.view_blocks += len(blocks)
-            # An assistant message the latest usage already reports is not new context.
-            if decoded.api_message_id is None or decoded.api_message_id != state.usage_api_id:
-                state.tokens_since_usage += tokens
-                state.blocks_since_usage += len(blocks)
-        elif isinstance(decoded, UsageRecorded):
-            state.usage_total = decoded.total_tokens
-            state.usage_api_id = decoded.api_message_id
-            state.tokens_since_usage = 0
-            state.blocks_since_usage = 0
-            state.removed_tokens_at_usage = state.removed_tokens
-            state.removed_blocks_at_usage = state.removed_blocks
-        elif isinstance(decoded, ContextConfigured):
-            state.tokens_since_usage += tokens - state.context_tokens
-            state.system = decoded.system
-            state.tools = list(decoded.tools)
-            state.context_tokens = tokens
-        elif isinstance(decoded, SessionStarted):
-            state.model = decoded.model
-            state.context_window = decoded.context_window
-            state.max_output_tokens = decoded.max_output_tokens
-            state.query_source = decoded.query_source
-        elif isinstance(decoded, _EDIT_TYPES):
-            _apply_edit(state, event.event_id, decoded, event.seq)
+        fold = _FOLDS.get(type(event.event))
+        if fold is not None:
+            fold(state, event, event.event)
         return state
 
     def dump(self, state: ApiContextState) -> bytes:
@@ -620,7 +664,7 @@ class ApiContextProjection(Projection[ApiContextState]):
         messages array), so a resume can send them without parsing them; the header holds
         where each one starts, the total size and a CRC-32 of both that ``load`` checks.
         """
-        header = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "messages"}
+        header = {f.name: _field_json(getattr(state, f.name)) for f in fields(state) if f.name != "messages"}
         pieces, starts = state.messages.joined_json()
         crc = 0
         for piece in pieces:
@@ -650,11 +694,39 @@ class ApiContextProjection(Projection[ApiContextState]):
             msg = f"api_context snapshot messages are damaged ({len(joined)} bytes, {written} written)"
             raise ValueError(msg)
         messages = MessageList.from_joined_json(joined, layout["starts"])
-        state = ApiContextState(messages=messages, **header)
+        state = ApiContextState(messages=messages, **_records_from_json(header))
         if not len(messages) == len(state.message_tokens) == len(state.message_first_seq):
             msg = f"api_context snapshot has {len(messages)} messages but {len(state.message_tokens)} counts"
             raise ValueError(msg)
         return state
+
+
+def _field_json(value: Any) -> Any:
+    """A state field as JSON: records (alone or as a dict's values) become their ``to_json`` dicts."""
+    if isinstance(value, StateRecord):
+        return value.to_json()
+    if isinstance(value, dict) and value and isinstance(next(iter(value.values())), StateRecord):
+        return {key: record.to_json() for key, record in value.items()}
+    return value
+
+
+#: State fields holding a dict of records of one type.
+_RECORD_DICTS: dict[str, type[StateRecord]] = {
+    "replaced": ResultReplacement,
+    "pending": PendingReplacement,
+    "staged": StagedCollapse,
+}
+
+
+def _records_from_json(header: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot header's fields with each record field read back into its record type."""
+    fields_ = dict(header)
+    for name, kind in _RECORD_DICTS.items():
+        fields_[name] = {key: kind.from_json(data) for key, data in header[name].items()}
+    fields_["edits"] = {key: edit_from_json(data) for key, data in header["edits"].items()}
+    fields_["compact"] = record_from_json(CompactionRecord, header["compact"])
+    fields_["memory"] = record_from_json(MemoryRecord, header["memory"])
+    return fields_
 
 
 def _layout_crc(messages_crc: int, starts: list[int]) -> int:
@@ -697,9 +769,9 @@ def _cache_last_message(state: ApiContextState, parts: list[Part]) -> None:
 def committed_spans(state: ApiContextState) -> list[tuple[int, int, str]]:
     """(first index, end index, summary) of every committed collapse, by position."""
     spans = [
-        (_index_of_seq(state, e["first_seq"]), _index_of_seq(state, e["end_seq"]), e["summary"])
+        (_index_of_seq(state, e.first_seq), _index_of_seq(state, e.end_seq), e.summary)
         for e in state.edits.values()
-        if e["type"] == "collapse_committed"
+        if isinstance(e, CollapseEdit)
     ]
     return sorted(spans)
 
@@ -812,9 +884,7 @@ def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int
     """
     compact = state.compact
     assert compact is not None
-    summary_text = (
-        compact["summary"] if compact.get("verbatim") else COMPACT_SUMMARY_PREFIX + compact["summary"]
-    )
+    summary_text = compact.summary if compact.verbatim else COMPACT_SUMMARY_PREFIX + compact.summary
     # A summary that was lost (a transcript cut between a boundary and its summary line) is no
     # block at all: the API refuses an empty text block.
     summary: list[Part] = (
@@ -822,14 +892,12 @@ def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int
         if summary_text.strip()
         else []
     )
-    kept = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["seq"] + 1))
-    extra = [
-        {"type": "text", "text": text} for text in [*compact["attachments"], *compact["hook_results"]] if text
-    ]
+    kept = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact.seq + 1))
+    extra = [{"type": "text", "text": text} for text in [*compact.attachments, *compact.hook_results] if text]
     middle: list[Part] = [{"role": "user", "content": extra}] if extra else []
-    if compact.get("from_seq"):
+    if compact.from_seq:
         # Partial "from": the earlier messages stay first, the summary covers the rest.
-        pivot = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact["from_seq"]))
+        pivot = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact.from_seq))
         return _merge_same_role(state, [*parts[:pivot], *summary, *middle, *parts[kept:]])
     return _merge_same_role(state, [*summary, *parts[:kept], *middle, *parts[kept:]])
 
