@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy import DateTime, bindparam, text
 
-from sessionstore import MessageAppended, Session, SessionStarted, SessionStore, ValidationError
+from sessionstore import MessageAppended, Session, SessionStarted, SessionStore, ValidationError, open_store
 from sessionstore.agent import spawn_subagent
+from sessionstore.claude_code import import_claude_code
 from sessionstore.cli import main
 from sessionstore.errors import SessionExistsError
 from sessionstore.events._base import encode_event
@@ -25,6 +26,7 @@ from sessionstore.store._config import create_engine_for_url
 from sessionstore.store._hashing import SessionIdentity, event_hash, session_genesis
 from sessionstore.store._migrate import upgrade
 
+from ._claude_code_corpus import PARENT_SESSION, flat_project
 from .conftest import Backend
 from .test_tamper import _tamper
 
@@ -387,3 +389,46 @@ def test_the_cli_creates_gets_and_lists_owned_sessions(
     assert "needs a tenant, a user and an external_id" in capsys.readouterr().err
     assert run("sessions", "--user", "alice")[0] == 1
     assert "a user needs a tenant" in capsys.readouterr().err
+
+
+class TestOtherWaysIn:
+    def test_session_create_takes_the_owner(self, store: SessionStore) -> None:
+        session = Session.create(store, "s", model="m", tenant="acme", user="alice", external_id="chat-1")
+        info = store.get_session(session.id)
+        assert (info.tenant, info.user, info.external_id) == ("acme", "alice", "chat-1")
+        assert store.get_or_create_session("acme", "alice", "chat-1") == (info, False)
+
+    def test_an_import_belongs_to_the_tenant_and_user_given(self, tmp_path: Any, store: SessionStore) -> None:
+        """The main session gets them, its sub-agents inherit them; a re-import for someone else
+        is refused and changes nothing."""
+        folder = flat_project(tmp_path)
+        main_file = folder / f"{PARENT_SESSION}.jsonl"
+        report = import_claude_code(store, [main_file], tenant="acme", user="alice")
+
+        owners = {
+            s.session_id: (store.get_session(s.session_id).tenant, store.get_session(s.session_id).user)
+            for s in report.sessions
+        }
+        assert len(owners) == 3
+        assert set(owners.values()) == {("acme", "alice")}
+        assert all(store.verify(sid).ok for sid in owners)
+        assert import_claude_code(store, [main_file], tenant="acme", user="alice").sessions[0].written == 0
+        with pytest.raises(ValidationError, match="already stored with tenant 'acme', not 'beta'"):
+            import_claude_code(store, [main_file], tenant="beta", user="alice")
+        with pytest.raises(ValidationError, match="a user needs a tenant"):
+            import_claude_code(store, [main_file], user="alice")
+        assert len(store.list_sessions()) == 3
+
+    def test_the_cli_imports_for_a_tenant(self, tmp_path: Any) -> None:
+        db = str(tmp_path / "cli.db")
+        main_file = flat_project(tmp_path) / f"{PARENT_SESSION}.jsonl"
+        assert main(["db", "upgrade", "--db", db], out=io.StringIO()) == 0
+        assert (
+            main(
+                ["import", str(main_file), "--tenant", "acme", "--user", "alice", "--db", db],
+                out=io.StringIO(),
+            )
+            == 0
+        )
+        with open_store(db, token_counter=None) as store:
+            assert len(store.list_sessions(tenant="acme", user="alice")) == 3

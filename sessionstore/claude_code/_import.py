@@ -63,7 +63,7 @@ from ..events._base import (
 )
 from ..events._context import CompactBoundary, MicrocompactApplied, ToolResultPersisted
 from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
-from ..store._contract import SessionStore, SessionWrite, check_session_id
+from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id
 
 __all__ = [
     "SOURCE",
@@ -475,6 +475,23 @@ class _Link:
     tool_use_id: str | None
     agent_type: str | None
     after_line: int | None
+
+
+@dataclass(frozen=True)
+class _Owner:
+    """The tenant and user an import's main sessions are created with (checked up front)."""
+
+    tenant: str | None = None
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tenant is not None:
+            check_owner_key("tenant", self.tenant)
+        if self.user is not None:
+            check_owner_key("user", self.user)
+            if self.tenant is None:
+                msg = "a user needs a tenant (users are counted per tenant)"
+                raise ValidationError(msg, field="tenant")
 
 
 @dataclass
@@ -1139,10 +1156,10 @@ def _put_blobs(store: SessionStore, plan: _Plan) -> None:
             raise ValidationError(msg, field="blob_sha256")
 
 
-def _session_write(store: SessionStore, plan: _Plan) -> tuple[SessionWrite | None, int, bool]:
+def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[SessionWrite | None, int, bool]:
     """What writing ``plan`` takes now: (the write or None, events it writes, creates it)."""
     try:
-        store.get_session(plan.session_id)
+        info = store.get_session(plan.session_id)
     except SessionNotFoundError:
         if plan.stored:  # pragma: no cover - checked when planning
             raise
@@ -1153,8 +1170,18 @@ def _session_write(store: SessionStore, plan: _Plan) -> tuple[SessionWrite | Non
             create=True,
             metadata=metadata,
             parent_session_id=plan.parent_session_id,
+            # A sub-agent inherits its main session's tenant and user.
+            tenant=owner.tenant if plan.parent_session_id is None else None,
+            user=owner.user if plan.parent_session_id is None else None,
         )
         return write, len(plan.events), True
+    for name, wanted, stored_as in (("tenant", owner.tenant, info.tenant), ("user", owner.user, info.user)):
+        if wanted is not None and wanted != stored_as:
+            msg = (
+                f"{plan.file.path}: session {plan.session_id} is already stored with {name} "
+                f"{stored_as!r}, not {wanted!r}; nothing was imported"
+            )
+            raise ValidationError(msg, field=name)
     stored = store.read(plan.session_id)
     _check_imported(store, plan, stored[0].event if stored else None)
     known = {recorded.event_id: recorded.seq for recorded in stored}
@@ -1170,7 +1197,7 @@ def _session_write(store: SessionStore, plan: _Plan) -> tuple[SessionWrite | Non
     )
 
 
-def _write(store: SessionStore, plans: list[_Plan]) -> list[tuple[int, bool]]:
+def _write(store: SessionStore, plans: list[_Plan], owner: _Owner) -> list[tuple[int, bool]]:
     """Write every session of the import in ONE transaction; per plan (events written, created).
 
     All or nothing: a sub-agent that cannot be written (a parent that does not exist, an event
@@ -1180,7 +1207,7 @@ def _write(store: SessionStore, plans: list[_Plan]) -> list[tuple[int, bool]]:
     for plan in plans:
         _put_blobs(store, plan)
     for round_ in range(1, _WRITE_ROUNDS + 1):
-        planned = [_session_write(store, plan) for plan in plans]
+        planned = [_session_write(store, plan, owner) for plan in plans]
         writes = [write for write, _, _ in planned if write is not None]
         try:
             if writes:
@@ -1218,6 +1245,8 @@ def import_claude_code(
     *,
     skip_bad_lines: bool = False,
     progress: ProgressCallback | None = None,
+    tenant: str | None = None,
+    user: str | None = None,
 ) -> ImportReport:
     """Import Claude Code transcripts: files, or project folders (``~/.claude/projects/<dir>``).
 
@@ -1232,21 +1261,24 @@ def import_claude_code(
         skip_bad_lines: skip lines that are not JSON objects (and keep lines that cannot be
             modelled as opaque entries) instead of failing; each is reported in ``skipped``.
         progress: called with (lines done, lines in total) as the import advances.
+        tenant, user: who the imported sessions belong to (their sub-agents inherit them).
 
     Returns:
         What each file became, and every line skipped.
 
     Raises:
         ValidationError: a path does not exist, a line is malformed (naming file and line;
-            nothing is written), a sub-agent's main session is missing, or a session with the
-            same id exists that was not imported from Claude Code.
+            nothing is written), a sub-agent's main session is missing, a session with the
+            same id exists that was not imported from Claude Code or belongs to another tenant
+            or user, or a bad tenant or user.
     """
     # Reading builds millions of small objects that all stay alive until written: the cyclic
     # collector would rescan them over and over (about a quarter of a large import's time).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _import(store, paths, skip_bad_lines=skip_bad_lines, progress=progress)
+        owner = _Owner(tenant, user)
+        return _import(store, paths, skip_bad_lines=skip_bad_lines, progress=progress, owner=owner)
     finally:
         if collecting:
             gc.enable()
@@ -1258,6 +1290,7 @@ def _import(
     *,
     skip_bad_lines: bool,
     progress: ProgressCallback | None,
+    owner: _Owner,
 ) -> ImportReport:
     skipped: list[SkippedLine] = []
     files = [
@@ -1270,7 +1303,7 @@ def _import(
         progress(done, total)
     plans = _plans(files, store, _count_text(store), skip_bad_lines, skipped)
     imported: list[ImportedSession] = []
-    for plan, (written, created) in zip(plans, _write(store, plans), strict=True):
+    for plan, (written, created) in zip(plans, _write(store, plans, owner), strict=True):
         read = 0 if plan.stored else len(plan.file.lines)  # a stored parent was not read from a file
         done += read
         if progress is not None:

@@ -36,6 +36,8 @@ def add_commands(
         help="skip malformed lines (each is reported) instead of importing nothing",
     )
     imp.add_argument("--progress", action="store_true", help="show progress on stderr even when not a TTY")
+    imp.add_argument("--tenant", help="the tenant the imported sessions belong to")
+    imp.add_argument("--user", help="the user they belong to (needs --tenant)")
     imp.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     exp = commands.add_parser("export", help="write a session as Claude Code JSONL (resumable)")
@@ -84,7 +86,14 @@ def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
     show = args.progress or sys.stderr.isatty()
     progress = _StderrProgress(sys.stderr) if show else None
     try:
-        report = import_claude_code(store, args.paths, skip_bad_lines=args.skip_bad_lines, progress=progress)
+        report = import_claude_code(
+            store,
+            args.paths,
+            skip_bad_lines=args.skip_bad_lines,
+            progress=progress,
+            tenant=args.tenant,
+            user=args.user,
+        )
     finally:
         if progress is not None:
             progress.end_line()  # an error or Ctrl-C then prints on a line of its own

@@ -140,14 +140,22 @@ class Session:
         tools: Sequence[dict[str, Any]] = (),
         metadata: dict[str, Any] | None = None,
         config: SessionConfig | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        external_id: str | None = None,
     ) -> Session:
-        """Create a session (SessionStarted, and ContextConfigured if system or tools) and open it."""
+        """Create a session (SessionStarted, and ContextConfigured if system or tools) and open it.
+
+        ``tenant``, ``user`` and ``external_id`` say who it belongs to (``SessionStore.create_session``).
+        """
         events: list[Event] = [
             SessionStarted(model=model, context_window=context_window, max_output_tokens=max_output_tokens)
         ]
         if system is not None or tools:
             events.append(ContextConfigured(system=system, tools=list(tools)))
-        info: SessionInfo = store.create_session(session_id, metadata=metadata, events=events)
+        info: SessionInfo = store.create_session(
+            session_id, metadata=metadata, events=events, tenant=tenant, user=user, external_id=external_id
+        )
         return cls(store, info.id, config)
 
     def fork(
