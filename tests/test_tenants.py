@@ -13,8 +13,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import DateTime, bindparam, text
 
+import sessionstore
 from sessionstore import MessageAppended, Session, SessionStarted, SessionStore, ValidationError, open_store
 from sessionstore.agent import spawn_subagent
 from sessionstore.claude_code import import_claude_code
@@ -28,6 +31,7 @@ from sessionstore.store._migrate import upgrade
 
 from ._claude_code_corpus import PARENT_SESSION, flat_project
 from .conftest import Backend
+from .strategies import examples
 from .test_tamper import _tamper
 
 
@@ -432,3 +436,41 @@ class TestOtherWaysIn:
         )
         with open_store(db, token_counter=None) as store:
             assert len(store.list_sessions(tenant="acme", user="alice")) == 3
+
+
+_KEY = st.text(st.characters(exclude_categories=("Cc", "Cs")), min_size=1, max_size=255)
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tenant=_KEY, user=_KEY, external_id=_KEY, other=_KEY, column=st.sampled_from(["tenant_id", "user_id"]))
+@example(tenant="a", user="b c", external_id="d", other="a\u00a0", column="tenant_id")
+def test_any_valid_key_round_trips_and_is_bound_into_the_chain(
+    tenant: str, user: str, external_id: str, other: str, column: str
+) -> None:
+    """Whatever the keys (any non-control Unicode, up to 255 characters), they read back exactly,
+    find the session again, and changing one to any other value breaks the chain at seq 1."""
+    with sessionstore.open_store(":memory:", token_counter=None) as store:
+        info, _ = store.get_or_create_session(tenant, user, external_id, events=_messages(1))
+        assert store.get_session(info.id) == info
+        assert (info.tenant, info.user, info.external_id) == (tenant, user, external_id)
+        assert store.list_sessions(tenant=tenant, user=user) == [info]
+        assert store.verify(info.id).ok
+        assume(other != (tenant if column == "tenant_id" else user))
+
+        _tamper(store, f"UPDATE sessions SET {column} = :value", value=other)
+
+        assert store.verify(info.id).first_bad_seq == 1
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["ü" * 255, "🦜 parrot", "O'Brien; DROP TABLE sessions", "tab-free\u2028line-separator", "%s ? :x"],
+)
+def test_unusual_keys_round_trip_on_every_backend(store: SessionStore, key: str) -> None:
+    info, created = store.get_or_create_session(key, key, key)
+    again, created_again = store.get_or_create_session(key, key, key)
+
+    assert (created, created_again) == (True, False)
+    assert again == info == store.get_session(info.id)
+    assert (info.tenant, info.user, info.external_id) == (key, key, key)
+    assert store.list_sessions(tenant=key, user=key) == [info]
