@@ -722,7 +722,14 @@ def _header(session: Session, database: str) -> list[str]:
     ]
 
 
-def run_demo(url: str | os.PathLike[str] | None, out: TextIO, *, as_json: bool = False) -> int:
+def run_demo(
+    url: str | os.PathLike[str] | None,
+    out: TextIO,
+    *,
+    as_json: bool = False,
+    table_prefix: str | None = None,
+    schema: str | None = None,
+) -> int:
     """Play the generated session against ``url``, printing a gauge per turn, the audit and checks.
 
     With ``as_json``, print one JSON object summarizing the run instead. Returns 0 when every
@@ -735,7 +742,7 @@ def run_demo(url: str | os.PathLike[str] | None, out: TextIO, *, as_json: bool =
         if not as_json:  # readable output streams turn by turn
             print(line, file=out, flush=True)
 
-    with open_store(url) as store:
+    with open_store(url, table_prefix=table_prefix, schema=schema) as store:
         database = store.engine.url.render_as_string(hide_password=True)  # type: ignore[attr-defined]
         session = Session.create(
             store,

@@ -42,6 +42,7 @@ from ..store import (
     downgrade,
     open_store,
     resolve_url,
+    tables_for,
     upgrade,
 )
 from ._demo import run_demo
@@ -64,6 +65,16 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
         "--db",
         metavar="URL",
         help="database URL or SQLite path (default: $SESSIONSTORE_URL, else the embedded SQLite file)",
+    )
+    parser.add_argument(
+        "--table-prefix",
+        metavar="PREFIX",
+        help="sessionstore's tables carry this prefix (default: none, or the URL's table_prefix=)",
+    )
+    parser.add_argument(
+        "--schema",
+        metavar="NAME",
+        help="PostgreSQL schema of sessionstore's tables (default: the connection's, or the URL's schema=)",
     )
 
 
@@ -294,15 +305,16 @@ def _json_line(line: str, number: int) -> Any:
 
 def _run_db(args: argparse.Namespace, out: TextIO) -> int:
     url = resolve_url(args.db)
+    tables = tables_for(url, table_prefix=args.table_prefix, schema=args.schema)
     engine = create_engine_for_url(url, create=args.db_command == "upgrade")
     where = engine.url.render_as_string(hide_password=True)
     try:
         if args.db_command == "upgrade":
-            upgrade(engine, args.revision)
+            upgrade(engine, args.revision, tables=tables)
         elif args.db_command == "downgrade":
-            downgrade(engine, args.revision, drop_events=args.yes)
+            downgrade(engine, args.revision, drop_events=args.yes, tables=tables)
         with engine.connect().execution_options(sessionstore_read=True) as conn:
-            current = current_revision(conn)
+            current = current_revision(conn, tables)
     finally:
         engine.dispose()
     if args.json:
@@ -676,8 +688,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "rls":
         return _run_rls(args, out)
     if args.command == "demo":
-        return run_demo(args.db, out, as_json=args.json)
-    with open_store(args.db, create=args.command in _CREATING_COMMANDS) as store:
+        return run_demo(args.db, out, as_json=args.json, table_prefix=args.table_prefix, schema=args.schema)
+    with open_store(
+        args.db,
+        create=args.command in _CREATING_COMMANDS,
+        table_prefix=args.table_prefix,
+        schema=args.schema,
+    ) as store:
         return _run_with_store(args, store, out)
 
 

@@ -14,6 +14,7 @@ from ..store import (
     resolve_url,
     revoke_tenant_role,
     row_level_security_sql,
+    tables_for,
 )
 
 __all__ = ["add_commands", "run_command"]
@@ -53,19 +54,22 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         for statement in row_level_security_sql(args.schema, table_prefix=args.table_prefix):
             print(f"{statement};", file=out)
         return 0
-    engine = create_engine_for_url(resolve_url(args.db), create=False)
+    url = resolve_url(args.db)
+    tables = tables_for(url, table_prefix=args.table_prefix, schema=args.schema)  # --table-prefix, --schema
+    prefix, schema = tables.prefix, tables.schema
+    engine = create_engine_for_url(url, create=False)
     try:
         if args.rls_command == "enable":
-            enable_row_level_security(engine)
+            enable_row_level_security(engine, table_prefix=prefix, schema=schema)
             done = "row-level security enabled"
         elif args.rls_command == "disable":
-            disable_row_level_security(engine)
+            disable_row_level_security(engine, table_prefix=prefix, schema=schema)
             done = "row-level security disabled"
         elif args.rls_command == "grant":
-            grant_tenant_role(engine, args.tenant, args.role)
+            grant_tenant_role(engine, args.tenant, args.role, table_prefix=prefix, schema=schema)
             done = f"role {args.role} is tenant {args.tenant}"
         else:
-            revoke_tenant_role(engine, args.role)
+            revoke_tenant_role(engine, args.role, table_prefix=prefix, schema=schema)
             done = f"role {args.role} has no tenant"
     finally:
         engine.dispose()

@@ -6,6 +6,7 @@ from ._config import (
     create_engine_for_url,
     default_database_path,
     resolve_url,
+    tables_for,
 )
 from ._contract import (
     ANY,
@@ -45,6 +46,10 @@ from ._rls import (
     revoke_tenant_role,
     row_level_security_sql,
 )
+from ._schema import (
+    StoreTables,
+    store_tables,
+)
 from ._sqlite import (
     SQLiteSessionStore,
 )
@@ -69,6 +74,7 @@ __all__ = [
     "SessionStore",
     "SessionWrite",
     "SnapshotRecord",
+    "StoreTables",
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",
@@ -83,5 +89,7 @@ __all__ = [
     "resolve_url",
     "revoke_tenant_role",
     "row_level_security_sql",
+    "store_tables",
+    "tables_for",
     "upgrade",
 ]

@@ -9,6 +9,11 @@ macOS; ``%LOCALAPPDATA%`` on Windows). A database already at the location earlie
 versions used everywhere (``$XDG_DATA_HOME/sessionstore``, else ``~/.local/share/sessionstore``)
 is kept in use while none exists at the platform's folder. A bare path is taken as a SQLite
 file; ``postgresql://`` URLs use the psycopg 3 driver (the ``postgres`` extra).
+
+Where sessionstore's tables are in that database (a table prefix; a PostgreSQL schema) can be
+given in the URL's query (``?table_prefix=agent_&schema=agents``, see ``STORE_URL_OPTIONS``),
+so ``SESSIONSTORE_URL`` and ``--db`` carry it; those parameters are sessionstore's and are
+removed before the URL reaches the driver.
 """
 
 from __future__ import annotations
@@ -22,9 +27,20 @@ from sqlalchemy.exc import ArgumentError
 
 from ..errors import DatabaseNotFoundError, OperationalError, ValidationError
 from ._postgres import create_postgres_engine
+from ._schema import StoreTables, store_tables
 from ._sqlite import SQLiteDurability, create_sqlite_engine, sqlite_file, writable
 
-__all__ = ["create_engine_for_url", "default_database_path", "is_sqlite_url", "resolve_url"]
+__all__ = [
+    "STORE_URL_OPTIONS",
+    "create_engine_for_url",
+    "default_database_path",
+    "is_sqlite_url",
+    "resolve_url",
+    "tables_for",
+]
+
+#: URL query parameters that say where sessionstore's tables are (not passed to the driver).
+STORE_URL_OPTIONS = ("table_prefix", "schema")
 
 URL_ENV = "SESSIONSTORE_URL"
 HOME_ENV = "SESSIONSTORE_HOME"
@@ -81,6 +97,41 @@ def _parse(url: str) -> URL:
         raise ValidationError(msg, field="url") from None
 
 
+def _url_option(parsed: URL, name: str) -> str | None:
+    value = parsed.query.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    msg = f"the database URL gives {name} more than once"
+    raise ValidationError(msg, field=name)
+
+
+def tables_for(url: str | None, *, table_prefix: str | None = None, schema: str | None = None) -> StoreTables:
+    """The tables a store on ``url`` uses: the ``table_prefix`` and ``schema`` arguments, else the
+    URL's query parameters of the same names, else none.
+
+    Raises:
+        ValidationError: an argument and the URL disagree, or a value is not a plain
+            lower-case name (see ``store_tables``).
+    """
+    parsed = _parse(url) if url is not None else None
+    chosen: dict[str, str | None] = {}
+    for name, given in (("table_prefix", table_prefix), ("schema", schema)):
+        in_url = _url_option(parsed, name) if parsed is not None else None
+        if given is not None and in_url is not None and given != in_url:
+            msg = f"{name} {given!r} disagrees with the database URL's {name}={in_url}"
+            raise ValidationError(msg, field=name)
+        chosen[name] = given if given is not None else in_url
+    return store_tables(chosen["table_prefix"] or "", chosen["schema"] or None)
+
+
+def _without_store_options(url: str) -> str:
+    """``url`` without sessionstore's own query parameters (what the driver is given)."""
+    parsed = _parse(url)
+    if not any(name in parsed.query for name in STORE_URL_OPTIONS):
+        return url
+    return parsed.difference_update_query(STORE_URL_OPTIONS).render_as_string(hide_password=False)
+
+
 def is_sqlite_url(url: str) -> bool:
     """True for any SQLite URL."""
     return _parse(url).get_backend_name() == "sqlite"
@@ -113,6 +164,7 @@ def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", cr
         OperationalError: the SQLite file or its folder cannot be created.
         ValidationError: not a URL, or a backend sessionstore does not support.
     """
+    url = _without_store_options(url)
     parsed = _parse(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":

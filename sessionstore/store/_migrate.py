@@ -222,7 +222,11 @@ def _refuse_dropping_events(conn: Connection, tables: StoreTables, before: tuple
 def _migrate(
     engine: Engine, tables: StoreTables, direction: str, revision: str, *, drop_events: bool = True
 ) -> None:
-    with translate_errors(), engine.connect() as conn, conn.begin():
+    with (
+        translate_errors(),
+        engine.connect().execution_options(sessionstore_write=True) as conn,
+        conn.begin(),
+    ):
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
         _check_schema_option(conn, tables)

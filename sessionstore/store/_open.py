@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 
 from sqlalchemy import Engine
+from sqlalchemy.pool import StaticPool
 
 from ..errors import ValidationError
-from ._config import URL_ENV, create_engine_for_url, is_sqlite_url, resolve_url
+from ._config import URL_ENV, create_engine_for_url, is_sqlite_url, resolve_url, tables_for
 from ._contract import SessionStore
 from ._migrate import check_schema, upgrade
 from ._postgres import PostgresSessionStore
 from ._retry import DEFAULT_RETRY, RetryPolicy
-from ._sqlite import SQLiteDurability, SQLiteSessionStore
+from ._schema import StoreTables
+from ._sqlite import SQLiteDurability, SQLiteSessionStore, adopt_sqlite_engine
 from ._tokens import TiktokenCounter, TokenCounter, check_token_counter
 
 __all__ = ["open_store"]
@@ -28,6 +30,9 @@ DEFAULT_COUNTER = _Default()
 def open_store(
     url: str | os.PathLike[str] | None = None,
     *,
+    engine: Engine | None = None,
+    table_prefix: str | None = None,
+    schema: str | None = None,
     migrate: bool | None = None,
     token_counter: TokenCounter | _Default | None = DEFAULT_COUNTER,
     durability: SQLiteDurability = "full",
@@ -38,7 +43,15 @@ def open_store(
 
     Args:
         url: a SQLAlchemy URL, a SQLite file path, ``":memory:"``, or None for
-            ``SESSIONSTORE_URL`` / the embedded default file.
+            ``SESSIONSTORE_URL`` / the embedded default file. Its query may carry
+            ``table_prefix`` and ``schema`` (below).
+        engine: the host application's own SQLAlchemy ``Engine`` (psycopg 3 for PostgreSQL,
+            sqlite3 for SQLite) instead of a URL: the store shares its pool and never disposes
+            of it. A SQLite engine is configured as sessionstore's own are (docs/storage.md
+            "Embedding"). Never migrated implicitly.
+        table_prefix: put sessionstore's tables under this prefix (``agent_`` ->
+            ``agent_events``, ...; its version table is ``agent_alembic_version``).
+        schema: keep sessionstore's tables in this PostgreSQL schema (created by the upgrade).
         migrate: migrate the schema to this version first. None (the default) migrates
             the embedded default and in-memory databases only; a configured database
             must be migrated explicitly (``sessionstore db upgrade``) or with True.
@@ -55,7 +68,9 @@ def open_store(
 
     Raises:
         ValidationError: ``retry`` is not a ``RetryPolicy``, or ``token_counter`` lacks part of
-            ``TokenCounter`` (``name``, ``count``, ``count_text``).
+            ``TokenCounter`` (``name``, ``count``, ``count_text``); both ``url`` and ``engine``,
+            an engine sessionstore cannot use, a prefix or schema that is not a plain lower-case
+            name (or disagrees with the URL's), or a schema on SQLite.
         SchemaOutOfDateError: the database is not migrated and ``migrate`` is not set.
         DatabaseNotFoundError: ``create`` is False and there is no database file at ``url``.
         StoreUnavailableError: the database stayed unreachable for the whole retry policy.
@@ -65,27 +80,81 @@ def open_store(
         raise ValidationError(msg, field="retry")
     if token_counter is not None and not isinstance(token_counter, _Default):
         check_token_counter(token_counter)
+    counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
+    if engine is not None:
+        if url is not None:
+            msg = "open_store takes a url or an engine, not both"
+            raise ValidationError(msg, field="engine")
+        tables = tables_for(None, table_prefix=table_prefix, schema=schema)
+        return _open_borrowed(
+            engine, tables, counter, migrate=bool(migrate), durability=durability, retry=retry
+        )
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
-    engine = create_engine_for_url(resolved, durability=durability, create=create)
+    tables = tables_for(resolved, table_prefix=table_prefix, schema=schema)
+    own = create_engine_for_url(resolved, durability=durability, create=create)
     in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
     try:
-        if migrate or (migrate is None and (in_memory or (embedded and create))):
-            retry.run(lambda: upgrade(engine), what="schema upgrade")
-        else:
-            retry.run(lambda: check_schema(engine), what="schema check")
+        _prepare_schema(
+            own, tables, retry, migrate=migrate or (migrate is None and (in_memory or (embedded and create)))
+        )
     except BaseException:
-        engine.dispose()
+        own.dispose()
         raise
-    counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
-    return _store_for(engine, counter, single_connection=in_memory, retry=retry)
+    return _store_for(own, tables, counter, single_connection=in_memory, retry=retry, owns_engine=True)
+
+
+def _prepare_schema(engine: Engine, tables: StoreTables, retry: RetryPolicy, *, migrate: bool) -> None:
+    """Migrate the schema (``migrate``) or check that it is current, under the retry policy."""
+    if migrate:
+        retry.run(lambda: upgrade(engine, tables=tables), what="schema upgrade")
+    else:
+        retry.run(lambda: check_schema(engine, tables), what="schema check")
+
+
+def _open_borrowed(
+    engine: Engine,
+    tables: StoreTables,
+    counter: TokenCounter | None,
+    *,
+    migrate: bool,
+    durability: SQLiteDurability,
+    retry: RetryPolicy,
+) -> SessionStore:
+    """A store on the host application's engine (see ``open_store``)."""
+    if not isinstance(engine, Engine):
+        msg = f"engine must be a SQLAlchemy Engine, not {type(engine).__name__}"
+        raise ValidationError(msg, field="engine")
+    backend = engine.dialect.name
+    if backend == "sqlite":
+        adopt_sqlite_engine(engine, durability=durability)
+    elif backend != "postgresql" or engine.dialect.driver != "psycopg":
+        msg = f"sessionstore needs a sqlite3 or psycopg (3) engine, not {backend}+{engine.dialect.driver}"
+        raise ValidationError(msg, field="engine")
+    _prepare_schema(engine, tables, retry, migrate=migrate)
+    # One shared connection (an in-memory database) must not interleave the store's transactions.
+    single = isinstance(engine.pool, StaticPool)
+    return _store_for(engine, tables, counter, single_connection=single, retry=retry, owns_engine=False)
 
 
 def _store_for(
-    engine: Engine, counter: TokenCounter | None, *, single_connection: bool, retry: RetryPolicy
+    engine: Engine,
+    tables: StoreTables,
+    counter: TokenCounter | None,
+    *,
+    single_connection: bool,
+    retry: RetryPolicy,
+    owns_engine: bool,
 ) -> SessionStore:
     if is_sqlite_url(str(engine.url)):
         return SQLiteSessionStore(
-            engine, token_counter=counter, single_connection=single_connection, retry=retry
+            engine,
+            token_counter=counter,
+            single_connection=single_connection,
+            retry=retry,
+            tables=tables,
+            owns_engine=owns_engine,
         )
-    return PostgresSessionStore(engine, token_counter=counter, retry=retry)
+    return PostgresSessionStore(
+        engine, token_counter=counter, retry=retry, tables=tables, owns_engine=owns_engine
+    )

@@ -94,6 +94,14 @@ class StoreTables:
     blobs: Table = field(repr=False)
     snapshots: Table = field(repr=False)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoreTables):
+            return NotImplemented
+        return (self.prefix, self.schema) == (other.prefix, other.schema)
+
+    def __hash__(self) -> int:
+        return hash((self.prefix, self.schema))
+
     def name(self, base: str) -> str:
         """The prefixed name of one of sessionstore's objects (``events`` -> ``ss_events``)."""
         return f"{self.prefix}{base}"
@@ -151,7 +159,6 @@ def _check_options(prefix: str, schema: str | None) -> None:
         raise ValidationError(msg, field="schema")
 
 
-@functools.cache
 def store_tables(prefix: str = "", schema: str | None = None) -> StoreTables:
     """The tables of a store with this table ``prefix`` (``""``: none) in ``schema`` (None: the
     connection's default schema; PostgreSQL only).
@@ -161,6 +168,11 @@ def store_tables(prefix: str = "", schema: str | None = None) -> StoreTables:
             longer than ``MAX_PREFIX_LENGTH``.
     """
     _check_options(prefix, schema)
+    return _build(prefix, schema)
+
+
+@functools.cache
+def _build(prefix: str, schema: str | None) -> StoreTables:
     metadata = MetaData(naming_convention=NAMING_CONVENTION, schema=schema)
     sessions, events, blobs, snapshots = _define(metadata, prefix)
     return StoreTables(prefix, schema, metadata, sessions, events, blobs, snapshots)

@@ -224,10 +224,13 @@ class SqlSessionStore(SessionStore):
         single_connection: bool = False,
         retry: RetryPolicy = DEFAULT_RETRY,
         tables: StoreTables = DEFAULT_TABLES,
+        owns_engine: bool = True,
     ) -> None:
         if token_counter is not None:
             check_token_counter(token_counter)
         self.engine = engine
+        # A host's engine (``open_store(engine=...)``) is the host's to dispose of, not the store's.
+        self._owns_engine = owns_engine
         #: Where this store's tables are (prefix, schema); every statement takes its names from it.
         self.tables = tables
         self._write_sql = self.driver_sql.for_tables(tables)
@@ -250,7 +253,11 @@ class SqlSessionStore(SessionStore):
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
         """A SQLAlchemy write transaction for rows outside the event log (blobs, snapshots)."""
-        with self._lock, translate_errors(self.tables), self.engine.connect() as conn:
+        with (
+            self._lock,
+            translate_errors(self.tables),
+            self.engine.connect().execution_options(sessionstore_write=True) as conn,
+        ):
             with conn.begin():
                 yield conn
                 self._check_file(conn.connection.info)
@@ -955,8 +962,9 @@ class SqlSessionStore(SessionStore):
         return None if row is None else (int(row.seq), bytes(row.state))  # bytes: not a memoryview
 
     def close(self) -> None:
-        """Dispose of the engine's connection pool."""
-        self.engine.dispose()
+        """Dispose of the engine's connection pool (unless the engine was handed in: the host's)."""
+        if self._owns_engine:
+            self.engine.dispose()
 
 
 def _rollback_or_discard(raw: Any) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -36,11 +37,18 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
-from ..errors import DatabaseFileGoneError
+from ..errors import DatabaseFileGoneError, ValidationError
 from ._driver import DriverSQL, sqlite_timestamp
 from ._sql import SqlSessionStore
 
-__all__ = ["SQLiteDurability", "SQLiteSessionStore", "create_sqlite_engine", "sqlite_file", "writable"]
+__all__ = [
+    "SQLiteDurability",
+    "SQLiteSessionStore",
+    "adopt_sqlite_engine",
+    "create_sqlite_engine",
+    "sqlite_file",
+    "writable",
+]
 
 SQLiteDurability = Literal["full", "normal"]
 
@@ -86,6 +94,69 @@ def _file_uri(path: Path, *, read_only: bool) -> str:
     return f"file:{quote(str(path))}?{mode}"
 
 
+def _configure_connection(dbapi_connection: sqlite3.Connection, *, synchronous: str, wal: bool) -> None:
+    """sessionstore's PRAGMAs and transaction handling on one driver connection."""
+    # Autocommit at the driver level: transactions begin with an explicit BEGIN (the engine's
+    # "begin" listener), so the pysqlite module's own implicit BEGIN never runs.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    if wal:
+        cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA synchronous={synchronous}")
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+#: Engines a host handed to ``open_store(engine=...)`` that ``adopt_sqlite_engine`` configured.
+_ADOPTED: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: Connection-record key: sessionstore configured this (borrowed) connection.
+_CONFIGURED = "sessionstore_configured"
+
+
+def adopt_sqlite_engine(engine: Engine, *, durability: SQLiteDurability = "full") -> None:
+    """Configure a host application's SQLite engine for sessionstore (once per engine).
+
+    Its connections get the PRAGMAs sessionstore's own engines have (WAL, ``busy_timeout``,
+    ``foreign_keys``, ``synchronous``) and real transactions: the pysqlite driver's implicit
+    BEGIN is replaced by an explicit ``BEGIN`` when a transaction starts, as SQLAlchemy
+    recommends for pysqlite. The host's own transactions begin deferred; sessionstore's writes
+    ask for ``BEGIN IMMEDIATE`` (execution option ``sessionstore_write``), so they queue for the
+    write lock instead of failing with "database is locked".
+
+    Raises:
+        ValidationError: the engine does not use the standard library's sqlite3 (pysqlite).
+    """
+    if engine.dialect.driver != "pysqlite":
+        msg = f"a SQLite engine for sessionstore must use sqlite3 (pysqlite), not {engine.dialect.driver}"
+        raise ValidationError(msg, field="engine")
+    if engine in _ADOPTED:
+        return
+    synchronous = _synchronous(durability)
+    in_memory = sqlite_file(str(engine.url)) is None
+
+    # Checkout rather than connect: connections the host's pool opened before are configured too.
+    @event.listens_for(engine, "checkout")
+    def _configure(dbapi_connection: sqlite3.Connection, record: Any, _proxy: object) -> None:
+        if not record.info.get(_CONFIGURED):
+            _configure_connection(dbapi_connection, synchronous=synchronous, wal=not in_memory)
+            record.info[_CONFIGURED] = True
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        write = conn.get_execution_options().get("sessionstore_write")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    _ADOPTED.add(engine)
+
+
+def _synchronous(durability: SQLiteDurability) -> str:
+    if durability not in ("full", "normal"):
+        msg = f"durability must be 'full' or 'normal', not {durability!r}"
+        raise ValueError(msg)
+    return durability.upper()
+
+
 def create_sqlite_engine(
     url: str, *, durability: SQLiteDurability = "full", read_only: bool = False
 ) -> Engine:
@@ -96,16 +167,13 @@ def create_sqlite_engine(
     if sqlite3.sqlite_version_info < _MIN_SQLITE:
         msg = f"sessionstore needs SQLite >= 3.35 (RETURNING); this Python has {sqlite3.sqlite_version}"
         raise RuntimeError(msg)
-    if durability not in ("full", "normal"):
-        msg = f"durability must be 'full' or 'normal', not {durability!r}"
-        raise ValueError(msg)
+    synchronous = _synchronous(durability)
     in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
     kwargs: dict[str, Any] = {}
     if in_memory:
         # One connection shared by all threads, or every connection would get its own empty database.
         kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
     engine = create_engine(url, **kwargs)
-    synchronous = durability.upper()
     path = sqlite_file(url)
     if path is not None:
         uri = _file_uri(path, read_only=read_only)
@@ -119,18 +187,9 @@ def create_sqlite_engine(
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: sqlite3.Connection, record: Any) -> None:
-        # Autocommit at the driver level: sessionstore issues BEGIN itself (below), so the
-        # pysqlite module's own implicit BEGIN never runs.
-        dbapi_connection.isolation_level = None
         if path is not None and not read_only:
             record.info[_FILE_ID] = _file_id(path)
-        cursor = dbapi_connection.cursor()
-        if not in_memory and not read_only:
-            cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
+        _configure_connection(dbapi_connection, synchronous=synchronous, wal=not in_memory and not read_only)
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
