@@ -173,7 +173,8 @@ def test_blobs_snapshots_and_a_resumed_session(store: SessionStore) -> None:
 
     assert store.get_blob(ref.sha256) == ("tool output\n" * 2000).encode()
     assert resumed.request() == session.request()
-    assert store.latest_snapshot(session.id, "api_context", 2, session.tokenizer) is not None
+    current = sessionstore.projections.ApiContextProjection.version
+    assert store.latest_snapshot(session.id, "api_context", current, session.tokenizer) is not None
 
 
 def test_get_or_create_uses_the_layouts_unique_index(store: SessionStore) -> None:
