@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -157,5 +158,31 @@ def test_db_current_reports_a_legacy_database_and_db_upgrade_moves_it(
     assert main(["db", "upgrade", "--db", shared_backend.url], out=io.StringIO()) == 0
 
     assert json.loads(before.getvalue())["revision"] == "0002"
+    assert _rows(engine, OWN) == [SCHEMA_REVISION]
+    assert LEGACY not in _tables(engine)
+
+
+def test_processes_starting_together_move_the_row_once(engine: Any, shared_backend: Any) -> None:
+    """Four upgrades of a legacy database at once (as workers starting together): one moves the
+    row, the others find it moved; nothing fails and nothing is left in ``alembic_version``."""
+    _legacy_database(engine, "0002")
+    errors: list[BaseException] = []
+
+    def start_worker() -> None:
+        worker = create_engine_for_url(shared_backend.url)
+        try:
+            upgrade(worker)
+        except BaseException as e:  # reported below
+            errors.append(e)
+        finally:
+            worker.dispose()
+
+    workers = [threading.Thread(target=start_worker) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+
+    assert errors == []
     assert _rows(engine, OWN) == [SCHEMA_REVISION]
     assert LEGACY not in _tables(engine)
