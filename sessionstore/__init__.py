@@ -79,9 +79,11 @@ from .projections import (
 )
 from .store import (
     ANY,
+    AsyncSessionStore,
     RecordedEvent,
     RetryPolicy,
     SessionStore,
+    open_async_store,
     open_store,
 )
 
@@ -91,6 +93,7 @@ __all__ = [
     "ANY",
     "AnthropicSummarizer",
     "AsyncConversation",
+    "AsyncSessionStore",
     "AuditReport",
     "BudgetConfig",
     "CollapseConfig",
@@ -128,6 +131,7 @@ __all__ = [
     "audit",
     "export_claude_code",
     "import_claude_code",
+    "open_async_store",
     "open_store",
     "register_event",
     "register_upcaster",

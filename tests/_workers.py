@@ -44,6 +44,7 @@ def race_worker(
     barrier: Any,
     results: Any,
     index: int,
+    api: str = "sync",
 ) -> None:
     """Race the other processes for ``rounds`` rounds; put ``(index, outcomes)`` on ``results``.
 
@@ -52,7 +53,7 @@ def race_worker(
     """
     outcomes: list[Outcome] = []
     try:
-        store = sessionstore.open_store(url, migrate=False, token_counter=None)
+        store = open_worker_store(url, api)
         try:
             # Check a connection out before the first round so connecting is not part of it.
             store.last_seq(session_id)
@@ -67,7 +68,16 @@ def race_worker(
     results.put((index, outcomes))
 
 
-def append_forever(url: str, session_id: str, seed: int) -> None:
+def open_worker_store(url: str, api: str) -> sessionstore.SessionStore:
+    """The store under test in a worker: ``open_store``, or the async store (``api="async"``)."""
+    if api == "async":
+        from ._async_adapter import AsyncStoreOnThread
+
+        return AsyncStoreOnThread(url, migrate=False, token_counter=None)
+    return sessionstore.open_store(url, migrate=False, token_counter=None)
+
+
+def append_forever(url: str, session_id: str, seed: int, api: str = "sync") -> None:
     """Append batches of 1-3 events until killed, reporting each on stdout.
 
     Before each append it prints ``begin <id> [<id> ...]``; after ``append`` returned (the
@@ -75,7 +85,7 @@ def append_forever(url: str, session_id: str, seed: int) -> None:
     everything the parent read as ``ack`` was acknowledged before the process died.
     """
     rng = random.Random(seed)
-    store = sessionstore.open_store(url, migrate=False, token_counter=None)
+    store = open_worker_store(url, api)
     expected = store.last_seq(session_id)
     out = sys.stdout
     while True:
@@ -100,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     forever.add_argument("url")
     forever.add_argument("session_id")
     forever.add_argument("--seed", type=int, default=0)
+    forever.add_argument("--api", choices=["sync", "async"], default="sync")
     args = parser.parse_args(argv)
     if args.command == "append-forever":
-        append_forever(args.url, args.session_id, args.seed)
+        append_forever(args.url, args.session_id, args.seed, args.api)
     return 0
 
 

@@ -56,10 +56,15 @@ def _need_pg() -> str:
 
 @dataclass
 class Backend:
-    """A database for one test: its URL, and how to open stores on it."""
+    """A database for one test: its URL, and how to open stores on it.
+
+    ``api`` is ``sync`` (``open_store``) or ``async``: then ``open`` returns the sync contract
+    over an ``AsyncSessionStore`` (tests/_async_adapter.py), so one test body checks both.
+    """
 
     name: str
     url: str
+    api: str = "sync"
 
     @property
     def is_postgres(self) -> bool:
@@ -72,10 +77,14 @@ class Backend:
 
     def open(self, **kwargs: object) -> SessionStore:
         kwargs.setdefault("migrate", True)
+        if self.api == "async":
+            from ._async_adapter import AsyncStoreOnThread
+
+            return AsyncStoreOnThread(self.url, **kwargs)
         return sessionstore.open_store(self.url, **kwargs)  # type: ignore[arg-type]
 
 
-def _pg_schema_backend(base_url: str) -> Iterator[Backend]:
+def _pg_schema_backend(base_url: str, api: str = "sync") -> Iterator[Backend]:
     """A fresh PostgreSQL schema selected through the URL's search_path; dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(sessionstore.store.resolve_url(base_url), pool_pre_ping=True)
@@ -84,7 +93,7 @@ def _pg_schema_backend(base_url: str) -> Iterator[Backend]:
     sep = "&" if "?" in base_url else "?"
     url = f"{sessionstore.store.resolve_url(base_url)}{sep}options={quote(f'-csearch_path={schema}')}"
     try:
-        yield Backend("postgres", url)
+        yield Backend("postgres", url, api)
     finally:
         with admin.begin() as conn:
             conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
@@ -95,31 +104,46 @@ BACKENDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytes
 SHARED_BACKENDS = ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def _make_backend(name: str, tmp_path: Path) -> Iterator[Backend]:
+def _make_backend(name: str, tmp_path: Path, api: str = "sync") -> Iterator[Backend]:
     if name == "sqlite-file":
-        yield Backend(name, f"sqlite:///{tmp_path / 'store.db'}")
+        yield Backend(name, f"sqlite:///{tmp_path / 'store.db'}", api)
     elif name == "sqlite-memory":
-        yield Backend(name, "sqlite://")
+        yield Backend(name, "sqlite://", api)
     else:
-        yield from _pg_schema_backend(_need_pg())
+        yield from _pg_schema_backend(_need_pg(), api)
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Each backend in turn, with an empty, unmigrated database."""
-    yield from _make_backend(request.param, tmp_path)
+STORE_APIS = ["sync", "async"]
 
 
-@pytest.fixture(params=SHARED_BACKENDS)
-def shared_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Backends that several connections or processes can share (no :memory:)."""
-    yield from _make_backend(request.param, tmp_path)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run tests marked ``store_contract`` against the sync and the async store."""
+    if "store_api" in metafunc.fixturenames and metafunc.definition.get_closest_marker("store_contract"):
+        metafunc.parametrize("store_api", STORE_APIS, indirect=True)
 
 
 @pytest.fixture
-def pg_backend(tmp_path: Path) -> Iterator[Backend]:
+def store_api(request: pytest.FixtureRequest) -> str:
+    """``sync``, or ``async`` for a ``store_contract`` test's async run."""
+    return str(getattr(request, "param", "sync"))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path, store_api: str) -> Iterator[Backend]:
+    """Each backend in turn, with an empty, unmigrated database."""
+    yield from _make_backend(request.param, tmp_path, store_api)
+
+
+@pytest.fixture(params=SHARED_BACKENDS)
+def shared_backend(request: pytest.FixtureRequest, tmp_path: Path, store_api: str) -> Iterator[Backend]:
+    """Backends that several connections or processes can share (no :memory:)."""
+    yield from _make_backend(request.param, tmp_path, store_api)
+
+
+@pytest.fixture
+def pg_backend(tmp_path: Path, store_api: str) -> Iterator[Backend]:
     """PostgreSQL only."""
-    yield from _make_backend("postgres", tmp_path)
+    yield from _make_backend("postgres", tmp_path, store_api)
 
 
 @pytest.fixture

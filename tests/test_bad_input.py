@@ -24,6 +24,9 @@ from sessionstore.store._migrate import known_revisions
 from .conftest import Backend
 from .test_audit import _scripted
 
+pytestmark = pytest.mark.store_contract
+
+
 SCRIPT = str(Path(sys.executable).parent / "sessionstore")
 
 

@@ -29,6 +29,9 @@ from sqlalchemy import text
 import sessionstore
 from sessionstore import ANY, ConcurrencyError, MessageAppended, SessionStore
 
+pytestmark = pytest.mark.store_contract
+
+
 ROOT = Path(__file__).resolve().parent.parent
 try:
     from tests import _workers
@@ -147,7 +150,7 @@ class TestWriterRaces:
         procs = [
             ctx.Process(
                 target=_workers.race_worker,
-                args=(shared_backend.url, sid, rounds, barrier, results, i),
+                args=(shared_backend.url, sid, rounds, barrier, results, i, shared_backend.api),
                 name=f"race-{i}",
             )
             for i in range(n_procs)
@@ -226,6 +229,8 @@ class TestCrashDurability:
                     sid,
                     "--seed",
                     str(random.randrange(2**31)),
+                    "--api",
+                    shared_backend.api,
                 ],
                 cwd=ROOT,
                 stdout=subprocess.PIPE,

@@ -23,6 +23,7 @@ from sessionstore.pipeline._collapse import CollapseConfig, stage_collapse
 from sessionstore.pipeline._pipeline import ServerCompactionConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 from sessionstore.projections import WindowConfig
+from sessionstore.store import run_in_store
 
 from .messages_api import BASH_TOOL, READ_TOOL, prompt_too_long, text_message, tool_use_message
 
@@ -523,26 +524,54 @@ def test_second_writer_conflicts_or_reloads(messages_api: Any) -> None:
     assert texts == ["from the first process", "from a process that reloads"]
 
 
-def test_async_loop_matches_the_sync_one(messages_api: Any) -> None:
-    """AsyncConversation runs the same steps over AsyncAnthropic and sends the same requests."""
+@pytest.mark.parametrize("store_kind", ["sync store", "async store"])
+def test_async_loop_matches_the_sync_one(
+    messages_api: Any, store_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AsyncConversation runs the same steps over AsyncAnthropic and sends the same requests.
+
+    On an AsyncSessionStore its database work is awaited on the loop: nothing of sessionstore's
+    is handed to a worker thread.
+    """
     _script(messages_api)
-    store = sessionstore.open_store(":memory:")
-    session = Session.create(store, model="claude-opus-5-5", system="You are terse.")
+    in_threads: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def to_thread(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        in_threads.append(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}")
+        return await real_to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", to_thread)
     client = anthropic.AsyncAnthropic(api_key="k", base_url=messages_api.url, max_retries=0)
-    loop = AsyncConversation(session, client, model="claude-opus-5-5", max_tokens=1000, stream=True)
 
     async def runner(use: dict[str, Any]) -> str:
         return _runner(use)
 
-    async def main() -> Any:
+    async def main() -> tuple[Any, list[str]]:
+        if store_kind == "async store":
+            store = await sessionstore.open_async_store(":memory:")
+            session = await Session.acreate(store, model="claude-opus-5-5", system="You are terse.")
+        else:
+            store = sessionstore.open_store(":memory:")
+            session = Session.create(store, model="claude-opus-5-5", system="You are terse.")
+        loop = AsyncConversation(session, client, model="claude-opus-5-5", max_tokens=1000, stream=True)
         await loop.user("Fix the tests.")
-        return await loop.run(runner)
+        final = await loop.run(runner)
+        kinds = await run_in_store(session.store, lambda: [e.type for e in session.transcript])
+        if store_kind == "async store":
+            await store.close()
+        return final, kinds
 
-    final = asyncio.run(main())
+    final, kinds = asyncio.run(main())
+    ours = [name for name in in_threads if name.startswith("sessionstore.")]
 
     assert final.content[0].text == "All tests pass."
     assert len(messages_api.requests) == 3
-    assert [e.type for e in session.transcript].count("usage_recorded") == 3
+    assert kinds.count("usage_recorded") == 3
+    if store_kind == "async store":
+        assert ours == []
+    else:
+        assert "sessionstore.agent._conversation._Shared.prepare" in ours  # the old way: a thread
 
 
 def _compaction_answer(content: str | None, message_id: str) -> tuple[int, dict[str, Any]]:

@@ -17,6 +17,8 @@ from sessionstore.projections._transcript import TranscriptProjection
 
 from .conftest import Backend
 
+pytestmark = pytest.mark.store_contract
+
 
 def _chat(session: Session, *texts: str) -> None:
     for i, text in enumerate(texts):

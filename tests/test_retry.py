@@ -28,6 +28,10 @@ from sessionstore import (
 from sessionstore.errors import OperationalError
 
 from ._private_pg import PrivateCluster, private_pg
+from .conftest import Backend
+
+pytestmark = pytest.mark.store_contract
+
 
 __all__ = ["private_pg"]  # the fixture, imported to be found by pytest
 
@@ -49,6 +53,11 @@ def fault_url(private_pg: PrivateCluster) -> Iterator[str]:
     url = f"{private_pg.url}?options={quote(f'-csearch_path={schema}')}"
     sessionstore.open_store(url, migrate=True, token_counter=None).close()
     yield url
+
+
+def _open(api: str, url: str, **kwargs: object) -> SessionStore:
+    """The store under test on ``url``: ``open_store``, or the async store (``api="async"``)."""
+    return Backend("postgres", url, api).open(migrate=False, **kwargs)
 
 
 @dataclass
@@ -114,7 +123,7 @@ def _assert_all_kept_once(store: SessionStore, writers: list[Writer]) -> None:
 
 
 def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
-    private_pg: PrivateCluster, fault_url: str
+    private_pg: PrivateCluster, fault_url: str, store_api: str
 ) -> None:
     """Every client connection is killed every 50 ms while writers append, create and read."""
     kills = 0
@@ -127,7 +136,7 @@ def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
                 kills += private_pg.terminate_clients(killer)
                 time.sleep(KILL_EVERY_SECONDS)
 
-    with sessionstore.open_store(fault_url, token_counter=None, retry=STORM_RETRY) as store:
+    with _open(store_api, fault_url, token_counter=None, retry=STORM_RETRY) as store:
         writers = _run_under_fault(store, storm)
         _assert_all_kept_once(store, writers)
 
@@ -136,7 +145,7 @@ def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
 
 
 def test_a_server_restart_surfaces_no_error_and_loses_nothing(
-    private_pg: PrivateCluster, fault_url: str
+    private_pg: PrivateCluster, fault_url: str, store_api: str
 ) -> None:
     """``pg_ctl restart`` while writers append: they wait it out and go on."""
 
@@ -145,7 +154,7 @@ def test_a_server_restart_surfaces_no_error_and_loses_nothing(
         private_pg.restart()
         time.sleep(0.5)
 
-    with sessionstore.open_store(fault_url, token_counter=None) as store:
+    with _open(store_api, fault_url, token_counter=None) as store:
         writers = _run_under_fault(store, restart)
         before = [len(w.acknowledged) for w in writers]
         _assert_all_kept_once(store, writers)
@@ -158,11 +167,11 @@ def test_a_server_restart_surfaces_no_error_and_loses_nothing(
 
 
 def test_an_outage_longer_than_the_budget_raises_store_unavailable_then_recovers(
-    private_pg: PrivateCluster, fault_url: str
+    private_pg: PrivateCluster, fault_url: str, store_api: str
 ) -> None:
     """A server that stays down ends in StoreUnavailableError; the store works once it is back."""
     policy = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2, budget_seconds=5)
-    with sessionstore.open_store(fault_url, token_counter=None, retry=policy) as store:
+    with _open(store_api, fault_url, token_counter=None, retry=policy) as store:
         sid = store.create_session().id
         private_pg.stop()
         try:
@@ -178,9 +187,9 @@ def test_an_outage_longer_than_the_budget_raises_store_unavailable_then_recovers
         assert store.append(sid, [MessageAppended(role="user", content="back")], expected_seq=0).seqs == (1,)
 
 
-def test_a_concurrency_error_is_never_retried(fault_url: str) -> None:
+def test_a_concurrency_error_is_never_retried(fault_url: str, store_api: str) -> None:
     """Only transient failures are retried: a conflict reaches the caller on the first try."""
-    with sessionstore.open_store(fault_url, token_counter=None) as store:
+    with _open(store_api, fault_url, token_counter=None) as store:
         sid = store.create_session().id
         store.append(sid, [MessageAppended(role="user", content="a")], expected_seq=0)
         with pytest.raises(ConcurrencyError):

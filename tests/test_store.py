@@ -24,6 +24,8 @@ from sessionstore import (
 from sessionstore.errors import DuplicateEventError
 from sessionstore.store import _sql
 
+pytestmark = pytest.mark.store_contract
+
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
     return [

@@ -10,6 +10,8 @@ from sqlalchemy import text
 
 from sessionstore import ANY, MessageAppended, SessionStore
 
+pytestmark = pytest.mark.store_contract
+
 
 def test_subscriber_gets_history_then_live_events_exactly_once(shared_backend: Any) -> None:
     """While a writer keeps appending, the subscriber receives every position once, in order."""

@@ -31,6 +31,8 @@ from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_dd
 from .conftest import Backend
 from .strategies import examples
 
+pytestmark = pytest.mark.store_contract
+
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
     return [MessageAppended(role="user", content=f"{prefix} {i}") for i in range(n)]

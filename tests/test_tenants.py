@@ -34,6 +34,7 @@ from .conftest import Backend
 from .strategies import examples
 from .test_tamper import _tamper
 
+pytestmark = pytest.mark.store_contract
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
     return [MessageAppended(role="user", content=f"{prefix} {i}") for i in range(n)]

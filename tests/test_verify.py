@@ -30,6 +30,9 @@ from .test_store import _bypass_triggers_and_run
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+pytestmark = pytest.mark.store_contract
+
+
 def _run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     return main(list(argv), out=out), out.getvalue()

@@ -18,7 +18,6 @@ what was tried, and stop hooks do not run. Token-budget continuation
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,6 +38,7 @@ from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, recor
 from ..pipeline._collapse import CollapseConfig, check_spawn, drain_collapses
 from ..pipeline._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
 from ..projections._session import Session
+from ..store._async import run_in_store
 
 if TYPE_CHECKING:  # importing sessionstore does not load the SDK
     import anthropic  # noqa: F401 - named in the loops' base classes as strings
@@ -219,6 +219,7 @@ AsyncToolRunner = Callable[[dict[str, Any]], Awaitable[str | list[ContentBlock]]
 StopHook = Callable[[Session], None]
 #: The SDK client a loop calls (``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``).
 Client = TypeVar("Client")
+_R = TypeVar("_R")
 
 
 @dataclass
@@ -612,21 +613,32 @@ class Conversation(_Loop["anthropic.Anthropic"]):
 
 
 class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
-    """The same loop over ``anthropic.AsyncAnthropic``; database work runs in a worker thread."""
+    """The same loop over ``anthropic.AsyncAnthropic``.
+
+    Give it a session of an ``AsyncSessionStore`` (``await Session.aload(store, id)``): its
+    database I/O is then awaited on the event loop, the CPU work (folding events, running the
+    stages, tokenizing) runs on the loop between awaits, and only summarizer model calls go to a
+    worker thread. A session of a sync store still works: its database work runs in a worker
+    thread (``asyncio.to_thread``), as it always did.
+    """
+
+    async def _db(self, fn: Callable[..., _R], *args: Any) -> _R:
+        """``fn(*args)``: sync code that may touch the session's store (see the class docstring)."""
+        return await run_in_store(self._shared.session.store, fn, *args)
 
     async def user(self, content: str | list[ContentBlock]) -> None:
         """Append a user message (a new turn begins)."""
         self._shared.compacted_this_turn = False
         event = MessageAppended(role="user", content=content, timestamp=self._shared.clock())
-        await asyncio.to_thread(self._shared.append, [event])
+        await self._db(self._shared.append, [event])
 
     async def prepare(self) -> PreparedRequest:
         """Run the pipeline and return the request (recorded as ContextServed)."""
-        return await asyncio.to_thread(self._shared.prepare)
+        return await self._db(self._shared.prepare)
 
     async def record(self, response: Any) -> None:
         """Record a response: the assistant message, its usage and any server-side edits."""
-        await asyncio.to_thread(self._shared.record, response)
+        await self._db(self._shared.record, response)
 
     async def _call(self, prepared: PreparedRequest) -> Any:
         params = self.params(prepared)
@@ -645,7 +657,7 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
             except Exception as e:
                 if not is_prompt_too_long(e):
                     raise
-                why = await asyncio.to_thread(self._shared.recover, e)
+                why = await self._db(self._shared.recover, e)
                 if why is not None:
                     raise _surface(e, why) from e
                 continue
@@ -657,7 +669,7 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
     ) -> list[ContentBlock]:
         """Run pending tool calls (awaited) and record their results (see ``Conversation``)."""
         results = await _tool_results_async(self._shared.calls_to_run(ids), tool_runner)
-        await asyncio.to_thread(self._shared.append_results, results)
+        await self._db(self._shared.append_results, results)
         return results
 
     async def run(self, tool_runner: AsyncToolRunner | None = None, *, max_steps: int = 50) -> Any:
@@ -670,13 +682,13 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
             uses = _tool_uses(response)
             if uses and tool_runner is not None:
                 results = await _tool_results_async(uses, tool_runner)
-                await asyncio.to_thread(self._shared.append, [MessageAppended(role="user", content=results)])
+                await self._db(self._shared.append, [MessageAppended(role="user", content=results)])
                 continue
-            nudge = await asyncio.to_thread(self._shared.after_turn, tracker)
+            nudge = await self._db(self._shared.after_turn, tracker)
             if nudge is None:
                 return response
             nudge_event = MessageAppended(role="user", content=nudge, timestamp=self._shared.clock())
-            await asyncio.to_thread(self._shared.append, [nudge_event])
+            await self._db(self._shared.append, [nudge_event])
         return response
 
 

@@ -28,6 +28,7 @@ from ..projections._api_context import collapse_span, collapse_span_tokens, comm
 from ..projections._api_records import StagedCollapse
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
+from ..store._async import blocking_call
 from ._stage import StageReport
 from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
 
@@ -230,7 +231,8 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
     """
     _check_span(session, start, end)
     state = session.api_state
-    summary = summarizer.summarize(
+    summary = blocking_call(
+        summarizer.summarize,
         SummaryRequest(
             messages=collapse_span(state, start, end),
             template="partial_up_to",

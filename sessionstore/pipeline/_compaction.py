@@ -25,6 +25,7 @@ from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptT
 from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
 from ..projections._session import Session
+from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
@@ -316,7 +317,8 @@ def maybe_extract_memory(session: Session, summarizer: Summarizer, config: Compa
     if not due or not state.messages:
         return False
     try:
-        summary = summarizer.summarize(
+        summary = blocking_call(
+            summarizer.summarize,
             SummaryRequest(
                 messages=session.request()["messages"],
                 system=state.system,
@@ -396,7 +398,7 @@ def _summarize_with_retries(
     messages = list(request.messages)
     for retry in range(MAX_PTL_RETRIES + 1):
         try:
-            summary = summarizer.summarize(dataclasses.replace(request, messages=messages))
+            summary = blocking_call(summarizer.summarize, dataclasses.replace(request, messages=messages))
             return summary.text, summary.summarizer, retry, messages
         except SummaryPromptTooLongError as e:
             if retry == MAX_PTL_RETRIES:

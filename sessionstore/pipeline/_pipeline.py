@@ -24,6 +24,7 @@ from ..errors import BlockingLimitError
 from ..events._context import ContextServed
 from ..projections._session import Session
 from ..projections._window import TokenState
+from ..store._async import run_in_store
 from ._budget import BudgetConfig, BudgetStage
 from ._collapse import CollapseConfig, CollapseStage
 from ._compaction import AutoCompactStage, CompactConfig, CompactReport, compact_session
@@ -216,6 +217,13 @@ class Pipeline:
         return PreparedRequest(
             request, tokens, tuple(reports), str(served.event_id), bool(betas), tuple(betas)
         )
+
+    async def aprepare(self, session: Session) -> PreparedRequest:
+        """``prepare`` for asyncio. For a session of an ``AsyncSessionStore`` (``Session.aload``)
+        the stages run on the event loop and their database I/O is awaited, summarizer calls
+        run in a worker thread; a sync store's session is prepared in a worker thread.
+        """
+        return await run_in_store(session.store, self.prepare, session)
 
     def _server_edits(
         self, session: Session, reports: Sequence[StageReport]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..events._base import ContentBlock, ContextConfigured, Event, SessionStarted
+from ..store._async import AsyncSessionStore, run_in_store
 from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore
 from ..store._lineage import SessionLog
 from ._api_context import (
@@ -157,6 +158,46 @@ class Session:
             session_id, metadata=metadata, events=events, tenant=tenant, user=user, external_id=external_id
         )
         return cls(store, info.id, config)
+
+    # -- on an AsyncSessionStore: database I/O awaited on the event loop, no threads --
+
+    @classmethod
+    async def aload(
+        cls,
+        store: AsyncSessionStore,
+        session_id: str,
+        config: SessionConfig | None = None,
+        *,
+        use_snapshots: bool = True,
+    ) -> Session:
+        """Open a session of an async store (``Session(store, session_id)`` for asyncio).
+
+        Its reads are awaited on the loop; folding the events into the views is CPU work and
+        runs on the loop too. Call the returned session's methods that touch the database
+        through its async forms (``arefresh``, ``aappend``, ``Pipeline.aprepare``,
+        ``AsyncConversation``) or ``store.run_sync``.
+        """
+        return await store.run_sync(
+            lambda sync_store: cls(sync_store, session_id, config, use_snapshots=use_snapshots)
+        )
+
+    @classmethod
+    async def acreate(
+        cls, store: AsyncSessionStore, session_id: str | None = None, **options: Any
+    ) -> Session:
+        """``Session.create`` on an async store; ``options`` are ``create``'s keyword arguments."""
+        return await store.run_sync(lambda sync_store: cls.create(sync_store, session_id, **options))
+
+    async def arefresh(self) -> int:
+        """``refresh`` for asyncio: awaited on an async store's loop (a sync store's session
+        refreshes in a worker thread)."""
+        return await run_in_store(self.store, self.refresh)
+
+    async def aappend(
+        self, events: Sequence[Event | dict[str, Any]], *, expected_seq: ExpectedSeq | None = None
+    ) -> AppendResult:
+        """``append`` for asyncio (see ``arefresh``)."""
+        return await run_in_store(self.store, lambda: self.append(events, expected_seq=expected_seq))
 
     def fork(
         self,

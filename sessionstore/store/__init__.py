@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from ._async import (
+    AsyncSessionStore,
+    blocking_call,
+    run_in_store,
+)
 from ._config import (
+    create_async_engine_for_url,
     create_engine_for_url,
     default_database_path,
     resolve_url,
@@ -31,6 +37,7 @@ from ._migrate import (
     upgrade,
 )
 from ._open import (
+    open_async_store,
     open_store,
 )
 from ._postgres import (
@@ -61,6 +68,7 @@ from ._tokens import (
 __all__ = [
     "ANY",
     "AppendResult",
+    "AsyncSessionStore",
     "BlobRef",
     "ChainHead",
     "ExpectedSeq",
@@ -78,6 +86,8 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",
+    "blocking_call",
+    "create_async_engine_for_url",
     "create_engine_for_url",
     "current_revision",
     "default_database_path",
@@ -85,10 +95,12 @@ __all__ = [
     "downgrade",
     "enable_row_level_security",
     "grant_tenant_role",
+    "open_async_store",
     "open_store",
     "resolve_url",
     "revoke_tenant_role",
     "row_level_security_sql",
+    "run_in_store",
     "store_tables",
     "tables_for",
     "upgrade",

@@ -20,18 +20,29 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..errors import DatabaseNotFoundError, OperationalError, ValidationError
-from ._postgres import create_postgres_engine
+from ._postgres import create_async_postgres_engine, create_postgres_engine
 from ._schema import StoreTables, store_tables
-from ._sqlite import SQLiteDurability, create_sqlite_engine, sqlite_file, writable
+from ._sqlite import (
+    SQLiteDurability,
+    create_async_sqlite_engine,
+    create_sqlite_engine,
+    sqlite_file,
+    writable,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "STORE_URL_OPTIONS",
+    "create_async_engine_for_url",
     "create_engine_for_url",
     "default_database_path",
     "is_sqlite_url",
@@ -165,18 +176,51 @@ def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", cr
         ValidationError: not a URL, or a backend sessionstore does not support.
     """
     url = _without_store_options(url)
+    if _backend_of(url) == "postgresql":
+        return create_postgres_engine(url)
+    return create_sqlite_engine(url, durability=durability, read_only=_sqlite_read_only(url, create))
+
+
+def create_async_engine_for_url(
+    url: str, *, durability: SQLiteDurability = "full", create: bool = True
+) -> AsyncEngine:
+    """``create_engine_for_url`` for ``AsyncSessionStore``: aiosqlite, or psycopg's async mode.
+
+    Raises:
+        The same errors as ``create_engine_for_url``.
+    """
+    url = _without_store_options(url)
+    if _backend_of(url) == "postgresql":
+        return create_async_postgres_engine(url)
+    return create_async_sqlite_engine(url, durability=durability, read_only=_sqlite_read_only(url, create))
+
+
+def _backend_of(url: str) -> str:
+    """``sqlite`` or ``postgresql``.
+
+    Raises:
+        ValidationError: not a URL, or another backend.
+    """
     parsed = _parse(url)
     backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        path = sqlite_file(url)
-        if path is None:
-            return create_sqlite_engine(url, durability=durability)
-        if not path.exists():
-            if not create:
-                raise DatabaseNotFoundError(str(path))
-            _create_file(path)
-        return create_sqlite_engine(url, durability=durability, read_only=not writable(path))
-    if backend == "postgresql":
-        return create_postgres_engine(url)
+    if backend in ("sqlite", "postgresql"):
+        return backend
     msg = f"unsupported database {parsed.render_as_string(hide_password=True)}: use sqlite or postgresql"
     raise ValidationError(msg, field="url")
+
+
+def _sqlite_read_only(url: str, create: bool) -> bool:
+    """Create a missing SQLite file when asked; True when this process cannot write the file.
+
+    Raises:
+        DatabaseNotFoundError: the file does not exist and ``create`` is False.
+        OperationalError: the file or its folder cannot be created.
+    """
+    path = sqlite_file(url)
+    if path is None:
+        return False
+    if not path.exists():
+        if not create:
+            raise DatabaseNotFoundError(str(path))
+        _create_file(path)
+    return not writable(path)

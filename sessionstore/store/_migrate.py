@@ -82,8 +82,15 @@ def known_revisions() -> list[str]:
     return [script.revision for script in reversed(list(scripts.walk_revisions()))]
 
 
+#: The sync driver of each async driver ``open_async_store`` uses.
+_SYNC_DRIVERS = {"sqlite+aiosqlite": "sqlite", "postgresql+psycopg_async": "postgresql+psycopg"}
+
+
 def _schema_error(engine_or_conn: Engine | Connection, current: str | None) -> SchemaOutOfDateError:
-    url = engine_or_conn.engine.url.render_as_string(hide_password=True)
+    # An async driver's URL is shown as the user's (``db upgrade --db`` takes that one).
+    shown = engine_or_conn.engine.url
+    shown = shown.set(drivername=_SYNC_DRIVERS.get(shown.drivername, shown.drivername))
+    url = shown.render_as_string(hide_password=True)
     newer = current is not None and current not in known_revisions()
     return SchemaOutOfDateError(url, current, SCHEMA_REVISION, newer=newer)
 

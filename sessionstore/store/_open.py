@@ -1,23 +1,40 @@
-"""``open_store``: the one call that gives a ready store for a URL."""
+"""``open_store`` and ``open_async_store``: the one call that gives a ready store for a URL."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import StaticPool
 
 from ..errors import ValidationError
-from ._config import URL_ENV, create_engine_for_url, is_sqlite_url, resolve_url, tables_for
+from ._config import (
+    URL_ENV,
+    create_async_engine_for_url,
+    create_engine_for_url,
+    is_sqlite_url,
+    resolve_url,
+    tables_for,
+)
 from ._contract import SessionStore
 from ._migrate import check_schema, upgrade
 from ._postgres import PostgresSessionStore
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import StoreTables
+from ._sql import SqlSessionStore
 from ._sqlite import SQLiteDurability, SQLiteSessionStore, adopt_sqlite_engine
 from ._tokens import TiktokenCounter, TokenCounter, check_token_counter
 
-__all__ = ["open_store"]
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ._async import AsyncSessionStore
+
+__all__ = ["open_async_store", "open_store"]
 
 
 class _Default:
@@ -104,12 +121,19 @@ def open_store(
     return _store_for(own, tables, counter, single_connection=in_memory, retry=retry, owns_engine=True)
 
 
-def _prepare_schema(engine: Engine, tables: StoreTables, retry: RetryPolicy, *, migrate: bool) -> None:
+def _prepare_schema(
+    engine: Engine,
+    tables: StoreTables,
+    retry: RetryPolicy,
+    *,
+    migrate: bool,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Migrate the schema (``migrate``) or check that it is current, under the retry policy."""
     if migrate:
-        retry.run(lambda: upgrade(engine, tables=tables), what="schema upgrade")
+        retry.run(lambda: upgrade(engine, tables=tables), what="schema upgrade", sleep=sleep)
     else:
-        retry.run(lambda: check_schema(engine, tables), what="schema check")
+        retry.run(lambda: check_schema(engine, tables), what="schema check", sleep=sleep)
 
 
 def _open_borrowed(
@@ -145,7 +169,8 @@ def _store_for(
     single_connection: bool,
     retry: RetryPolicy,
     owns_engine: bool,
-) -> SessionStore:
+    in_greenlet: bool = False,
+) -> SqlSessionStore:
     if is_sqlite_url(str(engine.url)):
         return SQLiteSessionStore(
             engine,
@@ -154,7 +179,103 @@ def _store_for(
             retry=retry,
             tables=tables,
             owns_engine=owns_engine,
+            in_greenlet=in_greenlet,
         )
     return PostgresSessionStore(
-        engine, token_counter=counter, retry=retry, tables=tables, owns_engine=owns_engine
+        engine,
+        token_counter=counter,
+        retry=retry,
+        tables=tables,
+        owns_engine=owns_engine,
+        in_greenlet=in_greenlet,
     )
+
+
+async def open_async_store(
+    url: str | os.PathLike[str] | None = None,
+    *,
+    engine: AsyncEngine | None = None,
+    table_prefix: str | None = None,
+    schema: str | None = None,
+    migrate: bool | None = None,
+    token_counter: TokenCounter | _Default | None = DEFAULT_COUNTER,
+    durability: SQLiteDurability = "full",
+    retry: RetryPolicy = DEFAULT_RETRY,
+    create: bool = True,
+) -> AsyncSessionStore:
+    """``open_store`` for asyncio: the same arguments, migration rule and errors, giving an
+    ``AsyncSessionStore`` on aiosqlite (SQLite) or psycopg 3's async mode (PostgreSQL).
+
+    ``engine`` is the host application's own ``AsyncEngine`` (``sqlite+aiosqlite`` or
+    ``postgresql+psycopg``), shared and never disposed of by the store.
+
+    Raises:
+        The same errors as ``open_store``; ``MissingDependencyError`` without aiosqlite (the
+        ``async`` extra) for SQLite.
+    """
+    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.util import await_only, greenlet_spawn
+
+    from ._async import AsyncSessionStore
+
+    if not isinstance(retry, RetryPolicy):
+        msg = f"retry must be a RetryPolicy, not {type(retry).__name__}"
+        raise ValidationError(msg, field="retry")
+    if token_counter is not None and not isinstance(token_counter, _Default):
+        check_token_counter(token_counter)
+    counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
+
+    def sleep(seconds: float) -> None:
+        await_only(asyncio.sleep(seconds))
+
+    if engine is not None:
+        if url is not None:
+            msg = "open_async_store takes a url or an engine, not both"
+            raise ValidationError(msg, field="engine")
+        if not isinstance(engine, AsyncEngine):
+            msg = f"engine must be a SQLAlchemy AsyncEngine, not {type(engine).__name__}"
+            raise ValidationError(msg, field="engine")
+        tables = tables_for(None, table_prefix=table_prefix, schema=schema)
+        backend, driver = engine.dialect.name, engine.dialect.driver
+        if backend == "sqlite":
+            adopt_sqlite_engine(engine.sync_engine, durability=durability)
+        elif backend != "postgresql" or driver != "psycopg_async":
+            msg = f"sessionstore needs an aiosqlite or psycopg (3) async engine, not {backend}+{driver}"
+            raise ValidationError(msg, field="engine")
+        await greenlet_spawn(
+            _prepare_schema, engine.sync_engine, tables, retry, migrate=bool(migrate), sleep=sleep
+        )
+        single = isinstance(engine.sync_engine.pool, StaticPool)
+        borrowed = _store_for(
+            engine.sync_engine,
+            tables,
+            counter,
+            single_connection=False,
+            retry=retry,
+            owns_engine=False,
+            in_greenlet=True,
+        )
+        return AsyncSessionStore(engine, borrowed, single_connection=single)
+    embedded = url is None and not os.environ.get(URL_ENV)
+    resolved = resolve_url(url)
+    tables = tables_for(resolved, table_prefix=table_prefix, schema=schema)
+    own = create_async_engine_for_url(resolved, durability=durability, create=create)
+    in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
+    migrate_now = bool(migrate or (migrate is None and (in_memory or (embedded and create))))
+    try:
+        await greenlet_spawn(
+            _prepare_schema, own.sync_engine, tables, retry, migrate=migrate_now, sleep=sleep
+        )
+    except BaseException:
+        await own.dispose()
+        raise
+    store = _store_for(
+        own.sync_engine,
+        tables,
+        counter,
+        single_connection=False,
+        retry=retry,
+        owns_engine=True,
+        in_greenlet=True,
+    )
+    return AsyncSessionStore(own, store, single_connection=in_memory)

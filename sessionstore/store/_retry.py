@@ -58,8 +58,13 @@ class RetryPolicy:
         ceiling = float(min(self.max_delay, self.base_delay * 2 ** min(retry - 1, 62)))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
-    def run(self, operation: Callable[[], _T], *, what: str) -> _T:
+    def run(
+        self, operation: Callable[[], _T], *, what: str, sleep: Callable[[float], None] = time.sleep
+    ) -> _T:
         """``operation()``, retried on transient ``OperationalError`` within the policy's bounds.
+
+        ``sleep`` pauses between tries: the async store passes one that awaits ``asyncio.sleep``
+        (its calls run in a greenlet on the event loop, which ``time.sleep`` would block).
 
         Raises:
             StoreUnavailableError: still failing after the last attempt or the time budget.
@@ -76,7 +81,7 @@ class RetryPolicy:
                 pause = self.pause(attempt)
                 if attempt >= self.attempts or elapsed + pause > self.budget_seconds:
                     raise StoreUnavailableError(what, attempt, elapsed, error) from error
-                time.sleep(pause)
+                sleep(pause)
                 attempt += 1
 
 

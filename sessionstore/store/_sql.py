@@ -10,21 +10,25 @@ raw or wrapped by SQLAlchemy, are translated here and nowhere else (``translate_
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import re
 import sqlite3
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import uuid4
 
 from sqlalchemy import Connection, Engine, Select, delete, func, select
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.util import await_only
 
 from ..errors import (
     AccessDeniedError,
@@ -62,6 +66,9 @@ from ._owners import Owner, check_owner, inherit_owner
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, DEFAULT_TABLES, StoreTables
 from ._tokens import TokenCounter, check_token_counter
+
+if TYPE_CHECKING:
+    from ._async import AsyncSessionStore
 
 __all__ = ["SqlSessionStore", "translate_errors"]
 
@@ -185,6 +192,24 @@ def translate_errors(tables: StoreTables = DEFAULT_TABLES) -> Iterator[None]:
         raise
 
 
+class _AwaitedLock:
+    """An ``asyncio.Lock`` entered from a greenlet of the async store (awaited, not blocking)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    def __enter__(self) -> None:
+        await_only(self._lock.acquire())
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def _await_sleep(seconds: float) -> None:
+    """Pause without blocking the event loop (inside a greenlet the async store spawned)."""
+    await_only(asyncio.sleep(seconds))
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -215,6 +240,8 @@ class SqlSessionStore(SessionStore):
     dialect_insert: ClassVar[Callable[..., Any]]
     #: The append path's statements in the driver's own SQL and parameter style.
     driver_sql: ClassVar[DriverSQL]
+    #: The ``AsyncSessionStore`` that runs this store's calls in greenlets (``in_greenlet``).
+    async_store: AsyncSessionStore | None = None
 
     def __init__(
         self,
@@ -225,6 +252,7 @@ class SqlSessionStore(SessionStore):
         retry: RetryPolicy = DEFAULT_RETRY,
         tables: StoreTables = DEFAULT_TABLES,
         owns_engine: bool = True,
+        in_greenlet: bool = False,
     ) -> None:
         if token_counter is not None:
             check_token_counter(token_counter)
@@ -237,9 +265,26 @@ class SqlSessionStore(SessionStore):
         self._event_columns = tuple(tables.events.c[name] for name in _EVENT_COLUMNS)
         self.token_counter = token_counter
         self.retry = retry
-        # One shared connection (SQLite :memory:) must not interleave transactions.
+        #: True when ``engine`` is an ``AsyncEngine``'s ``sync_engine``: ``AsyncSessionStore``
+        #: runs every call of this store in a greenlet on the event loop, where each driver
+        #: call is awaited (SQLAlchemy's asyncio bridge). Code here must then never block the
+        #: thread: pauses go through ``self._sleep``, and no ``threading`` waits.
+        self.in_greenlet = in_greenlet
+        self._sleep: Callable[[float], None] = _await_sleep if in_greenlet else time.sleep
+        if in_greenlet:  # the async driver adapters' executemany returns no rows: one INSERT per event
+            self._write_sql = dataclasses.replace(self._write_sql, many_returning=False)
+        # In a greenlet, this process's event writers take turns before they open a write
+        # transaction. The database serializes them anyway (BEGIN IMMEDIATE, LOCK TABLE), but a
+        # task holding the database's write lock resumes only when the loop gets to it: with
+        # hundreds of tasks queued at the server, every lock holder would wait behind all of
+        # them at each round trip, and the lock would be held that long (bench/async_append.py).
+        self._writer_turn: contextlib.AbstractContextManager[Any] = (
+            _AwaitedLock() if in_greenlet else contextlib.nullcontext()
+        )
+        # One shared connection (SQLite :memory:) must not interleave transactions. In a
+        # greenlet the async store serializes its calls with an asyncio lock instead.
         self._lock: contextlib.AbstractContextManager[Any] = (
-            threading.RLock() if single_connection else contextlib.nullcontext()
+            threading.RLock() if single_connection and not in_greenlet else contextlib.nullcontext()
         )
 
     def _unique(self, *columns: str) -> str:
@@ -248,7 +293,7 @@ class SqlSessionStore(SessionStore):
 
     def _retrying(self, what: str, operation: Callable[[], _T]) -> _T:
         """``operation()`` (one whole transaction) retried per the store's retry policy."""
-        return self.retry.run(operation, what=what)
+        return self.retry.run(operation, what=what, sleep=self._sleep)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -700,7 +745,7 @@ class SqlSessionStore(SessionStore):
         SQLAlchemy Core costs ~1 ms of CPU per append in statement building and caching;
         the driver runs the same three statements in a fraction of that.
         """
-        with translate_errors(self.tables):
+        with self._writer_turn, translate_errors(self.tables):
             raw = self.engine.raw_connection()
             try:
                 cursor = raw.cursor()

@@ -29,13 +29,16 @@ import sqlite3
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, Select, create_engine, event, literal_column
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import DatabaseFileGoneError, ValidationError
 from ._driver import DriverSQL, sqlite_timestamp
@@ -45,6 +48,8 @@ __all__ = [
     "SQLiteDurability",
     "SQLiteSessionStore",
     "adopt_sqlite_engine",
+    "configure_sqlite_engine",
+    "create_async_sqlite_engine",
     "create_sqlite_engine",
     "sqlite_file",
     "writable",
@@ -127,8 +132,9 @@ def adopt_sqlite_engine(engine: Engine, *, durability: SQLiteDurability = "full"
     Raises:
         ValidationError: the engine does not use the standard library's sqlite3 (pysqlite).
     """
-    if engine.dialect.driver != "pysqlite":
-        msg = f"a SQLite engine for sessionstore must use sqlite3 (pysqlite), not {engine.dialect.driver}"
+    if engine.dialect.driver not in ("pysqlite", "aiosqlite"):
+        driver = engine.dialect.driver
+        msg = f"a SQLite engine for sessionstore must use sqlite3 (pysqlite, aiosqlite), not {driver}"
         raise ValidationError(msg, field="engine")
     if engine in _ADOPTED:
         return
@@ -164,16 +170,50 @@ def create_sqlite_engine(
 
     A file database must exist (see the module docstring); ``read_only`` opens it read-only.
     """
+    in_memory = _check_sqlite(url, durability)
+    engine = create_engine(url, **_engine_kwargs(in_memory))
+    configure_sqlite_engine(engine, url, durability=durability, read_only=read_only)
+    return engine
+
+
+def create_async_sqlite_engine(
+    url: str, *, durability: SQLiteDurability = "full", read_only: bool = False
+) -> AsyncEngine:
+    """``create_sqlite_engine`` on aiosqlite: the same file handling, PRAGMAs and begin modes."""
+    in_memory = _check_sqlite(url, durability)
+    # Imported here: ``import sessionstore`` does not load the asyncio extension.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(
+        make_url(url).set(drivername="sqlite+aiosqlite"), **_engine_kwargs(in_memory)
+    )
+    configure_sqlite_engine(engine.sync_engine, url, durability=durability, read_only=read_only)
+    return engine
+
+
+def _check_sqlite(url: str, durability: SQLiteDurability) -> bool:
+    """Refuse an old SQLite or an unknown durability; True for an in-memory URL."""
     if sqlite3.sqlite_version_info < _MIN_SQLITE:
         msg = f"sessionstore needs SQLite >= 3.35 (RETURNING); this Python has {sqlite3.sqlite_version}"
         raise RuntimeError(msg)
-    synchronous = _synchronous(durability)
-    in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
-    kwargs: dict[str, Any] = {}
+    _synchronous(durability)
+    return url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+
+
+def _engine_kwargs(in_memory: bool) -> dict[str, Any]:
     if in_memory:
         # One connection shared by all threads, or every connection would get its own empty database.
-        kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-    engine = create_engine(url, **kwargs)
+        return {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+    return {}
+
+
+def configure_sqlite_engine(
+    engine: Engine, url: str, *, durability: SQLiteDurability, read_only: bool
+) -> None:
+    """Give every connection of ``engine`` (a sync engine, or an async engine's ``sync_engine``)
+    sessionstore's file URI, PRAGMAs and begin modes."""
+    synchronous = _synchronous(durability)
+    in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
     path = sqlite_file(url)
     if path is not None:
         uri = _file_uri(path, read_only=read_only)
@@ -197,8 +237,6 @@ def create_sqlite_engine(
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 class SQLiteSessionStore(SqlSessionStore):
@@ -226,6 +264,8 @@ class SQLiteSessionStore(SqlSessionStore):
             raise DatabaseFileGoneError(str(path), "deleted" if current is None else "replaced")
 
     def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
+        if self.in_greenlet:  # aiosqlite has no incremental blob I/O
+            return super()._read_snapshot(conn, newest)
         # Incremental blob I/O copies the row's overflow pages straight into the result: a
         # SELECT assembles the value in SQLite first and copies it again (~2x slower at 100 MB).
         # Same connection and read transaction as the SELECT, so the row is the one it found.
