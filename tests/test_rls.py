@@ -7,6 +7,7 @@ pooled-service setup docs/storage.md describes), and drops them afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import uuid
 from collections.abc import Iterator
@@ -307,4 +308,70 @@ def test_the_cli_installs_grants_and_prints_the_policies(pg_backend: Backend) ->
         with admin.begin() as conn:
             conn.execute(text(f"DROP OWNED BY {role}"))
             conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
+
+
+def test_an_async_tenant_store_is_held_to_the_same_policies(roles: Roles) -> None:
+    """The async store runs the same statements on its own connections: the role keeps it in."""
+    blobs = _populate(roles)
+
+    async def scenario() -> None:
+        acme = await sessionstore.store.open_async_store(roles.url_for(roles.acme), token_counter=None)
+        try:
+            assert [i.id for i in await acme.list_sessions()] == ["acme-1"]
+            with pytest.raises(SessionNotFoundError):
+                await acme.read("beta-1")
+            with pytest.raises(SessionNotFoundError):
+                await acme.append("beta-1", _messages(1, "intruder"), expected_seq="any")
+            with pytest.raises(KeyError):
+                await acme.get_blob(blobs["beta"])
+            with pytest.raises(AccessDeniedError):
+                await acme.create_session("posing", tenant="beta")
+            results = await asyncio.gather(
+                *(acme.get_or_create_session("acme", "alice", "chat-async") for _ in range(8))
+            )
+            assert len({info.id for info, _ in results}) == 1
+            assert sum(created for _, created in results) == 1
+        finally:
+            await acme.close()
+
+    asyncio.run(scenario())
+    with roles.open(roles.beta) as beta:
+        assert [e.seq for e in beta.read("beta-1")] == [1, 2, 3]
+
+
+def test_row_level_security_on_prefixed_tables(pg_backend: Backend) -> None:
+    """A store with a table prefix (embedded next to a host's tables): the same isolation."""
+    tag = uuid.uuid4().hex[:10]
+    acme_role, beta_role = f"ss_acme_{tag}", f"ss_beta_{tag}"
+    admin = create_engine(sessionstore.store.resolve_url(pg_backend.url))
+    with admin.begin() as conn:
+        for role in (acme_role, beta_role):
+            conn.execute(text(f"CREATE ROLE {role} NOLOGIN"))
+    try:
+        with sessionstore.open_store(pg_backend.url, table_prefix="agent_", migrate=True) as owner:
+            owner.create_session("beta-1", tenant="beta", user="bob", events=_messages(2, "beta"))
+        engine = create_engine(sessionstore.store.resolve_url(pg_backend.url))
+        try:
+            enable_row_level_security(engine, table_prefix="agent_")
+            grant_tenant_role(engine, "acme", acme_role, table_prefix="agent_")
+            with pytest.raises(ValidationError, match="db upgrade"):  # the unprefixed tables are not there
+                enable_row_level_security(engine)
+        finally:
+            engine.dispose()
+        acme_url = _as_role(pg_backend.url, acme_role)
+        with sessionstore.open_store(acme_url, table_prefix="agent_", token_counter=None) as acme:
+            acme.create_session("acme-1", tenant="acme", user="alice", events=_messages(1, "acme"))
+            assert [i.id for i in acme.list_sessions()] == ["acme-1"]
+            with pytest.raises(SessionNotFoundError):
+                acme.read("beta-1")
+            with pytest.raises(AccessDeniedError):
+                acme.create_session("posing", tenant="beta")
+        with sessionstore.open_store(pg_backend.url, table_prefix="agent_") as owner:
+            assert {i.id for i in owner.list_sessions()} == {"acme-1", "beta-1"}
+    finally:
+        with admin.begin() as conn:
+            for role in (acme_role, beta_role):
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
         admin.dispose()
