@@ -36,6 +36,7 @@ from .test_tamper import _tamper
 
 pytestmark = pytest.mark.store_contract
 
+
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
     return [MessageAppended(role="user", content=f"{prefix} {i}") for i in range(n)]
 
@@ -475,3 +476,22 @@ def test_unusual_keys_round_trip_on_every_backend(store: SessionStore, key: str)
     assert again == info == store.get_session(info.id)
     assert (info.tenant, info.user, info.external_id) == (key, key, key)
     assert store.list_sessions(tenant=key, user=key) == [info]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"metadata": ["not", "a", "dict"]}, "must be a JSON object"),
+        ({"session_id": "no spaces allowed"}, "invalid session id"),
+        ({"events": [{"type": "no_such_event"}]}, "no_such_event"),
+    ],
+)
+def test_get_or_create_checks_its_input_even_when_the_session_exists(
+    store: SessionStore, kwargs: dict[str, Any], match: str
+) -> None:
+    """Bad input is an error whether the call would create the session or find it."""
+    for _ in range(2):
+        with pytest.raises(sessionstore.SessionStoreError, match=match):
+            store.get_or_create_session("acme", "alice", "chat-1", **kwargs)
+        store.get_or_create_session("acme", "alice", "chat-1")
+    assert len(store.list_sessions()) == 1

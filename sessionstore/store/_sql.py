@@ -376,6 +376,18 @@ class SqlSessionStore(SessionStore):
             raise ValidationError(msg, field="fork_seq")
         meta_json = _metadata_json(metadata)
         prepared = self._prepare(events)
+        return self._create_prepared(sid, parent_session_id, fork_seq, meta_json, prepared, owner)
+
+    def _create_prepared(
+        self,
+        sid: str,
+        parent_session_id: str | None,
+        fork_seq: int | None,
+        meta_json: str,
+        prepared: Sequence[Prepared],
+        owner: Owner,
+    ) -> SessionInfo:
+        """``create_session`` after its input was checked and prepared: retried per the policy."""
         failed_before = False
 
         def attempt() -> SessionInfo:
@@ -591,18 +603,15 @@ class SqlSessionStore(SessionStore):
         if None in (owner.tenant, owner.user, owner.external_id):
             msg = "get_or_create_session needs a tenant, a user and an external_id"
             raise ValidationError(msg, field="tenant" if owner.tenant is None else "user")
+        # Checked whether or not the session exists: bad input is an error either way.
+        sid = check_session_id(session_id if session_id is not None else str(uuid4()))
+        meta_json = _metadata_json(metadata)
+        prepared = self._prepare(events)
         found = self._owned_session(owner)
         if found is not None:
             return found, False
         try:
-            created = self.create_session(
-                session_id,
-                metadata=metadata,
-                events=events,
-                tenant=tenant,
-                user=user,
-                external_id=external_id,
-            )
+            created = self._create_prepared(sid, None, None, meta_json, prepared, owner)
         except (SessionExistsError, IntegrityError) as e:
             # Another writer created it first (its commit decided; the unique index holds it).
             owner_key = f"uq_{self.tables.sessions.name}_tenant_id_user_id_external_id"
