@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+#: An answer of the server: (HTTP status, JSON body).
+Reply = tuple[int, dict[str, Any]]
 
 #: Tool definitions for the tools the tests' assistant messages call. A request holding
 #: tool_use or tool_result blocks must define tools, or the API refuses it.
@@ -57,6 +61,9 @@ class MessagesAPIServer:
         #: Queued answers for ``POST /v1/messages``: (status, body), used first-in first-out;
         #: when empty, ``next_message`` is served.
         self.queue: list[tuple[int, dict[str, Any]]] = []
+        #: Answers ``POST /v1/messages`` from the request body when set (before the queue): for
+        #: a client whose calls may come in either order (Claude Code's background sub-agents).
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
         #: What ``POST /v1/messages`` answers when nothing is queued (a Message JSON).
         self.next_message: dict[str, Any] = {
             "id": "msg_local_1",
@@ -79,7 +86,13 @@ class MessagesAPIServer:
                 if path == "/v1/messages/count_tokens":
                     self._reply(200, {"input_tokens": server.count_tokens_result})
                 elif path == "/v1/messages":
-                    status, payload = server.queue.pop(0) if server.queue else (200, server.next_message)
+                    with server._lock:
+                        if server.responder is not None:
+                            status, payload = server.responder(body)
+                        elif server.queue:
+                            status, payload = server.queue.pop(0)
+                        else:
+                            status, payload = 200, server.next_message
                     if body.get("stream") and status == 200:
                         self._stream(payload)
                     else:
@@ -140,6 +153,7 @@ class MessagesAPIServer:
             def log_message(self, *args: object) -> None:
                 """Keep test output quiet."""
 
+        self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

@@ -675,7 +675,6 @@ class TestReadState:
         assert missing.blob_sha256 is None
         assert reads[0].size is None
 
-
     def test_the_session_keeps_its_file_history_view_current(self, store: SessionStore, root: Path) -> None:
         """``Session.file_history_state`` (what a post-compact restore reads) follows every append,
         by this session or another writer, and equals a fresh fold of the log."""
@@ -705,6 +704,7 @@ class TestReadState:
 
         assert [r.path for r in one.session.file_history_state.recent_reads()] == ["a.txt"]
         assert two.session.file_history_state.recent_reads() == []
+
 
 def _contents(n: int, tag: str) -> bytes:
     return random.Random(f"{tag}{n}").randbytes(64_000 + n)

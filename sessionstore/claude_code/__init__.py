@@ -7,6 +7,7 @@ from ._export import (
     export_claude_code,
     write_claude_code,
 )
+from ._follow import ClaudeCodeFollower, FollowReport, follow_claude_code
 from ._import import (
     ImportedSession,
     ImportReport,
@@ -15,11 +16,14 @@ from ._import import (
 )
 
 __all__ = [
+    "ClaudeCodeFollower",
     "ExportedFile",
+    "FollowReport",
     "ImportReport",
     "ImportedSession",
     "SkippedLine",
     "export_claude_code",
+    "follow_claude_code",
     "import_claude_code",
     "write_claude_code",
 ]

@@ -235,12 +235,14 @@ def _line_objects(text: str) -> list[object]:
         at = end
 
 
-def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine]) -> list[_Line]:
-    try:
-        data = read_regular_file(path)
-    except OSError as e:
-        msg = f"{path}: cannot read: {e.strerror or e}"
-        raise ValidationError(msg, field="path") from e
+def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine], data: bytes | None = None) -> list[_Line]:
+    """The lines of ``path`` (or of ``data``, its bytes as already read, e.g. a settled prefix)."""
+    if data is None:
+        try:
+            data = read_regular_file(path)
+        except OSError as e:
+            msg = f"{path}: cannot read: {e.strerror or e}"
+            raise ValidationError(msg, field="path") from e
     lines: list[_Line] = []
     # Split on "\n" only: JSON strings never hold a raw newline, and a missing final newline
     # (Entire's copies) is fine.
@@ -274,8 +276,10 @@ def _reason(error: Exception) -> str:
     return str(error)
 
 
-def _read_file(path: Path, skip: bool, skipped: list[SkippedLine], *, optional: bool = False) -> _File:
-    lines = _read_lines(path, skip, skipped)
+def _read_file(
+    path: Path, skip: bool, skipped: list[SkippedLine], *, optional: bool = False, data: bytes | None = None
+) -> _File:
+    lines = _read_lines(path, skip, skipped, data)
     session_id = next((ln.entry["sessionId"] for ln in lines if ln.entry.get("sessionId")), None)
     agent_id = next((ln.entry["agentId"] for ln in lines if ln.entry.get("agentId")), None)
     threaded = [ln.entry for ln in lines if isinstance(ln.entry.get("uuid"), str)]
@@ -1297,6 +1301,19 @@ def _import(
         _read_file(path, skip_bad_lines, skipped, optional=optional)
         for path, optional in _discover(paths, skipped)
     ]
+    return _import_files(store, files, skipped, skip_bad_lines=skip_bad_lines, progress=progress, owner=owner)
+
+
+def _import_files(
+    store: SessionStore,
+    files: list[_File],
+    skipped: list[SkippedLine],
+    *,
+    skip_bad_lines: bool,
+    progress: ProgressCallback | None,
+    owner: _Owner,
+) -> ImportReport:
+    """Convert and write files already read (the follower passes the settled prefix of each)."""
     total = 2 * sum(len(f.lines) for f in files)
     done = sum(len(f.lines) for f in files)
     if progress is not None:

@@ -13,7 +13,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ..claude_code import export_claude_code, import_claude_code, write_claude_code
+from ..claude_code import (
+    ImportReport,
+    export_claude_code,
+    follow_claude_code,
+    import_claude_code,
+    write_claude_code,
+)
+from ..errors import ValidationError
 from ..store import SessionStore
 
 __all__ = ["add_commands", "run_command"]
@@ -38,6 +45,24 @@ def add_commands(
     imp.add_argument("--progress", action="store_true", help="show progress on stderr even when not a TTY")
     imp.add_argument("--tenant", help="the tenant the imported sessions belong to")
     imp.add_argument("--user", help="the user they belong to (needs --tenant)")
+    imp.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep importing what Claude Code appends (each settled line once) until Ctrl-C",
+    )
+    imp.add_argument(
+        "--until-idle",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --follow: stop once no transcript changed for this long",
+    )
+    imp.add_argument(
+        "--poll-interval",
+        type=_seconds,
+        default=0.25,
+        metavar="SECONDS",
+        help="with --follow: how often to look at the transcripts (default 0.25)",
+    )
     imp.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     exp = commands.add_parser("export", help="write a session as Claude Code JSONL (resumable)")
@@ -55,6 +80,16 @@ def add_commands(
     )
     exp.add_argument("--force", action="store_true", help="overwrite existing files")
     exp.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
 
 
 class _StderrProgress:
@@ -83,6 +118,10 @@ class _StderrProgress:
 
 
 def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    if args.follow:
+        return _run_follow(args, store, out)
+    if args.until_idle is not None:
+        raise ValidationError("--until-idle needs --follow", field="until_idle")
     show = args.progress or sys.stderr.isatty()
     progress = _StderrProgress(sys.stderr) if show else None
     try:
@@ -97,17 +136,56 @@ def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
     finally:
         if progress is not None:
             progress.end_line()  # an error or Ctrl-C then prints on a line of its own
-    if args.json:
+    _print_report(report, args.json, out)
+    return 0
+
+
+def _print_report(report: ImportReport, as_json: bool, out: TextIO, *, only_written: bool = False) -> None:
+    if as_json:
         print(json.dumps(report.to_dict(), ensure_ascii=False), file=out)
-        return 0
+        return
     for bad in report.skipped:
         print(f"skipped {bad}", file=sys.stderr)
     for item in report.sessions:
+        if only_written and not item.written:
+            continue
         parent = f" (sub-agent of {item.parent_session_id})" if item.parent_session_id else ""
         outcome = f"{item.written} events written" if item.written else "already imported: nothing written"
         print(
             f"{item.session_id}{parent}: {item.lines} lines -> {item.messages} messages, "
             f"{item.opaque} opaque entries; {outcome}",
+            file=out,
+        )
+    out.flush()
+
+
+def _run_follow(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    """``import --follow``: one report per poll that wrote (a JSON line each), then a summary."""
+    reported: set[str] = set()
+
+    def show(report: ImportReport) -> None:
+        # A skipped line is met again at every poll: report it once.
+        fresh = tuple(bad for bad in report.skipped if str(bad) not in reported)
+        reported.update(str(bad) for bad in fresh)
+        _print_report(ImportReport(report.sessions, fresh), args.json, out, only_written=True)
+
+    summary = follow_claude_code(
+        store,
+        args.paths,
+        until_idle=args.until_idle,
+        poll_interval=args.poll_interval,
+        skip_bad_lines=args.skip_bad_lines,
+        tenant=args.tenant,
+        user=args.user,
+        on_import=show,
+    )
+    if args.json:
+        print(json.dumps({"follow": summary.to_dict()}, ensure_ascii=False), file=out)
+    else:
+        held = f"; {summary.held} lines held back (not settled yet)" if summary.held else ""
+        print(
+            f"followed: {summary.written} events written to {len(summary.sessions)} sessions "
+            f"in {summary.imports} imports{held}",
             file=out,
         )
     return 0

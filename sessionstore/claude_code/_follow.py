@@ -1,0 +1,499 @@
+"""Follow Claude Code transcripts live: import each line once, as soon as it is settled.
+
+The follower polls the transcripts (files or project folders) and imports, through the importer
+itself, the *settled prefix* of each file. Event ids are derived from (session, line, part), so
+what the store already holds is never written again: the follower keeps no state of its own, and
+a restarted follower (or one started late) resumes from the store.
+
+A line is settled when importing it now gives the same events a later import of the whole file
+would give. The follower holds a line back while:
+
+* it is not complete: no newline yet (Claude Code is still writing it);
+* the file has no assistant line with a real model yet (the session's model comes from it);
+* it belongs to an API response that may still grow (no ``stop_reason`` on any of its chunks,
+  and nothing but its own chunks and tool results after it): the usage comes from its last chunk;
+* it calls a tool whose result is not in the file yet, unless a sub-agent transcript that this
+  call spawned is ready: the sub-agent's link event goes right after the call;
+* it is a ``compact_boundary`` whose summary line (or a message it keeps) is not written yet.
+
+A sub-agent transcript is imported once the call that spawned it (its manifest's ``toolUseId``,
+or the tool result naming it) is settled in its parent, in the same write. Lines held back when
+the follower stops are imported by the next follower, or by a plain import.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._paths import read_regular_file
+from ..errors import ValidationError
+from ..store._contract import SessionStore
+from ._import import (
+    _AGENT_TAIL,
+    _SYNTHETIC_MODEL,
+    ImportReport,
+    SkippedLine,
+    _discover,
+    _File,
+    _import_files,
+    _Owner,
+    _read_file,
+    _text_of,
+)
+
+__all__ = ["ClaudeCodeFollower", "FollowReport", "follow_claude_code"]
+
+#: Tools whose call starts a sub-agent with a transcript of its own.
+_SPAWNING_TOOLS = frozenset({"Agent", "Task"})
+
+
+@dataclass(frozen=True)
+class FollowReport:
+    """What a follower did until it stopped.
+
+    Attributes:
+        polls: times the transcripts were looked at.
+        imports: polls that wrote events.
+        written: events written in total.
+        sessions: sessions that gained events, in the order they first did.
+        held: complete lines not imported when it stopped (held back as not settled yet).
+    """
+
+    polls: int
+    imports: int
+    written: int
+    sessions: tuple[str, ...]
+    held: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict."""
+        return {**self.__dict__, "sessions": list(self.sessions)}
+
+
+@dataclass
+class _Scan:
+    """One transcript as last read: its complete lines, parsed."""
+
+    path: Path
+    optional: bool
+    data: bytes  # up to and including the last newline
+    file: _File
+    #: Byte offset just past line N (1-based), for every complete line.
+    ends: dict[int, int]
+    settled: int = 0  # lines 1..settled may be imported
+    tool_uses: dict[str, int] = field(default_factory=dict)  # settled tool calls -> line
+    agents_named: set[str] = field(default_factory=set)  # agent ids named by settled results
+
+
+class ClaudeCodeFollower:
+    """Imports what Claude Code has written so far, each time ``poll`` is called.
+
+    Args:
+        store: where the sessions go.
+        paths: transcript files and/or project folders; a file or folder that does not exist
+            yet is waited for, as long as its parent folder exists.
+        skip_bad_lines, tenant, user: as for ``import_claude_code``.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        paths: Sequence[str | Path],
+        *,
+        skip_bad_lines: bool = False,
+        tenant: str | None = None,
+        user: str | None = None,
+    ):
+        self.store = store
+        self.owner = _Owner(tenant, user)
+        self.paths = [Path(p) for p in paths]
+        for path in self.paths:
+            if not path.exists() and not path.parent.is_dir():
+                msg = f"{path}: neither it nor its folder exists: nothing to follow"
+                raise ValidationError(msg, field="path")
+        self.skip_bad_lines = skip_bad_lines
+        self._stamps: dict[Path, tuple[int, int]] = {}
+        self._imported: dict[Path, int] = {}  # bytes of each file imported so far
+        self._scans: dict[Path, _Scan] = {}
+        #: Whether the last poll found any transcript changed (a partial line growing counts).
+        self.changed = False
+        self.polls = 0
+        self.imports = 0
+        self.written = 0
+        self.sessions: dict[str, None] = {}
+
+    def poll(self) -> ImportReport | None:
+        """Import every newly settled line; the import's report, or None when nothing was new.
+
+        Raises:
+            ValidationError: a complete line is malformed (unless ``skip_bad_lines``): nothing
+                of that poll is written, as with ``import_claude_code``.
+        """
+        self.polls += 1
+        found = self._found()
+        stamps = {path: _stamp(path) for path, _ in found}
+        self.changed = stamps != self._stamps
+        if not self.changed:
+            return None  # no file changed since the last poll
+        self._stamps = stamps
+        self._scans = {}
+        for path, optional in found:
+            scan = self._scan(path, optional)
+            if scan is not None:
+                self._scans[path] = scan
+        _settle(list(self._scans.values()))
+        batch = self._batch()
+        if not batch:
+            return None
+        skipped: list[SkippedLine] = []
+        files = [
+            _read_file(
+                scan.path,
+                self.skip_bad_lines,
+                skipped,
+                optional=scan.optional,
+                data=scan.data[: scan.ends.get(scan.settled, 0)],
+            )
+            for scan in batch
+        ]
+        report = _import_files(
+            self.store, files, skipped, skip_bad_lines=self.skip_bad_lines, progress=None, owner=self.owner
+        )
+        for scan in batch:
+            self._imported[scan.path] = scan.ends.get(scan.settled, 0)
+        if report.written:
+            self.imports += 1
+            self.written += report.written
+            for item in report.sessions:
+                if item.written:
+                    self.sessions.setdefault(item.session_id, None)
+        return report
+
+    @property
+    def held(self) -> int:
+        """Complete lines read but not imported (not settled yet)."""
+        return sum(len(scan.ends) - scan.settled for scan in self._scans.values())
+
+    def report(self) -> FollowReport:
+        """What the follower did so far."""
+        return FollowReport(self.polls, self.imports, self.written, tuple(self.sessions), self.held)
+
+    def _found(self) -> list[tuple[Path, bool]]:
+        """Every transcript the paths name now (a folder may gain files at any time)."""
+        present = [path for path in self.paths if path.exists()]
+        found: list[tuple[Path, bool]] = []
+        for path in present:
+            try:
+                found.extend(_discover([path], []))
+            except ValidationError:
+                continue  # a folder with no transcript yet
+        return found
+
+    def _scan(self, path: Path, optional: bool) -> _Scan | None:
+        try:
+            raw = read_regular_file(path)
+        except FileNotFoundError:
+            return None  # removed since it was listed
+        except OSError as e:
+            msg = f"{path}: cannot read: {e.strerror or e}"
+            raise ValidationError(msg, field="path") from e
+        data = raw[: raw.rfind(b"\n") + 1]  # never half a line: the rest is still being written
+        ends: dict[int, int] = {}
+        at = 0
+        for number, line in enumerate(data.split(b"\n")[:-1], start=1):
+            at += len(line) + 1
+            ends[number] = at
+        # Read leniently here: a malformed complete line is the import's to report (or skip).
+        file = _read_file(path, True, [], optional=optional, data=data)
+        return _Scan(path, optional, data, file, ends)
+
+    def _batch(self) -> list[_Scan]:
+        """The files whose settled prefix grew, with the main transcript of each sub-agent among them."""
+        grown = [s for s in self._scans.values() if s.ends.get(s.settled, 0) > self._imported.get(s.path, 0)]
+        sessions = {s.file.session_id for s in grown if s.file.is_agent}
+        mains = [
+            s
+            for s in self._scans.values()
+            if not s.file.is_agent
+            and s.file.session_id in sessions
+            and s.settled
+            and id(s) not in map(id, grown)
+        ]
+        return mains + grown
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return (-1, -1)
+    return (info.st_size, info.st_mtime_ns)
+
+
+# --- settling ------------------------------------------------------------------------------
+
+
+def _settle(scans: list[_Scan]) -> None:
+    """Set each scan's settled line count (see the module docstring for the rules)."""
+    agents = [s for s in scans if s.file.is_agent]
+    ready: set[str] = set()  # tool calls and agent ids of sub-agents with settled lines
+    while True:
+        for scan in scans:
+            _settle_file(scan, ready)
+        now_ready = {key for agent in agents if agent.settled for key in _keys(agent)}
+        if now_ready <= ready:
+            break
+        ready |= now_ready
+    # A sub-agent waits until the call (or result) that links it is settled in its parent; a
+    # nested one also waits for its parent sub-agent.
+    changed = True
+    while changed:
+        changed = False
+        for agent in agents:
+            if agent.settled and not _anchored(agent, scans):
+                agent.settled, agent.tool_uses, agent.agents_named = 0, {}, set()
+                changed = True
+
+
+def _keys(agent: _Scan) -> set[str]:
+    """What names ``agent`` in its parent: the call that spawned it, its agent id."""
+    keys = {agent.file.agent_id} if agent.file.agent_id else set()
+    tool = _spawned_by(agent)
+    return keys | {tool} if tool is not None else keys
+
+
+def _spawned_by(agent: _Scan) -> str | None:
+    tool = (agent.file.meta or {}).get("toolUseId")
+    return tool if isinstance(tool, str) else None
+
+
+def _anchored(agent: _Scan, scans: list[_Scan]) -> bool:
+    """True when the call (or result) that links ``agent`` to its parent is settled there.
+
+    A sub-agent that names no call and that no result names cannot be placed by a later
+    import either (its link goes at the end of its parent): it is imported as it comes.
+    """
+    family = [s for s in scans if s is not agent and s.file.session_id == agent.file.session_id]
+    tool = _spawned_by(agent)
+    agent_id = agent.file.agent_id or ""
+    if tool is not None:
+        if any(tool in s.tool_uses for s in family):
+            return True
+        return not any(tool in _all_tool_uses(s.file) for s in family) and any(s.settled for s in family)
+    if any(agent_id in s.agents_named for s in family):
+        return True
+    return not any(agent_id in _agents_named(s.file, len(s.ends)) for s in family) and any(
+        s.settled for s in family if not s.file.is_agent
+    )
+
+
+def _message(entry: dict[str, Any]) -> dict[str, Any] | None:
+    message = entry.get("message")
+    return message if entry.get("type") in ("user", "assistant") and isinstance(message, dict) else None
+
+
+def _blocks(entry: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    message = _message(entry)
+    content = message.get("content") if message else None
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _all_tool_uses(file: _File) -> set[str]:
+    return {
+        str(b["id"])
+        for ln in file.lines
+        for b in _blocks(ln.entry, "tool_use")
+        if isinstance(b.get("id"), str)
+    }
+
+
+def _agents_named_by(entry: dict[str, Any], block: dict[str, Any]) -> str | None:
+    """The sub-agent a tool result names, as the importer links them."""
+    result = entry.get("toolUseResult")
+    agent = result.get("agentId") if isinstance(result, dict) else None
+    if not isinstance(agent, str):
+        tail = _AGENT_TAIL.search(_text_of(block.get("content")))
+        agent = tail.group(1) if tail else None
+    return agent or None
+
+
+def _agents_named(file: _File, upto: int) -> set[str]:
+    """Sub-agent ids named by the tool results of lines 1..upto."""
+    named: set[str] = set()
+    for line in file.lines:
+        if line.number > upto:
+            break
+        for block in _blocks(line.entry, "tool_result"):
+            agent = _agents_named_by(line.entry, block)
+            if agent:
+                named.add(agent)
+    return named
+
+
+def _complete_responses(file: _File) -> set[str]:
+    """API message ids whose every chunk is written: one carries a stop_reason, or a line
+    other than its own chunks and tool results follows it."""
+    last: dict[str, int] = {}
+    stopped: set[str] = set()
+    for index, line in enumerate(file.lines):
+        message = _message(line.entry)
+        if message is None or line.entry.get("type") != "assistant" or not isinstance(message.get("id"), str):
+            continue
+        last[message["id"]] = index
+        if message.get("stop_reason") is not None:
+            stopped.add(message["id"])
+    complete = set(stopped)
+    for api_id, index in last.items():
+        for line in file.lines[index + 1 :]:
+            message = _message(line.entry)
+            if message is not None and line.entry.get("type") == "assistant" and message.get("id") == api_id:
+                continue
+            content = message.get("content") if message is not None else None
+            only_results = (
+                line.entry.get("type") == "user"
+                and isinstance(content, list)
+                and bool(content)
+                and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+            )
+            if not only_results:
+                complete.add(api_id)
+                break
+    return complete
+
+
+def _settle_file(scan: _Scan, ready: set[str]) -> None:
+    file = scan.file
+    scan.tool_uses = {}
+    has_model = any(
+        line.entry.get("type") == "assistant"
+        and isinstance((_message(line.entry) or {}).get("model"), str)
+        and (_message(line.entry) or {}).get("model") != _SYNTHETIC_MODEL
+        for line in file.lines
+    )
+    if not has_model:
+        scan.settled = 0
+        scan.agents_named = set()
+        return
+    results: dict[str, str | None] = {}  # tool call -> the sub-agent its result names ("" if an error)
+    for line in file.lines:
+        for block in _blocks(line.entry, "tool_result"):
+            named = _agents_named_by(line.entry, block)
+            results[str(block.get("tool_use_id"))] = "" if block.get("is_error") is True else named
+    uuids = {ln.entry["uuid"] for ln in file.lines if isinstance(ln.entry.get("uuid"), str)}
+    summaries = {
+        key
+        for ln in file.lines
+        if ln.entry.get("isCompactSummary") is True
+        for key in (ln.entry.get("parentUuid"), ln.entry.get("uuid"))
+        if isinstance(key, str)
+    }
+    complete = _complete_responses(file)
+    settled = len(scan.ends)
+    for line in file.lines:
+        if _held(line.entry, results, ready, uuids, summaries, complete):
+            settled = line.number - 1
+            break
+        for block in _blocks(line.entry, "tool_use"):
+            if isinstance(block.get("id"), str):
+                scan.tool_uses[block["id"]] = line.number
+    scan.settled = settled
+    scan.agents_named = _agents_named(file, settled)
+
+
+def _held(
+    entry: dict[str, Any],
+    results: dict[str, str | None],
+    ready: set[str],
+    uuids: set[str],
+    summaries: set[str],
+    complete: set[str],
+) -> bool:
+    """True when ``entry`` is not settled yet."""
+    message = _message(entry)
+    if message is not None and entry.get("type") == "assistant":
+        api_id = message.get("id")
+        if isinstance(api_id, str) and api_id not in complete:
+            return True
+    for block in _blocks(entry, "tool_use"):
+        tool = block.get("id")
+        if not isinstance(tool, str) or tool in ready:
+            continue
+        if tool not in results:
+            return True
+        # A sub-agent's link goes right after the call that spawned it: wait for its transcript
+        # (an async launch answers at once, before the sub-agent has written anything).
+        agent = results[tool]
+        if block.get("name") in _SPAWNING_TOOLS and agent and agent not in ready:
+            return True
+    if entry.get("type") == "system" and entry.get("subtype") == "compact_boundary":
+        metadata = entry.get("compactMetadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        segment = metadata.get("preservedSegment")
+        anchor = segment.get("anchorUuid") if isinstance(segment, dict) else None
+        if entry.get("uuid") not in summaries and anchor not in summaries:
+            return True
+        kept = metadata.get("preservedMessages")
+        kept_uuids = kept.get("uuids") if isinstance(kept, dict) else None
+        if isinstance(kept_uuids, list) and not all(u in uuids for u in kept_uuids if isinstance(u, str)):
+            return True
+    return False
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+
+def follow_claude_code(
+    store: SessionStore,
+    paths: Sequence[str | Path],
+    *,
+    until_idle: float | None = None,
+    stop: threading.Event | None = None,
+    poll_interval: float = 0.25,
+    skip_bad_lines: bool = False,
+    tenant: str | None = None,
+    user: str | None = None,
+    on_import: Callable[[ImportReport], None] | None = None,
+) -> FollowReport:
+    """Import Claude Code transcripts as they are written, until stopped.
+
+    Polls ``paths`` (files and/or project folders, as for ``import_claude_code``) every
+    ``poll_interval`` seconds and imports each settled line exactly once (see
+    ``docs/import-export.md``, "Following live"). Stops after a last poll when ``stop`` is set,
+    or when no transcript changed for ``until_idle`` seconds; without either it runs until
+    interrupted (KeyboardInterrupt: every poll writes in one transaction, so nothing is half
+    written).
+
+    Args:
+        skip_bad_lines, tenant, user: as for ``import_claude_code``.
+        on_import: called with the report of every poll that wrote events.
+
+    Raises:
+        ValidationError: as ``import_claude_code`` (a malformed complete line), or a path whose
+            folder does not exist.
+    """
+    if poll_interval <= 0:
+        raise ValidationError("poll_interval must be positive", field="poll_interval")
+    follower = ClaudeCodeFollower(store, paths, skip_bad_lines=skip_bad_lines, tenant=tenant, user=user)
+    last_change = time.monotonic()
+    while True:
+        report = follower.poll()
+        if follower.changed:
+            last_change = time.monotonic()
+        if report is not None and report.written and on_import is not None:
+            on_import(report)
+        if stop is not None and stop.is_set():
+            break
+        if until_idle is not None and time.monotonic() - last_change >= until_idle:
+            break
+        if stop is not None:
+            stop.wait(poll_interval)
+        else:
+            time.sleep(poll_interval)
+    return follower.report()
