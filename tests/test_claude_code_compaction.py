@@ -21,6 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import sessionstore
 from sessionstore import Session, SessionStore, audit, validate_request
 from sessionstore.claude_code import export_claude_code, import_claude_code
@@ -110,6 +112,7 @@ def _compacted_then_answered(answer: str) -> list[tuple[int, dict[str, Any]]]:
     ]
 
 
+@pytest.mark.claude_cli
 def test_the_real_cli_compacts_twice_and_the_import_sends_what_it_sent(tmp_path: Path) -> None:
     """Claude Code's own request after its second compaction is the imported session's request."""
     home = tmp_path / "home"
@@ -151,6 +154,7 @@ def test_a_transcript_cut_before_the_summary_line_still_gives_a_valid_request(tm
     store.close()
 
 
+@pytest.mark.claude_cli
 def test_the_real_clis_manual_compact_imports_with_its_summary(tmp_path: Path) -> None:
     """``/compact`` still writes the summary as the boundary's child: found, and nothing is kept."""
     home = tmp_path / "home"

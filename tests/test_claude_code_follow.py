@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from .messages_api import MessagesAPIServer, Reply, text_message, tool_use_messa
 FIXTURE = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-agent"
 SESSION = "257a4592-7adc-457b-93a7-b8b7d3494930"
 AGENT_FILE = Path(SESSION) / "subagents" / "agent-aab1c5ae568a10797.jsonl"
+MANIFEST = AGENT_FILE.with_name("agent-aab1c5ae568a10797.meta.json")
 AGENT_SESSION = f"{SESSION}.agent-aab1c5ae568a10797"
 
 
@@ -95,18 +95,25 @@ def _writes(folder: Path) -> Iterator[tuple[Path, bytes]]:
             rows.append((latest, index, folder / path, line))
         return rows
 
-    for _, _, path, line in heapq.merge(keyed(Path(f"{SESSION}.jsonl")), keyed(AGENT_FILE)):
+    agent_lines = keyed(AGENT_FILE)
+    for _, index, path, line in heapq.merge(keyed(Path(f"{SESSION}.jsonl")), agent_lines):
         yield path, line
+        if path.name == AGENT_FILE.name and index == len(agent_lines) - 1:
+            # Claude Code writes a sub-agent's manifest when it is done.
+            yield folder / MANIFEST, (FIXTURE / MANIFEST).read_bytes()
 
 
 def _append(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.name.startswith("agent-") and not path.exists():
-        # Claude Code writes a sub-agent's manifest as it starts it.
-        manifest = AGENT_FILE.with_suffix("").with_suffix(".meta.json")
-        shutil.copyfile(FIXTURE / manifest, path.with_name(manifest.name))
     with path.open("ab") as f:
         f.write(data)
+
+
+def _write_whole(folder: Path, path: Path) -> None:
+    """One fixture file at once, with the sub-agent's manifest."""
+    _append(folder / path, (FIXTURE / path).read_bytes())
+    if path == AGENT_FILE:
+        _append(folder / MANIFEST, (FIXTURE / MANIFEST).read_bytes())
 
 
 def _exists(store: SessionStore, session_id: str) -> bool:
@@ -150,7 +157,7 @@ def test_a_transcript_followed_half_a_line_at_a_time_ends_as_one_whole_import(
         follower.poll()
         complete[path] = complete.get(path, 0) + 1
         session = AGENT_SESSION if path.name.startswith("agent-") else SESSION
-        if _exists(store, session):
+        if path.suffix == ".jsonl" and _exists(store, session):
             stored = _stored_lines(store, session)
             # Never half a line, never a line twice.
             assert len(stored) == len(set(stored))
@@ -206,8 +213,7 @@ def test_a_sub_agent_file_appearing_after_its_parent_was_imported(
 ) -> None:
     """The parent finished (its Agent call resolved) before the sub-agent's file is seen at all."""
     folder = tmp_path / "project"
-    main_file = folder / f"{SESSION}.jsonl"
-    _append(main_file, (FIXTURE / f"{SESSION}.jsonl").read_bytes())
+    _write_whole(folder, Path(f"{SESSION}.jsonl"))
     follower = ClaudeCodeFollower(store, [folder])
     follower.poll()
     assert _tool_use_stored(store, SESSION, "toolu_3")
@@ -215,6 +221,10 @@ def test_a_sub_agent_file_appearing_after_its_parent_was_imported(
     assert not _tool_use_stored(store, SESSION, "toolu_4") and follower.held > 0
 
     _append(folder / AGENT_FILE, (FIXTURE / AGENT_FILE).read_bytes())
+    follower.poll()
+    # Its lines are all there, but the manifest, written when it is done, is not yet.
+    assert not _tool_use_stored(store, SESSION, "toolu_4") and not _exists(store, AGENT_SESSION)
+    _append(folder / MANIFEST, (FIXTURE / MANIFEST).read_bytes())
     follower.poll()
 
     assert follower.held == 0

@@ -285,6 +285,7 @@ def test_numbers_come_back_as_claude_code_wrote_them(mem_store: SessionStore, tm
     assert "\n".join(export_claude_code(mem_store, session)) + "\n" == text
 
 
+@pytest.mark.claude_cli
 def test_claude_code_resumes_an_exported_fork_with_the_forks_history(tmp_path: Path) -> None:
     """The real CLI resumes the fork's file by its id and sends the shared prefix, then the fork's turn."""
     fixture = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-two-compactions.jsonl"

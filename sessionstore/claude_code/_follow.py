@@ -136,7 +136,8 @@ class ClaudeCodeFollower:
         """
         self.polls += 1
         found = self._found()
-        stamps = {path: _stamp(path) for path, _ in found}
+        # A sub-agent's manifest is written when it finishes: a change to it counts too.
+        stamps = {p: _stamp(p) for path, _ in found for p in (path, _manifest(path))}
         self.changed = stamps != self._stamps
         if not self.changed:
             return None  # no file changed since the last poll
@@ -209,7 +210,11 @@ class ClaudeCodeFollower:
             at += len(line) + 1
             ends[number] = at
         # Read leniently here: a malformed complete line is the import's to report (or skip).
-        file = _read_file(path, True, [], optional=optional, data=data)
+        try:
+            file = _read_file(path, True, [], optional=optional, data=data)
+        except ValidationError:
+            return None  # a sub-agent manifest being written: the next poll reads it whole
+
         return _Scan(path, optional, data, file, ends)
 
     def _batch(self) -> list[_Scan]:
@@ -225,6 +230,10 @@ class ClaudeCodeFollower:
             and id(s) not in map(id, grown)
         ]
         return mains + grown
+
+
+def _manifest(transcript: Path) -> Path:
+    return transcript.with_name(transcript.name[: -len(".jsonl")] + ".meta.json")
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -245,6 +254,9 @@ def _settle(scans: list[_Scan]) -> None:
     while True:
         for scan in scans:
             _settle_file(scan, ready)
+        for agent in agents:
+            if agent.settled and not _finished(agent, scans):
+                agent.settled, agent.tool_uses, agent.agents_named = 0, {}, set()
         now_ready = {key for agent in agents if agent.settled for key in _keys(agent)}
         if now_ready <= ready:
             break
@@ -258,6 +270,41 @@ def _settle(scans: list[_Scan]) -> None:
             if agent.settled and not _anchored(agent, scans):
                 agent.settled, agent.tool_uses, agent.agents_named = 0, {}, set()
                 changed = True
+
+
+def _finished(agent: _Scan, scans: list[_Scan]) -> bool:
+    """True unless ``agent`` may still get (or rewrite) its manifest.
+
+    Claude Code 2.1.3xx writes ``<sessionId>/subagents/agent-<id>.meta.json`` when the sub-agent
+    is done (``"finished": true``), and the session's first event keeps the manifest: such a
+    sub-agent waits for its manifest. A manifest without ``finished`` (another version) is
+    final once the parent has the sub-agent's result (not an async launch) or the
+    ``<task-notification>`` naming it. The legacy flat layout has no manifests.
+    """
+    if agent.path.parent.name != "subagents":
+        return True
+    meta = agent.file.meta
+    if meta is None:
+        return False
+    if meta.get("finished") is True:
+        return True
+    agent_id = agent.file.agent_id or ""
+    notice = f"<task-id>{agent_id}</task-id>"
+    for scan in scans:
+        if scan is agent or scan.file.session_id != agent.file.session_id:
+            continue
+        for line in scan.file.lines:
+            result = line.entry.get("toolUseResult")
+            if (
+                isinstance(result, dict)
+                and result.get("agentId") == agent_id
+                and result.get("status") != "async_launched"
+            ):
+                return True
+            message = _message(line.entry)
+            if message is not None and notice in _text_of(message.get("content")):
+                return True
+    return False
 
 
 def _keys(agent: _Scan) -> set[str]:

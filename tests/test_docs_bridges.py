@@ -1,0 +1,38 @@
+"""docs/bridges/*.md run as written: each page's Python blocks, in order, in one namespace.
+
+The Claude Code page follows a project folder: here a copy of a transcript the real CLI wrote
+(with a sub-agent), at the path the page names; its database goes to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).parent.parent / "docs" / "bridges"
+FIXTURE = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-agent"
+_PYTHON = re.compile(r"^```python\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
+
+
+def _blocks(page: Path) -> list[str]:
+    return _PYTHON.findall(page.read_text())
+
+
+def test_the_claude_code_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    project = home / ".claude" / "projects" / "-home-ada-orders-service"
+    shutil.copytree(FIXTURE, project)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    blocks = _blocks(DOCS / "claude-code.md")
+    assert blocks
+    namespace: dict[str, object] = {}
+    for code in blocks:
+        # A quiet folder is found quiet as soon here as after the page's 2 seconds.
+        exec(compile(code.replace("until_idle=2", "until_idle=0.05"), "claude-code.md", "exec"), namespace)
+    assert namespace["main_session"] == "257a4592-7adc-457b-93a7-b8b7d3494930"
+    assert namespace["sub_agents"] == ["257a4592-7adc-457b-93a7-b8b7d3494930.agent-aab1c5ae568a10797"]
+    namespace["store"].close()  # type: ignore[attr-defined]
