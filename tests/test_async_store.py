@@ -232,3 +232,37 @@ def test_blocking_calls_from_store_code_leave_the_loop(tmp_path: Path) -> None:
     loop_thread, called_in = _run(scenario())
     assert called_in != loop_thread
     assert blocking_call(threading.get_ident) == threading.get_ident()  # outside: a plain call
+
+
+def test_a_host_async_engine_with_a_table_prefix_is_shared_not_disposed(tmp_path: Path) -> None:
+    """open_async_store(engine=...) runs on the host's AsyncEngine, under a table prefix, and
+    leaves the engine usable after the store closes."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async def scenario() -> list[str]:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'host.db'}")
+        try:
+            store = await open_async_store(engine=engine, table_prefix="agent_", migrate=True)
+            sid = (await store.create_session()).id
+            await store.append(sid, [MessageAppended(role="user", content="hi")], 0)
+            assert (await store.verify(sid)).ok
+            await store.close()
+            async with engine.connect() as conn:  # still the host's, still open
+                rows = await conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))
+                return sorted(str(name) for (name,) in rows)
+        finally:
+            await engine.dispose()
+
+    tables = _run(scenario())
+    assert "agent_events" in tables
+    assert "events" not in tables
+
+
+def test_a_sync_engine_is_refused_as_the_async_stores_engine(tmp_path: Path) -> None:
+    engine = sessionstore.store.create_engine_for_url(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        with pytest.raises(ValidationError, match="AsyncEngine"):
+            _run(open_async_store(engine=engine))  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
