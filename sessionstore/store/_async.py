@@ -1,14 +1,15 @@
 """``AsyncSessionStore``: the store contract for asyncio, on SQLAlchemy's asyncio engine.
 
-There is one implementation of the store, ``SqlSessionStore`` (``_sql.py``): its statements,
-row decoding, hash chain, validation, token counting, error translation and retry. The async
-store runs that very code, in a greenlet on the event loop, over an ``AsyncEngine``'s
-``sync_engine`` (aiosqlite for SQLite, psycopg 3's async mode for PostgreSQL). This is how
-SQLAlchemy's own asyncio layer works: every driver call inside the greenlet suspends it and
-awaits the driver's coroutine on the loop, so a store call never blocks the loop on I/O and
-never uses a thread; the CPU work between (validation, hashing, tokenizing, decoding rows)
-runs on the loop as plain code. A method added to the sync store therefore works here
-once it gets a one-line delegate below (tests/test_async_store.py checks that each has one).
+There is one implementation of the store, ``SqlSessionStore`` (``_sql.py``): its statements, row
+decoding, hash chain, validation, token counting, error translation and retry. The async store
+runs that very code, in a greenlet on the event loop, over an ``AsyncEngine``'s ``sync_engine``
+(aiosqlite for SQLite, psycopg 3's async mode for PostgreSQL). This is how SQLAlchemy's own
+asyncio layer works: every driver call inside the greenlet suspends it and awaits the driver's
+coroutine on the loop, so a store call never blocks the loop on I/O and needs no worker thread
+(psycopg's async mode uses none; aiosqlite runs each SQLite connection in a thread of its own,
+as sqlite3 has no async API); the CPU work between (validation, hashing, tokenizing, decoding
+rows) runs on the loop as plain code. A method added to the sync store therefore works here once
+it gets a one-line delegate below (tests/test_async_store.py checks that each has one).
 
 Rules for code in the shared store, so it stays usable from here: pause with
 ``self._sleep`` (the retry policy does), never wait on ``threading`` primitives, and touch
@@ -21,7 +22,7 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.util import await_only, greenlet_spawn
@@ -208,7 +209,7 @@ class AsyncSessionStore:
         stop: asyncio.Event | threading.Event | None = None,
         poll_interval: float = 0.2,
         batch_size: int = 500,
-    ) -> AsyncIterator[RecordedEvent]:
+    ) -> AsyncGenerator[RecordedEvent, None]:
         """See ``SessionStore.subscribe``: history, then live events, exactly once each.
 
         Ends when ``stop`` is set: an ``asyncio.Event`` wakes a waiting subscriber at once, a
