@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sessionstore"
 RANK = {
     "errors": 0,
     "_paths": 1,
+    "_telemetry": 1,  # logging and spans: imports nothing of the package
     "events": 2,
     "store": 3,
     "projections": 4,

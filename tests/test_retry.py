@@ -6,6 +6,7 @@ These tests kill and restart PostgreSQL, so they run on a private cluster of the
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -145,9 +146,10 @@ def test_a_pg_terminate_backend_storm_surfaces_no_error_and_loses_nothing(
 
 
 def test_a_server_restart_surfaces_no_error_and_loses_nothing(
-    private_pg: PrivateCluster, fault_url: str, store_api: str
+    private_pg: PrivateCluster, fault_url: str, store_api: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``pg_ctl restart`` while writers append: they wait it out and go on."""
+    """``pg_ctl restart`` while writers append: they wait it out and go on; each retry is logged."""
+    caplog.set_level(logging.WARNING, logger="sessionstore")
 
     def restart(stop: threading.Event) -> None:
         time.sleep(0.5)
@@ -164,6 +166,14 @@ def test_a_server_restart_surfaces_no_error_and_loses_nothing(
         )
 
     assert all(count > 0 for count in before)
+    retries = [r for r in caplog.records if getattr(r, "sessionstore_event", None) == "retry"]
+    assert retries, "the restart was ridden out without a logged retry"
+    writer_sessions = {w.session_id for w in writers}
+    for record in retries:
+        assert record.name == "sessionstore.store"
+        assert record.gave_up is False  # type: ignore[attr-defined]
+        assert record.attempt >= 1  # type: ignore[attr-defined]
+    assert {r.session_id for r in retries if r.operation in ("append", "last_seq")} <= writer_sessions  # type: ignore[attr-defined]
 
 
 def test_an_outage_longer_than_the_budget_raises_store_unavailable_then_recovers(

@@ -18,11 +18,13 @@ what was tried, and stop hooks do not run. Token-budget continuation
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from .._telemetry import SpanHandle, model_call_span
 from ..errors import ConcurrencyError, PromptTooLongError, ValidationError
 from ..events._agent import BudgetDecision, ReactiveRecovery
 from ..events._base import (
@@ -275,6 +277,22 @@ class _Shared:
         if headers:
             params["extra_headers"] = headers
         return params
+
+    def call_span(self, prepared: PreparedRequest) -> contextlib.AbstractContextManager[SpanHandle]:
+        """The GenAI span of one model call of the loop (see ``sessionstore._telemetry``)."""
+        return model_call_span(
+            model=self.model,
+            purpose="agent",
+            max_tokens=self.max_tokens,
+            stream=self.stream,
+            attributes={
+                "gen_ai.conversation.id": self.session.id,
+                "sessionstore.session_id": self.session.id,
+                "sessionstore.request.fingerprint": prepared.fingerprint or None,
+                "sessionstore.served_event_id": prepared.served_event_id,
+                "sessionstore.tokens.used": prepared.tokens.used,
+            },
+        )
 
     def record(self, response: Any) -> None:
         self.append(_response_events(response, self.clock))
@@ -551,10 +569,14 @@ class Conversation(_Loop["anthropic.Anthropic"]):
     def _call(self, prepared: PreparedRequest) -> Any:
         params = self.params(prepared)
         api = self.client.beta.messages if prepared.beta else self.client.messages
-        if self._shared.stream:
-            with api.stream(**params) as stream:
-                return stream.get_final_message()
-        return api.create(**params)
+        with self._shared.call_span(prepared) as call:
+            if self._shared.stream:
+                with api.stream(**params) as stream:
+                    response = stream.get_final_message()
+            else:
+                response = api.create(**params)
+            call.record_response(response)
+        return response
 
     def step(self) -> Any:
         """One model call with reactive recovery; the response is recorded and returned.
@@ -643,10 +665,14 @@ class AsyncConversation(_Loop["anthropic.AsyncAnthropic"]):
     async def _call(self, prepared: PreparedRequest) -> Any:
         params = self.params(prepared)
         api = self.client.beta.messages if prepared.beta else self.client.messages
-        if self._shared.stream:
-            async with api.stream(**params) as stream:
-                return await stream.get_final_message()
-        return await api.create(**params)
+        with self._shared.call_span(prepared) as call:
+            if self._shared.stream:
+                async with api.stream(**params) as stream:
+                    response = await stream.get_final_message()
+            else:
+                response = await api.create(**params)
+            call.record_response(response)
+        return response
 
     async def step(self) -> Any:
         """One model call with reactive recovery (see ``Conversation.step``)."""

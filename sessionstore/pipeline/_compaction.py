@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from .._telemetry import span
 from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptTooLongError, ValidationError
 from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
 from ..projections._session import Session
 from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
+from ._observed import log_compaction
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
 from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
@@ -568,6 +570,52 @@ def compact(
         CompactionDisabledError: the session's window config disables all compaction.
         ValidationError: an unknown pivot, or one that would split a tool call from its result.
     """
+    attributes = {"sessionstore.session_id": session.id, "sessionstore.compaction.trigger": trigger}
+    with span("sessionstore.compaction", attributes) as current:
+        report = _compact(
+            session,
+            summarizer,
+            trigger=trigger,
+            custom_instructions=custom_instructions,
+            up_to_uuid=up_to_uuid,
+            from_uuid=from_uuid,
+            config=config,
+            use_memory=use_memory,
+        )
+        current.set(
+            {
+                "sessionstore.compaction.ok": report.ok,
+                "sessionstore.compaction.strategy": report.strategy,
+                "sessionstore.tokens.before": report.tokens_before,
+                "sessionstore.tokens.after": report.tokens_after,
+                "sessionstore.tokens.freed": report.tokens_before - report.tokens_after,
+            }
+        )
+    log_compaction(
+        session,
+        trigger=trigger,
+        ok=report.ok,
+        strategy=report.strategy,
+        tokens_before=report.tokens_before,
+        tokens_after=report.tokens_after,
+        reason=report.reason,
+        event_id=report.event_id,
+    )
+    return report
+
+
+def _compact(
+    session: Session,
+    summarizer: Summarizer,
+    *,
+    trigger: Trigger,
+    custom_instructions: str | None,
+    up_to_uuid: str | None,
+    from_uuid: str | None,
+    config: CompactConfig | None,
+    use_memory: bool,
+) -> CompactReport:
+    """``compact``'s work (see there), without its reporting."""
     if session.config.window.disable_compaction:
         raise CompactionDisabledError(session.id)
     config = config or CompactConfig()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .._telemetry import Attribute, span
 from ..errors import BlockingLimitError
 from ..events._context import ContextServed
 from ..projections._session import Session
@@ -29,6 +30,7 @@ from ._budget import BudgetConfig, BudgetStage
 from ._collapse import CollapseConfig, CollapseStage
 from ._compaction import AutoCompactStage, CompactConfig, CompactReport, compact_session
 from ._microcompact import CONTEXT_MANAGEMENT_BETA, MicrocompactConfig, MicrocompactStage, server_side_edits
+from ._observed import end_stage, stage_span
 from ._snip import SnipConfig, SnipStage
 from ._stage import Stage, StageReport
 from ._summarizers import OfflineSummarizer, Summarizer
@@ -118,6 +120,8 @@ class PreparedRequest:
     beta: bool = False
     #: The beta headers the request needs (``client.beta.messages.create(betas=...)``).
     betas: tuple[str, ...] = ()
+    #: SHA-256 of the request's canonical bytes, as its ``ContextServed`` event records it.
+    fingerprint: str = ""
 
 
 # --- the pipeline ------------------------------------------------------------------------------
@@ -201,21 +205,45 @@ class Pipeline:
         """
         now = self.clock()
         reports: list[StageReport] = []
-        for stage in self.stages:
-            report = stage.run(session, now)
-            if report is not None:
-                reports.append(report)
-        tokens = session.token_state()
-        if self.config.blocking_limit and tokens.at_blocking_limit:
-            raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)
-        request = session.request()
-        edits, betas = self._server_edits(session, reports)
-        if edits:
-            request["context_management"] = {"edits": edits}
-        served = _served_event(session, request, tokens.used)
-        session.append([served])
+        first: dict[str, Attribute] = {
+            "sessionstore.session_id": session.id,
+            "sessionstore.tokens.before": session.used_tokens(),
+        }
+        with span("sessionstore.prepare", first) as current:
+            for stage in self.stages:
+                with stage_span(session, stage.name) as stage_handle:
+                    before = session.used_tokens()
+                    report = stage.run(session, now)
+                    end_stage(stage_handle, session, stage.name, before, report)
+                if report is not None:
+                    reports.append(report)
+            tokens = session.token_state()
+            if self.config.blocking_limit and tokens.at_blocking_limit:
+                raise BlockingLimitError(tokens.used, tokens.window.blocking_limit, reports)
+            request = session.request()
+            edits, betas = self._server_edits(session, reports)
+            if edits:
+                request["context_management"] = {"edits": edits}
+            served = _served_event(session, request, tokens.used)
+            session.append([served])
+            current.set(
+                {
+                    "sessionstore.tokens.after": tokens.used,
+                    "sessionstore.tokens.freed": sum(r.tokens_freed for r in reports),
+                    "sessionstore.context_window": tokens.window.window,
+                    "sessionstore.request.fingerprint": served.fingerprint,
+                    "sessionstore.served_event_id": str(served.event_id),
+                    "sessionstore.server_edits": len(edits),
+                }
+            )
         return PreparedRequest(
-            request, tokens, tuple(reports), str(served.event_id), bool(betas), tuple(betas)
+            request,
+            tokens,
+            tuple(reports),
+            str(served.event_id),
+            bool(betas),
+            tuple(betas),
+            served.fingerprint,
         )
 
     async def aprepare(self, session: Session) -> PreparedRequest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import ValidationError
 from ..events._context import REVERTIBLE_TYPES, ContextEditReverted
 from ..projections._session import Session
+from ._observed import log_revert
 from ._stage import StageReport
 
 __all__ = ["revert"]
@@ -33,4 +34,6 @@ def revert(session: Session, event_id: str) -> StageReport:
         raise ValidationError(msg, field="event_id")
     event = ContextEditReverted(target_event_id=event_id, target_type=edit.type)
     session.append([event])
-    return StageReport("revert", -edit.tokens, (str(event.event_id),))
+    report = StageReport("revert", -edit.tokens, (str(event.event_id),))
+    log_revert(session, event_id, edit.type, report)
+    return report

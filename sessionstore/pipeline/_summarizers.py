@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._telemetry import model_call_span
 from ..errors import SummaryFailedError, SummaryPromptTooLongError
 from ._compact_prompt import SUMMARY_SECTIONS, Template, compact_prompt, format_summary
 
@@ -182,7 +183,9 @@ class AnthropicSummarizer:
             params["tools"] = list(request.tools)
             params["tool_choice"] = {"type": "none"}
         try:
-            response = self.client.messages.create(**params)
+            with model_call_span(model=params["model"], purpose="summary", max_tokens=self.max_tokens) as t:
+                response = self.client.messages.create(**params)
+                t.record_response(response)
         except anthropic.BadRequestError as e:
             text = str(e)
             gap = parse_prompt_too_long(text)

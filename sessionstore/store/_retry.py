@@ -6,21 +6,27 @@ idempotent by event id (a retry after a lost acknowledgement returns the origina
 Only errors the backend marks transient are retried (``OperationalError.transient``); a
 ``ConcurrencyError``, a constraint violation or a lock timeout never is. When the attempts or
 the time budget run out the call raises ``StoreUnavailableError``.
+
+Each retry is logged (WARNING, ``sessionstore.store``, kind "retry") and added as a "retry"
+event to the current span; giving up is logged too, then raised.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .._telemetry import add_span_event, log_record, logger
 from ..errors import OperationalError, StoreUnavailableError, ValidationError
 
 __all__ = ["DEFAULT_RETRY", "NO_RETRY", "RetryPolicy"]
 
 _T = TypeVar("_T")
+_LOG = logger("store")
 
 
 @dataclass(frozen=True)
@@ -59,12 +65,19 @@ class RetryPolicy:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def run(
-        self, operation: Callable[[], _T], *, what: str, sleep: Callable[[float], None] = time.sleep
+        self,
+        operation: Callable[[], _T],
+        *,
+        what: str,
+        session_id: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> _T:
         """``operation()``, retried on transient ``OperationalError`` within the policy's bounds.
 
-        ``sleep`` pauses between tries: the async store passes one that awaits ``asyncio.sleep``
-        (its calls run in a greenlet on the event loop, which ``time.sleep`` would block).
+        ``what`` names the call and ``session_id`` its session (if it has one) in the log
+        records and span events of each retry. ``sleep`` pauses between tries: the async store
+        passes one that awaits ``asyncio.sleep`` (its calls run in a greenlet on the event loop,
+        which ``time.sleep`` would block).
 
         Raises:
             StoreUnavailableError: still failing after the last attempt or the time budget.
@@ -79,10 +92,34 @@ class RetryPolicy:
                     raise
                 elapsed = time.monotonic() - started
                 pause = self.pause(attempt)
-                if attempt >= self.attempts or elapsed + pause > self.budget_seconds:
+                gave_up = attempt >= self.attempts or elapsed + pause > self.budget_seconds
+                _report_retry(what, session_id, attempt, elapsed, None if gave_up else pause, error)
+                if gave_up:
                     raise StoreUnavailableError(what, attempt, elapsed, error) from error
                 sleep(pause)
                 attempt += 1
+
+
+def _report_retry(
+    what: str, session_id: str | None, attempt: int, elapsed: float, pause: float | None, error: Exception
+) -> None:
+    """One retry (``pause`` seconds from now), or the end of retrying (``pause`` None)."""
+    fields = {
+        "operation": what,
+        "session_id": session_id,
+        "attempt": attempt,
+        "elapsed_seconds": round(elapsed, 3),
+        "pause_seconds": None if pause is None else round(pause, 3),
+        "gave_up": pause is None,
+        "error": str(error),
+    }
+    message = (
+        "{operation} failed on attempt {attempt} after {elapsed_seconds}s, giving up: {error}"
+        if pause is None
+        else "{operation} failed on attempt {attempt} (transient), retrying in {pause_seconds}s: {error}"
+    )
+    log_record(_LOG, logging.WARNING, "retry", message, **fields)
+    add_span_event("retry", {f"sessionstore.{key}": value for key, value in fields.items()})
 
 
 #: The policy ``open_store`` uses unless told otherwise.

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Engine, Select, delete, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.util import await_only
 
+from .._telemetry import Attribute, span
 from ..errors import (
     AccessDeniedError,
     AppendOnlyViolation,
@@ -62,6 +63,7 @@ from ._contract import (
 )
 from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows
 from ._hashing import SessionIdentity, as_utc
+from ._observed import log_append, observe_append, observe_read
 from ._owners import Owner, check_owner, inherit_owner
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, DEFAULT_TABLES, StoreTables
@@ -291,9 +293,14 @@ class SqlSessionStore(SessionStore):
         """The name of the events table's unique constraint over ``columns``."""
         return f"uq_{self.tables.events.name}_{'_'.join(columns)}"
 
-    def _retrying(self, what: str, operation: Callable[[], _T]) -> _T:
+    def _retrying(self, what: str, operation: Callable[[], _T], session_id: str | None = None) -> _T:
         """``operation()`` (one whole transaction) retried per the store's retry policy."""
-        return self.retry.run(operation, what=what, sleep=self._sleep)
+        return self.retry.run(operation, what=what, session_id=session_id, sleep=self._sleep)
+
+    @property
+    def db_system(self) -> str:
+        """The database's name in telemetry (OpenTelemetry's ``db.system.name``)."""
+        return str(self.engine.dialect.name)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -407,7 +414,12 @@ class SqlSessionStore(SessionStore):
                 failed_before = True
                 raise
 
-        return self._retrying("create_session", attempt)
+        if not prepared:
+            return self._retrying("create_session", attempt, sid)
+        with observe_append(self.db_system, "create_session", sid, prepared, None) as done:
+            info = self._retrying("create_session", attempt, sid)
+            done(AppendResult(sid, tuple(range(1, len(prepared) + 1)), (), len(prepared)))
+        return info
 
     def _create_once(
         self,
@@ -487,7 +499,17 @@ class SqlSessionStore(SessionStore):
         """See ``SessionStore.write_sessions``."""
         checked = [self._check_write(write) for write in writes]
         # Prepared once, outside the transaction: a retry writes the very same event ids.
-        return self._retrying("write_sessions", lambda: self._write_sessions_once(checked))
+        attributes: dict[str, Attribute] = {
+            "db.system.name": self.db_system,
+            "sessionstore.sessions": len(checked),
+            "sessionstore.event_count": sum(len(prepared) for _, _, prepared, _ in checked),
+        }
+        with span("sessionstore.write_sessions", attributes, client=True):
+            results = self._retrying("write_sessions", lambda: self._write_sessions_once(checked))
+        for (write, _, prepared, _), result in zip(checked, results, strict=True):
+            operation, expected = ("create_session", None) if write.create else ("append", write.expected_seq)
+            log_append(operation, write.session_id, prepared, result, expected)
+        return results
 
     def _check_write(self, write: SessionWrite) -> tuple[SessionWrite, str, list[Prepared], Owner]:
         """Validate one write up front: (the write, its metadata JSON, its prepared events, its owner)."""
@@ -583,7 +605,7 @@ class SqlSessionStore(SessionStore):
             with self._read() as conn:
                 return conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
 
-        row = self._retrying("get_session", attempt)
+        row = self._retrying("get_session", attempt, session_id)
         if row is None:
             raise SessionNotFoundError(session_id)
         return _session_info(row)
@@ -678,8 +700,13 @@ class SqlSessionStore(SessionStore):
         if not (isinstance(expected_seq, str) and expected_seq == ANY):
             check_int("expected_seq", expected_seq, minimum=0)  # ANY, or a 64-bit seq (not a bool)
         prepared = self._prepare(events)
-        # Prepared once: a retry writes the very same event ids, so it is idempotent.
-        return self._retrying("append", lambda: self._append_once(session_id, prepared, expected_seq))
+        with observe_append(self.db_system, "append", session_id, prepared, expected_seq) as done:
+            # Prepared once: a retry writes the very same event ids, so it is idempotent.
+            result = self._retrying(
+                "append", lambda: self._append_once(session_id, prepared, expected_seq), session_id
+            )
+            done(result)
+        return result
 
     def _append_once(
         self, session_id: str, prepared: Sequence[Prepared], expected_seq: ExpectedSeq
@@ -799,7 +826,7 @@ class SqlSessionStore(SessionStore):
             with self._read() as conn:
                 return self._last_seq(conn, session_id)
 
-        return self._retrying("last_seq", attempt)
+        return self._retrying("last_seq", attempt, session_id)
 
     def read(
         self,
@@ -829,7 +856,11 @@ class SqlSessionStore(SessionStore):
                     self._require_session(conn, session_id)
                 return found
 
-        result = self._retrying("read", attempt)
+        with observe_read(
+            self.db_system, "read", session_id=session_id, from_seq=from_seq, to_seq=to_seq
+        ) as done:
+            result = self._retrying("read", attempt, session_id)
+            done(len(result))
         if verify:
             start = self.chain_start(session_id, result[0]) if from_seq <= 1 and result else None
             if from_seq <= 1 and result and start is None:
@@ -858,7 +889,10 @@ class SqlSessionStore(SessionStore):
             with self._read() as conn:
                 return [_recorded(row) for row in conn.execute(query)]
 
-        return self._retrying("read_all", attempt)
+        with observe_read(self.db_system, "read_all", after_position=after_position, limit=limit) as done:
+            found = self._retrying("read_all", attempt)
+            done(len(found))
+        return found
 
     def orphaned_sessions(self) -> list[str]:
         """See ``SessionStore.orphaned_sessions``."""
