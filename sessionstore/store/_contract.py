@@ -25,6 +25,7 @@ from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_poi
 
 if TYPE_CHECKING:
     from ._lineage import SessionLog
+    from ._listen import ChangeListener
     from ._tokens import TokenCounter
 
 __all__ = [
@@ -604,25 +605,44 @@ class SessionStore(abc.ABC):
         stop: threading.Event | None = None,
         poll_interval: float = 0.2,
         batch_size: int = 500,
+        listen: bool = True,
     ) -> Iterator[RecordedEvent]:
         """Yield every event after ``after_position``: history first, then live events.
 
-        A catch-up subscription: it polls the durable log, so there is no gap or duplicate at
+        A catch-up subscription: it reads the durable log, so there is no gap or duplicate at
         the switch from history to live, and a subscriber that restarts from its own stored
         checkpoint (the position of the last event it *processed*) misses nothing. Ends when
-        ``stop`` is set (checked between polls), or runs forever.
+        ``stop`` is set (checked while it waits), or runs forever.
+
+        Between reads it waits up to ``poll_interval`` seconds. With ``listen`` (the default)
+        on PostgreSQL it wakes as soon as an append commits (LISTEN/NOTIFY on a connection of
+        its own, opened before the first read), and polls alone while that connection is down;
+        ``listen=False`` and SQLite poll only.
         """
-        position = after_position
-        while stop is None or not stop.is_set():
-            batch = self.read_all(position, batch_size)
-            for recorded in batch:
-                yield recorded
-                position = recorded.position
-            if len(batch) < batch_size:
-                if stop is None:
-                    time.sleep(poll_interval)
-                else:
-                    stop.wait(poll_interval)
+        listener = self._change_listener() if listen else None
+        try:
+            if listener is not None:
+                listener.listen()  # before the first read: no commit after it goes unheard
+            position = after_position
+            while stop is None or not stop.is_set():
+                batch = self.read_all(position, batch_size)
+                for recorded in batch:
+                    yield recorded
+                    position = recorded.position
+                if len(batch) < batch_size:
+                    if listener is not None and listener.listen():
+                        listener.wait(poll_interval, stop)
+                    elif stop is None:
+                        time.sleep(poll_interval)
+                    else:
+                        stop.wait(poll_interval)
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def _change_listener(self) -> ChangeListener | None:
+        """A listener for this store's commit notifications, None where the database has none."""
+        return None
 
     @abc.abstractmethod
     def orphaned_sessions(self) -> list[str]:

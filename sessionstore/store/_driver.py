@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import DatabaseError, DuplicateEventError
 from ._contract import AppendResult
 from ._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
+from ._listen import channel_sql
 from ._schema import StoreTables
 
 __all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
@@ -70,6 +71,10 @@ class DriverSQL:
     #: The tables' names in SQL (schema-qualified and prefixed: see ``for_tables``).
     events: str = "events"
     sessions: str = "sessions"
+    #: A statement run last in a transaction that wrote events, with the highest position
+    #: written as its one parameter: PostgreSQL's NOTIFY, delivered on COMMIT only
+    #: (``{channel}`` stands for the channel's SQL expression, ``_listen.channel_sql``).
+    notify: str | None = None
 
     def for_tables(self, tables: StoreTables) -> DriverSQL:
         """These statements on ``tables`` (a store's prefix and schema)."""
@@ -79,6 +84,7 @@ class DriverSQL:
             events=events,
             sessions=tables.sql_name("sessions"),
             begin_write=self.begin_write.format(events=events),
+            notify=None if self.notify is None else self.notify.format(channel=channel_sql(tables)),
         )
 
     def head(self) -> str:
@@ -172,6 +178,13 @@ class DriverTransaction:
     def __init__(self, cursor: Any, sql: DriverSQL) -> None:
         self.cursor = cursor
         self.sql = sql
+        #: The highest global position this transaction inserted (None: no event yet).
+        self.last_position: int | None = None
+
+    def notify_if_written(self) -> None:
+        """Announce the events written, as the transaction's last statement (if the backend can)."""
+        if self.sql.notify is not None and self.last_position is not None:
+            self.cursor.execute(self.sql.notify, (str(self.last_position),))
 
     def timestamp(self, moment: datetime) -> Any:
         """``moment`` as this driver's parameter."""
@@ -280,6 +293,12 @@ class DriverTransaction:
 
     def insert(self, rows: Sequence[tuple[Any, ...]]) -> tuple[int, ...]:
         """Insert event rows; their global positions in order."""
+        positions = self._insert(rows)
+        if positions:
+            self.last_position = max(positions[-1], self.last_position or 0)
+        return positions
+
+    def _insert(self, rows: Sequence[tuple[Any, ...]]) -> tuple[int, ...]:
         statement = self.sql.insert_event()
         if self.sql.many_returning and len(rows) > 1:
             # psycopg returns one result set per row: one round trip for the whole batch.

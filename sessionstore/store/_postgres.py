@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 
 from ..errors import MissingDependencyError
 from ._driver import DriverSQL
+from ._listen import ChangeListener
 from ._sql import SqlSessionStore
 
 if TYPE_CHECKING:
@@ -115,7 +116,14 @@ class PostgresSessionStore(SqlSessionStore):
         begin_write="LOCK TABLE {events} IN EXCLUSIVE MODE",
         to_timestamp=lambda moment: moment,
         many_returning=True,
+        # Sent inside the append's transaction: listeners hear of it on COMMIT, never before,
+        # and never for a transaction that rolled back.
+        notify="SELECT pg_notify({channel}, %s)",
     )
+
+    def _change_listener(self) -> ChangeListener:
+        """LISTEN/NOTIFY: subscribers wake when an append commits (``_listen.py``)."""
+        return ChangeListener(self.engine, self.tables)
 
     def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
         # In psycopg's default text format a bytea arrives hex-encoded, twice its size, and is

@@ -787,7 +787,9 @@ class SqlSessionStore(SessionStore):
                 cursor = raw.cursor()
                 try:
                     cursor.execute(self._write_sql.begin_write)
-                    yield DriverTransaction(cursor, self._write_sql)
+                    txn = DriverTransaction(cursor, self._write_sql)
+                    yield txn
+                    txn.notify_if_written()
                     self._check_file(raw.info)
                     raw.commit()
                     self._check_file(raw.info)  # the file vanished during the commit: not kept

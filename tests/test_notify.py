@@ -1,0 +1,247 @@
+"""PostgreSQL subscribers wake when an append commits (LISTEN/NOTIFY), without waiting for their poll.
+
+Every test here sets the poll interval to a minute and has a pytest timeout well under it: an
+event that arrives was delivered by the notification, never by a poll.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import sessionstore
+from sessionstore import MessageAppended, SessionExistsError, SessionStore
+from sessionstore.store import SessionWrite
+from sessionstore.store._listen import channel_sql
+
+pytestmark = pytest.mark.postgres
+
+#: Longer than any test here may take: an event that arrives was not fetched by a poll.
+POLL_NEVER = 60.0
+
+_WRITER = """
+import sys
+import sessionstore
+from sessionstore import MessageAppended
+
+url, session_id = sys.argv[1], sys.argv[2]
+with sessionstore.open_store(url, token_counter=None) as store:
+    result = store.append(session_id, [MessageAppended(role="user", content="from another process")], "any")
+print(result.positions[-1])
+"""
+
+
+class Subscriber:
+    """A subscriber on a thread of its own; ``received`` fills as events arrive."""
+
+    def __init__(self, store: SessionStore, **options: Any) -> None:
+        self.store = store
+        self.stop = threading.Event()
+        self.received: list[Any] = []
+        self.arrived = threading.Condition()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, kwargs=options, daemon=True)
+        self.thread.start()
+
+    def _run(self, **options: Any) -> None:
+        try:
+            for recorded in self.store.subscribe(0, stop=self.stop, poll_interval=POLL_NEVER, **options):
+                with self.arrived:
+                    self.received.append(recorded)
+                    self.arrived.notify_all()
+        except BaseException as e:  # surfaced by wait_for
+            self.error = e
+            with self.arrived:
+                self.arrived.notify_all()
+
+    def wait_for(self, count: int) -> list[Any]:
+        """Block until ``count`` events arrived (the test's timeout bounds it)."""
+        with self.arrived:
+            self.arrived.wait_for(lambda: len(self.received) >= count or self.error is not None)
+        assert self.error is None, self.error
+        return self.received[:count]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        assert not self.thread.is_alive()
+
+
+@pytest.mark.timeout(30)
+def test_a_subscriber_wakes_when_another_process_commits(pg_backend: Any) -> None:
+    """The writer is another process with its own connections; the subscriber polls once a minute."""
+    writer = pg_backend.open(token_counter=None)
+    reader = pg_backend.open(migrate=False, token_counter=None)
+    sid = writer.create_session(events=[MessageAppended(role="user", content="history")]).id
+    subscriber = Subscriber(reader)
+    try:
+        (history,) = subscriber.wait_for(1)  # caught up: now it waits on its LISTEN connection
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITER, pg_backend.url, sid],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+
+        _, live = subscriber.wait_for(2)
+    finally:
+        subscriber.close()
+        writer.close()
+        reader.close()
+
+    assert history.session_id == live.session_id == sid
+    assert live.position == int(done.stdout)
+    assert live.event.content == "from another process"  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(30)
+def test_every_kind_of_write_wakes_subscribers(pg_backend: Any) -> None:
+    """append, create_session with events and write_sessions all announce what they wrote."""
+    store = pg_backend.open(token_counter=None)
+    subscriber = Subscriber(pg_backend.open(migrate=False, token_counter=None))
+    try:
+        store.create_session("a", events=[MessageAppended(role="user", content="1")])
+        assert [r.session_id for r in subscriber.wait_for(1)] == ["a"]
+        store.append("a", [MessageAppended(role="user", content="2")], expected_seq=1)
+        assert len(subscriber.wait_for(2)) == 2
+        store.write_sessions([SessionWrite("b", [MessageAppended(role="user", content="3")], create=True)])
+        assert [r.session_id for r in subscriber.wait_for(3)] == ["a", "a", "b"]
+    finally:
+        subscriber.close()
+        subscriber.store.close()
+        store.close()
+
+
+def _listen(url: str, store: SessionStore) -> psycopg.Connection[Any]:
+    """A plain psycopg connection LISTENing on the store's channel."""
+    conninfo = sessionstore.store.resolve_url(url).replace("postgresql+psycopg://", "postgresql://")
+    connection = psycopg.connect(conninfo, autocommit=True)
+    row = connection.execute(f"SELECT {channel_sql(store.tables)}").fetchone()  # type: ignore[attr-defined]
+    assert row is not None
+    connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
+    return connection
+
+
+@pytest.mark.timeout(30)
+def test_the_notification_is_sent_by_the_commit_and_never_by_a_rollback(pg_backend: Any) -> None:
+    """A transaction that inserted events and then failed announces nothing: the first
+    notification heard is the next committed append's, carrying its last position."""
+    store = pg_backend.open(token_counter=None)
+    store.create_session("taken")
+    listener = _listen(pg_backend.url, store)
+    try:
+        with pytest.raises(SessionExistsError):
+            store.write_sessions(
+                [
+                    SessionWrite("fresh", [MessageAppended(role="user", content="rolled back")], create=True),
+                    SessionWrite("taken", create=True),
+                ]
+            )
+        assert store.read_all(0) == []  # the first write's events were inserted, then rolled back
+        committed = store.append("taken", [MessageAppended(role="user", content="kept")], expected_seq=0)
+
+        (heard,) = listener.notifies(stop_after=1)
+    finally:
+        listener.close()
+        store.close()
+
+    assert heard.payload == str(committed.positions[-1])
+
+
+@pytest.mark.timeout(30)
+def test_stores_under_another_schema_use_another_channel(pg_backend: Any) -> None:
+    """The channel follows the store's schema: a neighbour's appends do not wake this store."""
+    schema = f"n_{uuid.uuid4().hex[:10]}"
+    store = pg_backend.open(token_counter=None)
+    neighbour_url = pg_backend.url.replace("search_path%3D", f"search_path%3D{schema}%2C", 1)
+    try:
+        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        with sessionstore.open_store(neighbour_url, migrate=True, token_counter=None) as neighbour:
+            ours = _listen(pg_backend.url, store)
+            theirs = _listen(neighbour_url, neighbour)
+            assert ours.execute("SELECT current_schema()").fetchone() != theirs.execute(
+                "SELECT current_schema()"
+            ).fetchone()
+            neighbour.create_session("n", events=[MessageAppended(role="user", content="theirs")])
+            store.create_session("o", events=[MessageAppended(role="user", content="ours")])
+            (heard,) = ours.notifies(stop_after=1)
+            (heard_there,) = theirs.notifies(stop_after=1)
+            ours.close()
+            theirs.close()
+    finally:
+        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        store.close()
+
+    assert heard.channel != heard_there.channel
+    assert heard.payload == str(store_position(pg_backend, "o"))
+
+
+def store_position(backend: Any, session_id: str) -> int:
+    with backend.open(migrate=False, token_counter=None) as store:
+        return int(store.read(session_id)[-1].position)
+
+
+@pytest.mark.timeout(30)
+def test_a_lost_listen_connection_falls_back_to_polling_and_listens_again(pg_backend: Any) -> None:
+    """Its LISTEN connection killed, the subscriber polls (here every 50 ms) and reconnects."""
+    application = f"listen-{uuid.uuid4().hex[:10]}"
+    url = f"{pg_backend.url}&application_name={application}"
+    writer = pg_backend.open(token_counter=None)
+    reader = sessionstore.open_store(url, token_counter=None)
+    stop = threading.Event()
+    received: list[int] = []
+    arrived = threading.Condition()
+
+    def run() -> None:
+        for recorded in reader.subscribe(0, stop=stop, poll_interval=0.05):
+            with arrived:
+                received.append(recorded.position)
+                arrived.notify_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        writer.create_session("s", events=[MessageAppended(role="user", content="1")])
+        with arrived:
+            arrived.wait_for(lambda: len(received) == 1)
+        with writer.engine.begin() as conn:  # type: ignore[attr-defined]
+            # Only the connection this test's reader opened to LISTEN (its application name).
+            killed = conn.exec_driver_sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                f"WHERE application_name = '{application}' AND query LIKE 'LISTEN%%'"
+            ).scalar_one()
+        writer.append("s", [MessageAppended(role="user", content="2")], expected_seq=1)
+        with arrived:
+            arrived.wait_for(lambda: len(received) == 2)
+        writer.append("s", [MessageAppended(role="user", content="3")], expected_seq=2)
+        with arrived:
+            arrived.wait_for(lambda: len(received) == 3)
+        # It listens again (the test's timeout bounds the wait for the new connection).
+        listening = 0
+        while listening != 1:
+            with writer.engine.begin() as conn:  # type: ignore[attr-defined]
+                listening = conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    f"WHERE application_name = '{application}' AND query LIKE 'LISTEN%%'"
+                ).scalar_one()
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        writer.close()
+        reader.close()
+
+    assert killed == 1
+    assert received == sorted(received)
+    assert len(set(received)) == 3
