@@ -303,3 +303,39 @@ def test_without_the_otel_extra_everything_works_and_nothing_is_imported() -> No
     done = subprocess.run([sys.executable, "-c", _WITHOUT_OTEL], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "64 None"
+
+
+def test_the_async_store_reports_as_the_sync_store_does(
+    shared_backend: Any, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One implementation serves both stores: the async store's appends and reads have the same
+    spans and log records (its calls run in greenlets on the loop, in the caller's context)."""
+    import logging
+
+    from sessionstore.store import open_async_store
+
+    caplog.set_level(logging.DEBUG, logger="sessionstore")
+
+    async def main() -> str:
+        store = await open_async_store(shared_backend.url, migrate=True, token_counter=None)
+        try:
+            with _spans.span("request"):
+                sid = (await store.create_session()).id
+                await store.append(sid, [MessageAppended(role="user", content="hi")], expected_seq=0)
+                await store.read(sid)
+        finally:
+            await store.close()
+        return sid
+
+    sid = asyncio.run(main())
+
+    (request,) = _named(spans, "request")
+    (append,) = _named(spans, "sessionstore.append")
+    (read,) = _named(spans, "sessionstore.read")
+    assert request.context is not None
+    assert append.parent is not None and append.parent.span_id == request.context.span_id
+    assert read.parent is not None and read.parent.span_id == request.context.span_id
+    assert _attributes(append)["sessionstore.session_id"] == sid
+    assert _attributes(append)["sessionstore.last_seq"] == 1
+    (record,) = [r for r in caplog.records if getattr(r, "sessionstore_event", None) == "append"]
+    assert (record.session_id, record.event_count, record.last_seq) == (sid, 1, 1)  # type: ignore[attr-defined]
