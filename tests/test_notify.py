@@ -245,3 +245,31 @@ def test_a_lost_listen_connection_falls_back_to_polling_and_listens_again(pg_bac
     assert killed == 1
     assert received == sorted(received)
     assert len(set(received)) == 3
+
+
+@pytest.mark.timeout(30)
+def test_the_async_store_s_appends_wake_subscribers_too(pg_backend: Any) -> None:
+    """The async store runs the same write path: its commits notify as well."""
+    import asyncio
+
+    from sessionstore.store import open_async_store
+
+    reader = pg_backend.open(token_counter=None)
+    subscriber = Subscriber(reader)
+
+    async def write() -> int:
+        store = await open_async_store(pg_backend.url, token_counter=None)
+        try:
+            info = await store.create_session(events=[MessageAppended(role="user", content="async")])
+            return int((await store.read(info.id))[-1].position)
+        finally:
+            await store.close()
+
+    try:
+        position = asyncio.run(write())
+        (live,) = subscriber.wait_for(1)
+    finally:
+        subscriber.close()
+        reader.close()
+
+    assert live.position == position

@@ -178,7 +178,7 @@ def test_runtime_dependencies_leave_drivers_and_telemetry_to_extras() -> None:
     assert "psycopg" in _names(extras["postgres"])
     assert set(_names(extras["otel"])) == {"opentelemetry-api"}
     # The tests need every extra: the test extra pulls them in.
-    assert "sessionstore[postgres,otel]" in extras["test"]
+    assert "sessionstore[postgres,otel,async]" in extras["test"]
 
 
 def test_the_licence_file_matches_the_declared_licence() -> None:

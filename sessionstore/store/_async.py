@@ -209,11 +209,14 @@ class AsyncSessionStore:
         stop: asyncio.Event | threading.Event | None = None,
         poll_interval: float = 0.2,
         batch_size: int = 500,
+        listen: bool = True,
     ) -> AsyncGenerator[RecordedEvent, None]:
         """See ``SessionStore.subscribe``: history, then live events, exactly once each.
 
         Ends when ``stop`` is set: an ``asyncio.Event`` wakes a waiting subscriber at once, a
-        ``threading.Event`` is checked every ``poll_interval``.
+        ``threading.Event`` is checked every ``poll_interval``. The async subscriber polls on
+        every backend: ``listen`` is accepted for the contract's signature, and PostgreSQL's
+        LISTEN/NOTIFY wake-up is the sync store's only (the async store's appends do notify).
         """
         position = after_position
         while stop is None or not stop.is_set():
