@@ -110,8 +110,13 @@ def test_write_sessions_creates_and_appends_in_one_transaction(tmp_path: Path) -
     async def scenario() -> None:
         async with await open_async_store(tmp_path / "w.db", migrate=True, token_counter=None) as store:
             parent = SessionWrite("p", [MessageAppended(role="user", content="p")], create=True)
-            child = SessionWrite("c", [MessageAppended(role="user", content="c")], create=True,
-                                 parent_session_id="p", fork_seq=1)
+            child = SessionWrite(
+                "c",
+                [MessageAppended(role="user", content="c")],
+                create=True,
+                parent_session_id="p",
+                fork_seq=1,
+            )
             results = await store.write_sessions([parent, child])
             assert [r.seqs for r in results] == [(1,), (1,)]
             clash = SessionWrite("p", [MessageAppended(role="user", content="again")], create=True)

@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 import sessionstore
-from sessionstore import SessionStore
+from sessionstore import Session, SessionStore
 from sessionstore.audit import verify_session
 from sessionstore.claude_code import (
     ClaudeCodeFollower,
     export_claude_code,
     follow_claude_code,
     import_claude_code,
+    sent_requests,
 )
 from sessionstore.cli import main
 from sessionstore.errors import SessionNotFoundError, ValidationError
@@ -330,6 +331,14 @@ def _scripted(work: Path) -> Any:
     return reply
 
 
+def _without_wire_only(body: dict[str, Any]) -> dict[str, Any]:
+    """A request body without what Claude Code does not record: streaming, request metadata and
+    the billing header it puts first in the system prompt."""
+    kept = {k: v for k, v in body.items() if k not in ("stream", "metadata")}
+    kept["system"] = [b for b in kept["system"] if not b["text"].startswith("x-anthropic-billing-header:")]
+    return kept
+
+
 @pytest.mark.claude_cli
 def test_the_real_cli_followed_live_ends_as_one_whole_import(tmp_path: Path) -> None:
     claude = claude_binary()
@@ -371,6 +380,12 @@ def test_the_real_cli_followed_live_ends_as_one_whole_import(tmp_path: Path) -> 
     _assert_exported_byte_for_byte(store, ids[0], main_file)
     _assert_exported_byte_for_byte(store, ids[1], agent_file)
     assert all(verify_session(store, session_id).ok for session_id in ids)
+    # What Claude Code recorded sending is what the server received, body for body.
+    recorded = [r.request for session_id in ids for r in sent_requests(Session(store, session_id))]
+    received = [r["body"] for r in server.requests if r["path"] == "/v1/messages"]
+    assert len(recorded) == len(received)
+    for body in received:
+        assert _without_wire_only(body) in [_without_wire_only(r) for r in recorded]
     texts = json.dumps([e.payload_dict() for e in store.read(ids[0]) if e.type == "message_appended"])
     assert all(tool in texts for tool in ('"Read"', '"Write"', '"Bash"', '"Agent"', "1\\talpha"))
     store.close()

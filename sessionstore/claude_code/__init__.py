@@ -14,6 +14,7 @@ from ._import import (
     SkippedLine,
     import_claude_code,
 )
+from ._sent import SentComparison, SentRequest, compare_sent, sent_requests
 
 __all__ = [
     "ClaudeCodeFollower",
@@ -21,9 +22,13 @@ __all__ = [
     "FollowReport",
     "ImportReport",
     "ImportedSession",
+    "SentComparison",
+    "SentRequest",
     "SkippedLine",
+    "compare_sent",
     "export_claude_code",
     "follow_claude_code",
     "import_claude_code",
+    "sent_requests",
     "write_claude_code",
 ]

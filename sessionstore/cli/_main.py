@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from ..audit import audit, served_request, view_diff
 from ..checkpoints import FileHistory, RewindResult
+from ..claude_code import compare_sent
 from ..errors import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -207,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(served_cmd)
     served_cmd.add_argument("session_id")
     served_cmd.add_argument("--turn", type=int, required=True, help="1 = the first request served")
+    served_cmd.add_argument(
+        "--as-sent",
+        action="store_true",
+        help="an imported Claude Code session: the request Claude Code recorded sending at turn N, "
+        "and how the log's rebuild differs",
+    )
     served_cmd.add_argument("--json", action="store_true")
 
     diff_cmd = commands.add_parser("diff", help="how the request changed between two seqs")
@@ -655,6 +662,21 @@ def _print_rewind(result: RewindResult, out: TextIO, *, as_json: bool) -> None:
 
 
 def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
+    if args.command == "served" and args.as_sent:
+        comparison = compare_sent(session, args.turn)
+        if args.json:
+            _print_json(out, comparison.to_dict())
+            return 0
+        print(json.dumps(comparison.sent.request, ensure_ascii=False, indent=2), file=out)
+        sent = comparison.sent
+        print(f"\nturn {sent.turn}: request {sent.request_id} (line {sent.line}, seq {sent.seq})", file=out)
+        if comparison.same_messages:
+            print("the log rebuilds the same messages", file=out)
+        else:
+            print("the log's rebuild differs (what the transcript alone does not carry):", file=out)
+            for difference in comparison.differences:
+                print(f"  {difference}", file=out)
+        return 0
     if args.command == "served":
         replay = served_request(session, args.turn)
         if args.json:

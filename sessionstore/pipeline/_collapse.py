@@ -239,7 +239,7 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
             system=state.system,
             tools=state.tools,
             model=state.model,
-        )
+        ),
     )
     first_seq = state.message_first_seq[start]
     end_seq = state.message_first_seq[end]

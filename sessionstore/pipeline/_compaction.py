@@ -326,7 +326,7 @@ def maybe_extract_memory(session: Session, summarizer: Summarizer, config: Compa
                 system=state.system,
                 tools=state.tools,
                 model=state.model,
-            )
+            ),
         )
     except SummaryFailedError:
         return False  # background work: the next turn tries again

@@ -1,0 +1,305 @@
+"""The requests Claude Code sent, rebuilt from its ``api-request*`` lines, and how the log's differ.
+
+Claude Code 2.1.3xx records every request it sends in the transcript, content-addressed:
+
+* ``api-request-shape``: ``{shapeHash, shape: {system, tools, ...}}``, the parts that rarely change;
+* ``api-request-blob``: ``{hash, message: {role, content}}``, one message of some request that
+  the transcript does not hold (system reminders, attachments as rendered, the environment);
+  a message the transcript holds is named by the same hash (SHA-256 of ``{role, content}`` as
+  JSON with sorted keys; an assistant message is all the lines of its API response);
+* ``api-request``: ``{id, base, keep, tail, params, shapeHash, cacheControl, ...}``: the messages
+  are the first ``keep`` messages of request ``base`` followed by the blobs named in ``tail``;
+  ``params`` holds the model and the other body fields, ``cacheControl`` where the
+  ``cache_control`` markers go (``{path, value}``).
+
+The importer keeps these lines whole as opaque entries (export gives them back byte for byte);
+this module reads them back from the log, so ``served --as-sent`` can show what Claude Code sent
+at turn N and what the log alone rebuilds for the same point. Everything read is checked: a
+missing blob, base or shape, or a malformed field, is a ``ValidationError`` naming the line.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ValidationError
+from ..projections import ApiContextProjection, Session, fold, materialize
+
+__all__ = ["SentComparison", "SentRequest", "compare_sent", "sent_requests"]
+
+_KINDS = frozenset({"api-request", "api-request-blob", "api-request-shape"})
+#: Body fields of ``params`` that are HTTP headers, not part of the JSON body.
+_HEADER_PARAMS = frozenset({"betas"})
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """One request as Claude Code recorded sending it.
+
+    Attributes:
+        turn: 1 for the first request of the session, in log order.
+        request_id: Claude Code's id of the request (``api-request.id``).
+        line: the transcript line of its ``api-request`` entry.
+        seq: the seq of that entry's event: the log up to ``seq - 1`` is what preceded it.
+        request: the body: ``params`` (without header-only fields such as ``betas``), the
+            shape's ``system`` and ``tools``, and the ``messages``, with ``cache_control`` set,
+            as on the wire (a user or system message of one plain text block is a string).
+            Not recorded, so not here: ``stream``, ``metadata`` and the billing-header text
+            block Claude Code puts first in ``system``.
+        query_source: Claude Code's ``querySource`` (``sdk``, ``repl_main_thread``, ...).
+    """
+
+    turn: int
+    request_id: str
+    line: int
+    seq: int
+    request: dict[str, Any]
+    query_source: str | None
+
+
+@dataclass(frozen=True)
+class SentComparison:
+    """What Claude Code sent at a turn next to what the log rebuilds for the same point.
+
+    ``differences`` lists, in order, each message of one side that the other side lacks,
+    described as ``"sent only: user message 1: <system-reminder> ..."``; system reminders
+    and rendered attachments are what Claude Code adds that the transcript does not carry.
+    """
+
+    sent: SentRequest
+    rebuilt: dict[str, Any]
+    differences: tuple[str, ...]
+
+    @property
+    def same_messages(self) -> bool:
+        """True when both sides hold the same messages (text, tool calls and results)."""
+        return not self.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as a JSON-ready dict."""
+        return {
+            "turn": self.sent.turn,
+            "request_id": self.sent.request_id,
+            "line": self.sent.line,
+            "seq": self.sent.seq,
+            "sent": self.sent.request,
+            "rebuilt": self.rebuilt,
+            "differences": list(self.differences),
+        }
+
+
+def _bad(line: int, what: str) -> ValidationError:
+    return ValidationError(f"api-request entry on line {line}: {what}", field="entry", index=line)
+
+
+def _str_list(value: object) -> list[str] | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _message_hash(message: dict[str, Any]) -> str:
+    """Claude Code's blob hash: SHA-256 of the message as JSON with sorted keys, no spaces."""
+    text = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def sent_requests(session: Session) -> list[SentRequest]:
+    """Every request the session's ``api-request`` lines record, in log order (none before 2.1.3xx)."""
+    shapes: dict[str, dict[str, Any]] = {}
+    blobs: dict[str, dict[str, Any]] = {}
+    messages_of: dict[str, list[dict[str, Any]]] = {}
+    sent: list[SentRequest] = []
+    responses: dict[str, list[Any]] = {}  # an API response's blocks so far (one line per block)
+    for event in session.transcript:
+        payload = event.payload
+        if event.type == "message_appended":
+            # A message the transcript holds is not written again as a blob: the request
+            # names it by the same hash.
+            content, role = payload.get("content"), payload.get("role")
+            api_id = payload.get("api_message_id")
+            if role == "assistant" and isinstance(api_id, str) and isinstance(content, list):
+                content = responses.setdefault(api_id, [])
+                content.extend(payload["content"])
+            blobs[_message_hash({"role": role, "content": content})] = {"role": role, "content": content}
+            continue
+        if event.type not in ("opaque_entry", "imported_entry"):
+            continue
+        entry = payload.get("entry")
+        if payload.get("entry_type") not in _KINDS or not isinstance(entry, dict):
+            continue
+        line = payload["line"] if isinstance(payload.get("line"), int) else 0
+        kind = payload["entry_type"]
+        if kind == "api-request-shape":
+            if isinstance(entry.get("shapeHash"), str) and isinstance(entry.get("shape"), dict):
+                shapes[entry["shapeHash"]] = entry["shape"]
+        elif kind == "api-request-blob":
+            message = entry.get("message")
+            if not isinstance(entry.get("hash"), str) or not isinstance(message, dict):
+                raise _bad(line, "a blob needs a string 'hash' and a 'message' object")
+            blobs[entry["hash"]] = message
+        else:
+            request = _rebuild(entry, line, shapes, blobs, messages_of)
+            query_source = entry.get("querySource")
+            sent.append(
+                SentRequest(
+                    len(sent) + 1,
+                    str(entry["id"]),
+                    line,
+                    event.seq,
+                    request,
+                    query_source if isinstance(query_source, str) else None,
+                )
+            )
+    return sent
+
+
+def _rebuild(
+    entry: dict[str, Any],
+    line: int,
+    shapes: dict[str, dict[str, Any]],
+    blobs: dict[str, dict[str, Any]],
+    messages_of: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
+    request_id, keep, tail = entry.get("id"), entry.get("keep", 0), _str_list(entry.get("tail"))
+    if not isinstance(request_id, str):
+        raise _bad(line, "no string 'id'")
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0 or tail is None:
+        raise _bad(line, "'keep' must be a count and 'tail' a list of blob hashes")
+    base = entry.get("base")
+    earlier: list[dict[str, Any]] = []
+    if base is not None:
+        if not isinstance(base, str) or base not in messages_of:
+            raise _bad(line, f"its base request {base!r} is not recorded before it")
+        earlier = messages_of[base]
+    if keep > len(earlier):
+        raise _bad(line, f"keeps {keep} messages of a request that had {len(earlier)}")
+    missing = [h for h in tail if h not in blobs]
+    if missing:
+        raise _bad(line, f"names blobs not recorded before it: {', '.join(missing)}")
+    messages = earlier[:keep] + [blobs[h] for h in tail]
+    messages_of[request_id] = messages
+    params = entry.get("params")
+    request: dict[str, Any] = {
+        k: v for k, v in (params if isinstance(params, dict) else {}).items() if k not in _HEADER_PARAMS
+    }
+    shape_hash = entry.get("shapeHash")
+    shape = shapes.get(shape_hash) if isinstance(shape_hash, str) else None
+    if shape is None:
+        raise _bad(line, f"its shape {entry.get('shapeHash')!r} is not recorded before it")
+    request.update(shape)
+    request["messages"] = messages
+    request = copy.deepcopy(request)  # the markers below must not reach the shared blobs
+    for marker in entry.get("cacheControl") or []:
+        _set_marker(request, marker, line)
+    for message in request["messages"]:
+        # On the wire a user or system message of one plain text block is that text.
+        content = message.get("content")
+        if (
+            message.get("role") != "assistant"
+            and isinstance(content, list)
+            and len(content) == 1
+            and isinstance(content[0], dict)
+            and content[0].keys() == {"type", "text"}
+            and content[0]["type"] == "text"
+        ):
+            message["content"] = content[0]["text"]
+    return request
+
+
+def _set_marker(request: dict[str, Any], marker: object, line: int) -> None:
+    """Put one ``cache_control`` marker where its ``path`` points (``["messages", 3, "content", 0]``)."""
+    path = marker.get("path") if isinstance(marker, dict) else None
+    if not isinstance(path, list) or not path:
+        raise _bad(line, "a cacheControl marker needs a non-empty 'path'")
+    target: Any = request
+    for step in path:
+        if isinstance(target, dict) and isinstance(step, str) and step in target:
+            target = target[step]
+        elif isinstance(target, list) and isinstance(step, int) and 0 <= step < len(target):
+            if isinstance(target[step], str):  # a string content is one text block on the wire
+                target[step] = {"type": "text", "text": target[step]}
+            target = target[step]
+        else:
+            raise _bad(line, f"cacheControl path {path} does not exist in the request")
+    if not isinstance(target, dict):
+        raise _bad(line, f"cacheControl path {path} does not lead to a block")
+    target["cache_control"] = marker["value"]  # type: ignore[index]
+
+
+def compare_sent(session: Session, turn: int) -> SentComparison:
+    """Claude Code's request at ``turn`` (1 = its first) next to the log's rebuild at that point.
+
+    The rebuild is the API view of every event before the ``api-request`` line, i.e. what
+    ``sessionstore`` itself would send there. Messages are compared by role and content,
+    without ``cache_control`` markers.
+
+    Raises:
+        ValidationError: the session recorded no such turn, or an ``api-request`` line is
+            malformed (naming its line).
+    """
+    sent = sent_requests(session)
+    if not 1 <= turn <= len(sent):
+        msg = (
+            f"session {session.id!r} recorded {len(sent)} requests Claude Code sent; there is no turn {turn}"
+        )
+        raise ValidationError(msg, field="turn")
+    request = sent[turn - 1]
+    state = fold(ApiContextProjection(), session.log.read(1, request.seq - 1))
+    rebuilt = materialize(state)
+    differences = _differences(request.request.get("messages", []), rebuilt.get("messages", []))
+    return SentComparison(request, rebuilt, tuple(differences))
+
+
+def _blocks(message: dict[str, Any]) -> list[str]:
+    """Each content block of ``message`` as canonical JSON, without cache markers."""
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(blocks, list):
+        return []
+    out = []
+    for block in blocks:
+        if isinstance(block, dict):
+            block = {k: v for k, v in block.items() if k != "cache_control"}
+        out.append(json.dumps(block, sort_keys=True, ensure_ascii=False))
+    return out
+
+
+def _describe(side: str, role: str, index: int, block: str) -> str:
+    loaded = json.loads(block)
+    text = loaded.get("text") if isinstance(loaded, dict) else None
+    kind = loaded.get("type") if isinstance(loaded, dict) else "block"
+    if isinstance(text, str):
+        what = "system reminder" if text.lstrip().startswith("<system-reminder>") else "text"
+        preview = " ".join(text.split())[:80]
+        return f"{side} only: {role} message {index}: {what}: {preview}"
+    return f"{side} only: {role} message {index}: {kind} block"
+
+
+def _differences(sent: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> list[str]:
+    """Blocks one side has and the other lacks, message by message (a multiset difference)."""
+
+    def flat(messages: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+        return [
+            (str(m.get("role")), i, block)
+            for i, m in enumerate(messages, start=1)
+            if isinstance(m, dict)
+            for block in _blocks(m)
+        ]
+
+    a, b = flat(sent), flat(rebuilt)
+    matcher = difflib.SequenceMatcher(
+        a=[(r, x) for r, _, x in a], b=[(r, x) for r, _, x in b], autojunk=False
+    )
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        out += [_describe("sent", role, index, block) for role, index, block in a[i1:i2]]
+        out += [_describe("rebuilt", role, index, block) for role, index, block in b[j1:j2]]
+    return out
