@@ -121,11 +121,6 @@ class StoreTables:
         """sessionstore's own Alembic version table (never the host's ``alembic_version``)."""
         return self.own_name("alembic_version")
 
-    @property
-    def is_default(self) -> bool:
-        """True for the unprefixed layout in the connection's default schema."""
-        return not self.prefix and self.schema is None
-
     def constraint_names_by_columns(self) -> dict[str, str]:
         """SQLite's ``table.col, table.col`` wording of a failed constraint -> its name."""
         return _constraint_names_by_columns(self)
