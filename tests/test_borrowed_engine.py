@@ -1,13 +1,16 @@
-"""``open_store(engine=...)``: the store on the host application's own SQLAlchemy engine."""
+"""``open_store(engine=...)`` and ``open_async_store(engine=...)``: the store on the host
+application's own SQLAlchemy engine."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 import sessionstore
 from sessionstore import MessageAppended, SchemaOutOfDateError, SessionStarted, ValidationError
@@ -120,3 +123,56 @@ class TestSQLiteEngine:
             assert [s.id for s in second.list_sessions()] == ["a"]
         with file_engine.begin() as conn:  # one BEGIN per transaction: a second would fail
             conn.execute(text("SELECT 1"))
+
+
+class TestAsyncEngine:
+    """``open_async_store(engine=...)``: the host's ``AsyncEngine`` (aiosqlite, psycopg async)."""
+
+    @pytest.fixture
+    def async_url(self, shared_backend: Backend) -> str:
+        url = resolve_url(shared_backend.url)
+        if url.startswith("sqlite"):
+            return url.replace("sqlite://", "sqlite+aiosqlite://", 1)
+        return url  # postgresql+psycopg: SQLAlchemy picks psycopg's async mode for an AsyncEngine
+
+    def test_the_async_store_works_on_the_host_engine_and_leaves_it_open(self, async_url: str) -> None:
+        async def scenario() -> tuple[int, bool, int]:
+            engine = create_async_engine(async_url)
+            try:
+                async with engine.begin() as conn:
+                    await conn.execute(text("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT)"))
+                pool = engine.sync_engine.pool
+                store = await sessionstore.open_async_store(
+                    engine=engine, table_prefix="agent_", migrate=True
+                )
+                sid = (await store.create_session(events=[SessionStarted()])).id
+                await store.append(sid, [MessageAppended(role="user", content="hi")], expected_seq=1)
+                await store.close()
+                async with engine.begin() as conn:  # the host's own work goes on on the same pool
+                    await conn.execute(text("INSERT INTO orders (id, note) VALUES (1, 'paid')"))
+                    in_prefixed = (await conn.execute(text("SELECT count(*) FROM agent_events"))).scalar_one()
+                again = await sessionstore.open_async_store(engine=engine, table_prefix="agent_")
+                try:
+                    return await again.last_seq(sid), engine.sync_engine.pool is pool, int(in_prefixed)
+                finally:
+                    await again.close()
+            finally:
+                await engine.dispose()
+
+        assert asyncio.run(scenario()) == (2, True, 2)
+
+    def test_an_unmigrated_async_engine_is_not_migrated_implicitly(self, async_url: str) -> None:
+        async def scenario() -> None:
+            engine = create_async_engine(async_url)
+            try:
+                await sessionstore.open_async_store(engine=engine)
+            finally:
+                await engine.dispose()
+
+        with pytest.raises(SchemaOutOfDateError, match="db upgrade"):
+            asyncio.run(scenario())
+
+    def test_a_sync_engine_is_refused(self, host_engine: Engine) -> None:
+        with pytest.raises(ValidationError, match="AsyncEngine") as caught:
+            asyncio.run(sessionstore.open_async_store(engine=host_engine))  # type: ignore[arg-type]
+        assert caught.value.field == "engine"

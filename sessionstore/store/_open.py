@@ -239,7 +239,8 @@ async def open_async_store(
         backend, driver = engine.dialect.name, engine.dialect.driver
         if backend == "sqlite":
             adopt_sqlite_engine(engine.sync_engine, durability=durability)
-        elif backend != "postgresql" or driver != "psycopg_async":
+        # postgresql+psycopg and postgresql+psycopg_async both give psycopg's async dialect here.
+        elif backend != "postgresql" or driver not in ("psycopg", "psycopg_async"):
             msg = f"sessionstore needs an aiosqlite or psycopg (3) async engine, not {backend}+{driver}"
             raise ValidationError(msg, field="engine")
         await greenlet_spawn(
