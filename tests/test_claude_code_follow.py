@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import sessionstore
-from sessionstore import Session, SessionStore
+from sessionstore import Session, SessionStore, audit
 from sessionstore.audit import verify_session
 from sessionstore.claude_code import (
     ClaudeCodeFollower,
@@ -28,12 +28,21 @@ from sessionstore.claude_code import (
     follow_claude_code,
     import_claude_code,
     sent_requests,
+    write_claude_code,
 )
 from sessionstore.cli import main
 from sessionstore.errors import SessionNotFoundError, ValidationError
 
-from ._claude_cli import TOOL_FLAGS, claude_binary, claude_env, project_folder, work_folder
-from .messages_api import MessagesAPIServer, Reply, text_message, tool_use_message
+from ._claude_cli import (
+    TOOL_FLAGS,
+    claude_binary,
+    claude_env,
+    message_texts,
+    project_folder,
+    run_claude,
+    work_folder,
+)
+from .messages_api import MessagesAPIServer, Reply, prompt_too_long, text_message, tool_use_message
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-agent"
 SESSION = "257a4592-7adc-457b-93a7-b8b7d3494930"
@@ -388,4 +397,69 @@ def test_the_real_cli_followed_live_ends_as_one_whole_import(tmp_path: Path) -> 
         assert _without_wire_only(body) in [_without_wire_only(r) for r in recorded]
     texts = json.dumps([e.payload_dict() for e in store.read(ids[0]) if e.type == "message_appended"])
     assert all(tool in texts for tool in ('"Read"', '"Write"', '"Bash"', '"Agent"', "1\\talpha"))
+    store.close()
+
+
+@pytest.mark.claude_cli
+def test_claude_codes_own_compaction_followed_live_is_listed_by_audit(tmp_path: Path) -> None:
+    """The server refuses the resumed prompt as too long: Claude Code compacts, then retries."""
+    home = tmp_path / "home"
+    (home / ".claude" / "projects").mkdir(parents=True)
+    folder = project_folder(home)
+    store = sessionstore.open_store(f"sqlite:///{tmp_path / 'store.db'}", migrate=True)
+    stop = threading.Event()
+    reports: list[Any] = []
+    follower = threading.Thread(
+        target=lambda: reports.append(follow_claude_code(store, [folder], stop=stop, poll_interval=0.02))
+    )
+    follower.start()
+    try:
+        run_claude(home, [text_message("apples are red", "msg_1")], "first question about apples")
+        (transcript,) = folder.glob("*.jsonl")
+        compacted_then_answered = [
+            prompt_too_long(250_000),
+            text_message("<summary>We talked about fruit.</summary>", "msg_2"),
+            text_message("pears are green", "msg_3"),
+        ]
+        run_claude(home, compacted_then_answered, "--resume", transcript.stem, "second question about pears")
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+
+    (report,) = reports
+    assert report.held == 0
+    (session_id,) = _assert_as_imported_whole(store, folder)
+    _assert_exported_byte_for_byte(store, session_id, transcript)
+    assert verify_session(store, session_id).ok
+    (compaction,) = [e.payload_dict() for e in store.read(session_id) if e.type == "compact_boundary"]
+    assert compaction["summarizer"] == "claude-code" and "We talked about fruit." in compaction["summary"]
+    listed = [e for e in audit(Session(store, session_id)).entries if e.kind == "compact_boundary"]
+    assert len(listed) == 1 and "We talked about fruit." in json.dumps(listed[0].details)
+    store.close()
+
+
+@pytest.mark.claude_cli
+def test_a_session_restored_from_the_store_resumes_in_claude_code(tmp_path: Path) -> None:
+    """A tool-using session with a sub-agent, written from the store into a fresh HOME."""
+    store = sessionstore.open_store(":memory:")
+    import_claude_code(store, [FIXTURE])
+    home = tmp_path / "fresh-home"
+    write_claude_code(store, SESSION, project_folder(home))
+
+    (sent,) = run_claude(home, [text_message("continuing", "msg_resumed")], "--resume", SESSION, "continue")
+
+    restored = Session(store, SESSION).request()["messages"]
+    ids = [
+        block.get("id") or block.get("tool_use_id")
+        for message in sent["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") in ("tool_use", "tool_result")
+    ]
+    assert ids == ["toolu_1", "toolu_1", "toolu_2", "toolu_2", "toolu_3", "toolu_3", "toolu_4", "toolu_4"]
+    texts = message_texts(sent["messages"])
+    assert all(
+        text in texts for text in message_texts(restored) if not text.startswith("<task-notification>")
+    )
+    assert texts[-1] == "continue"
     store.close()

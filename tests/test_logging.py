@@ -63,7 +63,10 @@ def _round(session: Session, n: int, size: int = 2_000) -> None:
 
 def _session(store: SessionStore, **started: object) -> Session:
     return Session.create(
-        store, model="claude-sonnet-5-5", config=SessionConfig(snapshot_every=0), **started  # type: ignore[arg-type]
+        store,
+        model="claude-sonnet-5-5",
+        config=SessionConfig(snapshot_every=0),
+        **started,  # type: ignore[arg-type]
     )
 
 

@@ -169,9 +169,10 @@ def test_stores_under_another_schema_use_another_channel(pg_backend: Any) -> Non
         with sessionstore.open_store(neighbour_url, migrate=True, token_counter=None) as neighbour:
             ours = _listen(pg_backend.url, store)
             theirs = _listen(neighbour_url, neighbour)
-            assert ours.execute("SELECT current_schema()").fetchone() != theirs.execute(
-                "SELECT current_schema()"
-            ).fetchone()
+            assert (
+                ours.execute("SELECT current_schema()").fetchone()
+                != theirs.execute("SELECT current_schema()").fetchone()
+            )
             neighbour.create_session("n", events=[MessageAppended(role="user", content="theirs")])
             store.create_session("o", events=[MessageAppended(role="user", content="ours")])
             (heard,) = ours.notifies(stop_after=1)
