@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import StaticPool
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util.concurrency import greenlet_spawn
 
 from sessionstore.events import Event
 from sessionstore.store import (

@@ -177,6 +177,7 @@ def test_runtime_dependencies_leave_drivers_and_telemetry_to_extras() -> None:
     assert runtime["anthropic"] == "anthropic>=0.69"
     assert "psycopg" in _names(extras["postgres"])
     assert set(_names(extras["otel"])) == {"opentelemetry-api"}
+    assert set(_names(extras["async"])) == {"aiosqlite", "greenlet"}
     # The tests need every extra: the test extra pulls them in.
     assert "sessionstore[postgres,otel,async]" in extras["test"]
 

@@ -25,8 +25,7 @@ import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy.util import await_only, greenlet_spawn
-from sqlalchemy.util.concurrency import in_greenlet
+from sqlalchemy.util.concurrency import await_only, greenlet_spawn, in_greenlet
 
 from ..events._base import Event
 from ._contract import (

@@ -214,7 +214,7 @@ async def open_async_store(
         ``async`` extra) for SQLite.
     """
     from sqlalchemy.ext.asyncio import AsyncEngine
-    from sqlalchemy.util import await_only, greenlet_spawn
+    from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
     from ._async import AsyncSessionStore
 

@@ -28,7 +28,7 @@ from uuid import uuid4
 
 from sqlalchemy import Connection, Engine, Select, delete, func, select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.util import await_only
+from sqlalchemy.util.concurrency import await_only
 
 from .._telemetry import Attribute, span
 from ..errors import (
