@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, make_url, text
 
 import sessionstore
 from sessionstore.store import SCHEMA_REVISION, StoreTables, downgrade, store_tables, upgrade
@@ -210,3 +210,28 @@ def test_sessionstore_first_then_the_host(host_and_store: tuple[Host, Engine, St
     assert host.rows() == 2
     assert _store_revision(engine, tables) == "0001"
     assert _store_events(engine, tables) == 1
+
+
+@pytest.mark.postgres
+def test_a_schema_a_dba_created_needs_no_create_privilege_on_the_database(pg_backend: Backend) -> None:
+    """The application role may not create schemas; the DBA made ``agents`` for it beforehand."""
+    suffix = uuid.uuid4().hex[:8]
+    role, schema = f"app_{suffix}", f"agents_{suffix}"
+    admin = create_engine(sessionstore.store.resolve_url(pg_backend.url))
+    with admin.begin() as conn:
+        # A new role has no CREATE on the database (PostgreSQL grants PUBLIC only CONNECT, TEMP).
+        conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
+        conn.execute(text(f"CREATE SCHEMA {schema} AUTHORIZATION {role}"))
+    url = make_url(sessionstore.store.resolve_url(pg_backend.url)).set(username=role, password="pw")
+    app = create_engine(url)
+    try:
+        upgrade(app, tables=store_tables(schema=schema))
+        with sessionstore.open_store(engine=app, schema=schema) as store:
+            store.create_session("s")
+            assert [s.id for s in store.list_sessions()] == ["s"]
+    finally:
+        app.dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+            conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()

@@ -242,8 +242,10 @@ def _migrate(
         if direction == "upgrade" and revision == "head" and at_head:
             return
         if direction == "upgrade":
-            if tables.schema is not None:
-                conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{tables.schema}"'))
+            # Only when missing: PostgreSQL checks the CREATE privilege on the database even for
+            # CREATE SCHEMA IF NOT EXISTS, and a role may be given a schema a DBA made for it.
+            if tables.schema is not None and not inspect(conn).has_schema(tables.schema):
+                conn.execute(text(f'CREATE SCHEMA "{tables.schema}"'))
             _run_alembic(conn, tables, direction, revision)
             return
         before = _stored_counts(conn, tables)
