@@ -49,6 +49,8 @@ SESSION = "257a4592-7adc-457b-93a7-b8b7d3494930"
 AGENT_FILE = Path(SESSION) / "subagents" / "agent-aab1c5ae568a10797.jsonl"
 MANIFEST = AGENT_FILE.with_name("agent-aab1c5ae568a10797.meta.json")
 AGENT_SESSION = f"{SESSION}.agent-aab1c5ae568a10797"
+#: The session of fixtures/claude-code-2.1.332-two-compactions.jsonl (its answers change model).
+OTHER = "a29e363b-5806-4473-a441-4a2199097200"
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -248,6 +250,8 @@ def test_a_malformed_complete_line_fails_the_poll_naming_it(store: SessionStore,
     follower = ClaudeCodeFollower(store, [transcript])
     with pytest.raises(ValidationError, match=rf"{transcript.name}:31: malformed line"):
         follower.poll()
+    with pytest.raises(ValidationError, match=rf"{transcript.name}:31: malformed line"):
+        follower.poll()  # tried again, not taken as seen
     assert not _exists(store, SESSION)
 
     skipping = ClaudeCodeFollower(store, [transcript], skip_bad_lines=True)
@@ -463,3 +467,37 @@ def test_a_session_restored_from_the_store_resumes_in_claude_code(tmp_path: Path
     )
     assert texts[-1] == "continue"
     store.close()
+
+
+def test_two_sessions_of_a_folder_written_in_turn(store: SessionStore, tmp_path: Path) -> None:
+    """Each poll reads only the files that changed; both sessions end as one whole import."""
+    folder = tmp_path / "project"
+    other = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-two-compactions.jsonl"
+    other_lines = other.read_bytes().splitlines(keepends=True)
+    ours = list(_writes(folder))
+    follower = ClaudeCodeFollower(store, [folder])
+    for index in range(max(len(ours), len(other_lines))):
+        if index < len(ours):
+            _append(*ours[index])
+        if index < len(other_lines):
+            _append(folder / other.name, other_lines[index])
+        follower.poll()
+
+    assert follower.held == 0
+    fresh = sessionstore.open_store(":memory:")
+    ids = [item.session_id for item in import_claude_code(fresh, [folder]).sessions]
+    assert len(ids) == 3
+    for session_id in ids:
+        followed, whole = _events(store, session_id), _events(fresh, session_id)
+        if session_id != OTHER:
+            assert followed == whole
+            continue
+        # The one documented difference: this session switched models; followed, it starts with
+        # the model of its first answer, imported whole with that of its last.
+        models = [
+            json.loads(line)["message"]["model"] for line in other_lines if b'"type":"assistant"' in line
+        ]
+        assert (followed[0][2]["model"], whole[0][2]["model"]) == (models[0], models[-1]) != (models[0],) * 2
+        assert followed[1:] == whole[1:]
+        assert {**followed[0][2], "model": None} == {**whole[0][2], "model": None}
+    fresh.close()

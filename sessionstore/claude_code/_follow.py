@@ -141,16 +141,31 @@ class ClaudeCodeFollower:
         self.changed = stamps != self._stamps
         if not self.changed:
             return None  # no file changed since the last poll
-        self._stamps = stamps
-        self._scans = {}
+        # Only files that changed are read again, and only their sessions settled again.
+        scans: dict[Path, _Scan] = {}
+        touched: set[str | None] = set()
         for path, optional in found:
+            manifest = _manifest(path)
+            kept = self._scans.get(path)
+            if (
+                kept is not None
+                and stamps[path] == self._stamps.get(path)
+                and stamps[manifest] == self._stamps.get(manifest)
+            ):
+                scans[path] = kept
+                continue
             scan = self._scan(path, optional)
             if scan is not None:
-                self._scans[path] = scan
-        _settle(list(self._scans.values()))
-        batch = self._batch()
-        if not batch:
-            return None
+                scans[path] = scan
+                touched.add(scan.file.session_id)
+        _settle([scan for scan in scans.values() if scan.file.session_id in touched])
+        batch = self._batch(scans)
+        report = self._import(batch) if batch else None
+        # Only now: a poll that failed is tried again by the next one.
+        self._stamps, self._scans = stamps, scans
+        return report
+
+    def _import(self, batch: list[_Scan]) -> ImportReport:
         skipped: list[SkippedLine] = []
         files = [
             _read_file(
@@ -217,13 +232,13 @@ class ClaudeCodeFollower:
 
         return _Scan(path, optional, data, file, ends)
 
-    def _batch(self) -> list[_Scan]:
+    def _batch(self, scans: dict[Path, _Scan]) -> list[_Scan]:
         """The files whose settled prefix grew, with the main transcript of each sub-agent among them."""
-        grown = [s for s in self._scans.values() if s.ends.get(s.settled, 0) > self._imported.get(s.path, 0)]
+        grown = [s for s in scans.values() if s.ends.get(s.settled, 0) > self._imported.get(s.path, 0)]
         sessions = {s.file.session_id for s in grown if s.file.is_agent}
         mains = [
             s
-            for s in self._scans.values()
+            for s in scans.values()
             if not s.file.is_agent
             and s.file.session_id in sessions
             and s.settled

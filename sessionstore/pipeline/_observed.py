@@ -89,8 +89,7 @@ def log_compaction(
     }
     if ok:
         message = (
-            "compacted session {session_id} ({trigger}, {strategy}): "
-            "{tokens_before} -> {tokens_after} tokens"
+            "compacted session {session_id} ({trigger}, {strategy}): {tokens_before} -> {tokens_after} tokens"
         )
         log_record(PIPELINE_LOG, logging.INFO, "compaction", message, **fields)
     else:
