@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from sessionstore import Session, SessionStore
-from sessionstore.claude_code import compare_sent, export_claude_code, import_claude_code, sent_requests
+from sessionstore import Session, SessionStore, open_store
+from sessionstore.claude_code import (
+    compare_all_sent,
+    compare_sent,
+    export_claude_code,
+    import_claude_code,
+    sent_requests,
+)
 from sessionstore.cli import main
 from sessionstore.errors import ValidationError
 
@@ -111,3 +117,22 @@ def test_the_cli_shows_what_was_sent(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["served", "--db", db, SESSION, "--turn", "2", "--as-sent", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["turn"] == 2 and len(shown["sent"]["messages"]) == 4 and len(shown["differences"]) == 2
+
+
+def test_audit_sums_up_what_was_sent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "store.db")
+    assert main(["db", "upgrade", "--db", db]) == 0
+    assert main(["import", "--db", db, str(FIXTURE)]) == 0
+    capsys.readouterr()
+
+    assert main(["audit", "--db", db, SESSION]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Claude Code recorded 6 requests; at 6 of them the log's rebuild differs (14 blocks" in text
+
+    assert main(["audit", "--db", db, SESSION, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["claude_code_requests"]
+    with open_store(db) as store:
+        expected = [c.differences for c in compare_all_sent(Session(store, SESSION))]
+        assert expected == [compare_sent(Session(store, SESSION), turn).differences for turn in range(1, 7)]
+    assert [tuple(turn["differences"]) for turn in listed] == expected
+    assert [turn["turn"] for turn in listed] == [1, 2, 3, 4, 5, 6]

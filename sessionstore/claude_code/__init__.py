@@ -14,7 +14,7 @@ from ._import import (
     SkippedLine,
     import_claude_code,
 )
-from ._sent import SentComparison, SentRequest, compare_sent, sent_requests
+from ._sent import SentComparison, SentRequest, compare_all_sent, compare_sent, sent_requests
 
 __all__ = [
     "ClaudeCodeFollower",
@@ -25,6 +25,7 @@ __all__ = [
     "SentComparison",
     "SentRequest",
     "SkippedLine",
+    "compare_all_sent",
     "compare_sent",
     "export_claude_code",
     "follow_claude_code",

@@ -24,13 +24,14 @@ import copy
 import difflib
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ValidationError
 from ..projections import ApiContextProjection, Session, fold, materialize
 
-__all__ = ["SentComparison", "SentRequest", "compare_sent", "sent_requests"]
+__all__ = ["SentComparison", "SentRequest", "compare_all_sent", "compare_sent", "sent_requests"]
 
 _KINDS = frozenset({"api-request", "api-request-blob", "api-request-shape"})
 #: Body fields of ``params`` that are HTTP headers, not part of the JSON body.
@@ -127,6 +128,9 @@ def sent_requests(session: Session) -> list[SentRequest]:
                 content = responses.setdefault(api_id, [])
                 content.extend(payload["content"])
             blobs[_message_hash({"role": role, "content": content})] = {"role": role, "content": content}
+            if isinstance(content, str):  # hashed as the one text block it is on the wire, too
+                block = {"role": role, "content": [{"type": "text", "text": content}]}
+                blobs.setdefault(_message_hash(block), block)
             continue
         if event.type not in ("opaque_entry", "imported_entry"):
             continue
@@ -193,43 +197,52 @@ def _rebuild(
     if shape is None:
         raise _bad(line, f"its shape {entry.get('shapeHash')!r} is not recorded before it")
     request.update(shape)
-    request["messages"] = messages
-    request = copy.deepcopy(request)  # the markers below must not reach the shared blobs
+    request["messages"] = list(messages)
+    # Markers are set copy-on-write: the blobs and shapes are shared by every request.
     for marker in entry.get("cacheControl") or []:
         _set_marker(request, marker, line)
-    for message in request["messages"]:
-        # On the wire a user or system message of one plain text block is that text.
-        content = message.get("content")
-        if (
-            message.get("role") != "assistant"
-            and isinstance(content, list)
-            and len(content) == 1
-            and isinstance(content[0], dict)
-            and content[0].keys() == {"type", "text"}
-            and content[0]["type"] == "text"
-        ):
-            message["content"] = content[0]["text"]
+    request["messages"] = [_as_on_the_wire(message) for message in request["messages"]]
     return request
 
 
+def _as_on_the_wire(message: dict[str, Any]) -> dict[str, Any]:
+    """On the wire a user or system message of one plain text block is that text."""
+    content = message.get("content")
+    if (
+        message.get("role") != "assistant"
+        and isinstance(content, list)
+        and len(content) == 1
+        and isinstance(content[0], dict)
+        and content[0].keys() == {"type", "text"}
+        and content[0]["type"] == "text"
+    ):
+        return {**message, "content": content[0]["text"]}
+    return message
+
+
 def _set_marker(request: dict[str, Any], marker: object, line: int) -> None:
-    """Put one ``cache_control`` marker where its ``path`` points (``["messages", 3, "content", 0]``)."""
+    """Put one ``cache_control`` marker where its ``path`` points (``["messages", 3, "content", 0]``),
+    copying each container on the way (the request's own dict is already its own)."""
     path = marker.get("path") if isinstance(marker, dict) else None
-    if not isinstance(path, list) or not path:
-        raise _bad(line, "a cacheControl marker needs a non-empty 'path'")
+    if not isinstance(marker, dict) or not isinstance(path, list) or not path or "value" not in marker:
+        raise _bad(line, "a cacheControl marker needs a non-empty 'path' and a 'value'")
     target: Any = request
     for step in path:
-        if isinstance(target, dict) and isinstance(step, str) and step in target:
-            target = target[step]
-        elif isinstance(target, list) and isinstance(step, int) and 0 <= step < len(target):
-            if isinstance(target[step], str):  # a string content is one text block on the wire
-                target[step] = {"type": "text", "text": target[step]}
-            target = target[step]
-        else:
+        found = (isinstance(target, dict) and isinstance(step, str) and step in target) or (
+            isinstance(target, list) and isinstance(step, int) and 0 <= step < len(target)
+        )
+        if not found:
             raise _bad(line, f"cacheControl path {path} does not exist in the request")
+        child = target[step]
+        if isinstance(child, str) and isinstance(target, list):
+            child = {"type": "text", "text": child}  # a string content is one text block on the wire
+        elif isinstance(child, dict | list):
+            child = copy.copy(child)
+        target[step] = child
+        target = child
     if not isinstance(target, dict):
         raise _bad(line, f"cacheControl path {path} does not lead to a block")
-    target["cache_control"] = marker["value"]  # type: ignore[index]
+    target["cache_control"] = marker["value"]
 
 
 def compare_sent(session: Session, turn: int) -> SentComparison:
@@ -249,11 +262,25 @@ def compare_sent(session: Session, turn: int) -> SentComparison:
             f"session {session.id!r} recorded {len(sent)} requests Claude Code sent; there is no turn {turn}"
         )
         raise ValidationError(msg, field="turn")
-    request = sent[turn - 1]
-    state = fold(ApiContextProjection(), session.log.read(1, request.seq - 1))
-    rebuilt = materialize(state)
-    differences = _differences(request.request.get("messages", []), rebuilt.get("messages", []))
-    return SentComparison(request, rebuilt, tuple(differences))
+    return next(_comparisons(session, sent[turn - 1 : turn]))
+
+
+def compare_all_sent(session: Session) -> Iterator[SentComparison]:
+    """``compare_sent`` for every recorded turn, in order, folding the log once."""
+    return _comparisons(session, sent_requests(session))
+
+
+def _comparisons(session: Session, sent: list[SentRequest]) -> Iterator[SentComparison]:
+    projection = ApiContextProjection()
+    state = projection.initial()
+    folded = 0
+    for request in sent:
+        if request.seq - 1 > folded:
+            state = fold(projection, session.log.read(folded + 1, request.seq - 1), state)
+            folded = request.seq - 1
+        rebuilt = materialize(state)
+        differences = _differences(request.request.get("messages", []), rebuilt.get("messages", []))
+        yield SentComparison(request, rebuilt, tuple(differences))
 
 
 def _blocks(message: dict[str, Any]) -> list[str]:

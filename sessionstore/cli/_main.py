@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from ..audit import audit, served_request, view_diff
 from ..checkpoints import FileHistory, RewindResult
-from ..claude_code import compare_sent
+from ..claude_code import compare_all_sent, compare_sent
 from ..errors import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -697,11 +697,38 @@ def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
             print(diff or "(no change)", file=out)
         return 0
     report = audit(session)
+    try:
+        recorded = _sent_summary(session)
+    except ValidationError as e:  # a malformed api-request line: the audit itself still stands
+        print(f"sessionstore: requests Claude Code recorded cannot be rebuilt: {e}", file=sys.stderr)
+        recorded = []
     if args.json:
-        _print_json(out, report.to_dict())
+        _print_json(out, {**report.to_dict(), **({"claude_code_requests": recorded} if recorded else {})})
         return 0
     render_audit(report, out)
+    if recorded:
+        differing = [turn for turn in recorded if turn["differences"]]
+        blocks = sum(len(turn["differences"]) for turn in recorded)
+        print(
+            f"Claude Code recorded {len(recorded)} requests; at {len(differing)} of them the log's rebuild "
+            f"differs ({blocks} blocks the transcript alone does not carry, or carries otherwise): "
+            "`served --turn N --as-sent` shows one",
+            file=out,
+        )
     return 0
+
+
+def _sent_summary(session: Session) -> list[dict[str, Any]]:
+    """Each request Claude Code recorded sending, with how the log's rebuild differs (none: [])."""
+    return [
+        {
+            "turn": c.sent.turn,
+            "request_id": c.sent.request_id,
+            "seq": c.sent.seq,
+            "differences": list(c.differences),
+        }
+        for c in compare_all_sent(session)
+    ]
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
