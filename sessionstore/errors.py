@@ -16,7 +16,10 @@ The tree::
     │                                        (not the agent loop's PromptTooLongError)
     ├── CompactionDisabledError              the session disables all compaction (_compaction)
     ├── SessionNotFoundError (LookupError)
+    │   └── SessionErasedError               the session was erased: its receipt says when and why
     ├── SessionExistsError
+    ├── ErasureRefusedError                  erasing would strand forks or children: names them
+    ├── EncryptionKeyError                   no key provider, or it cannot unwrap a session's key
     ├── ConcurrencyError                     expected seq != actual seq; nothing written
     ├── DuplicateEventError                  an event_id reused with different content
     ├── AppendOnlyViolation                  the database refused an UPDATE / DELETE / TRUNCATE
@@ -62,6 +65,8 @@ __all__ = [
     "DatabaseFileGoneError",
     "DatabaseNotFoundError",
     "DuplicateEventError",
+    "EncryptionKeyError",
+    "ErasureRefusedError",
     "FilesRewindError",
     "IntegrityError",
     "InvalidRequestError",
@@ -71,6 +76,7 @@ __all__ = [
     "ProgrammingError",
     "PromptTooLongError",
     "SchemaOutOfDateError",
+    "SessionErasedError",
     "SessionExistsError",
     "SessionNotFoundError",
     "SessionStoreError",
@@ -272,6 +278,48 @@ class SessionNotFoundError(SessionStoreError, LookupError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} does not exist")
         self.session_id = session_id
+
+
+class SessionErasedError(SessionNotFoundError):
+    """The session was erased (its key destroyed, or its rows purged): nothing of it can be read.
+
+    A ``SessionNotFoundError``, so code that handles a missing session handles an erased one.
+
+    Attributes:
+        method: ``"shredded"`` (encrypted: the key was destroyed) or ``"purged"`` (rows removed).
+        erased_at: when, as an ISO 8601 string.
+    """
+
+    def __init__(self, session_id: str, *, method: str, erased_at: str) -> None:
+        SessionStoreError.__init__(self, f"session {session_id!r} was erased ({method} at {erased_at})")
+        self.session_id = session_id
+        self.method = method
+        self.erased_at = erased_at
+
+
+class ErasureRefusedError(SessionStoreError):
+    """Erasing the session would leave forks or child sessions pointing at a log that is gone.
+
+    Nothing was erased. Erase them together (``with_forks=True``, ``erase --with-forks``).
+
+    Attributes:
+        session_id: the session asked for.
+        descendants: its forks and children (and theirs), not yet erased.
+    """
+
+    def __init__(self, session_id: str, descendants: Sequence[str], *, why: str = "") -> None:
+        listed = ", ".join(descendants)
+        reason = why or "it has forks or child sessions that share its log"
+        super().__init__(
+            f"session {session_id!r} not erased: {reason}: {listed} (erase them too with --with-forks)"
+        )
+        self.session_id = session_id
+        self.descendants = tuple(descendants)
+
+
+class EncryptionKeyError(SessionStoreError):
+    """A session is encrypted but its data key cannot be used: no key provider was configured,
+    or the provider cannot unwrap the key (another master key, a KMS refusing)."""
 
 
 class SessionExistsError(SessionStoreError):

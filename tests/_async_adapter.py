@@ -11,6 +11,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine
@@ -23,8 +24,10 @@ from sessionstore.store import (
     AsyncSessionStore,
     BlobRef,
     ChainHead,
+    ErasureReceipt,
     ExpectedSeq,
     RecordedEvent,
+    RetentionPlan,
     SessionInfo,
     SessionStore,
     SessionWrite,
@@ -155,11 +158,36 @@ class AsyncStoreOnThread(SessionStore):
     def max_position(self) -> int:
         return self._wait(self.inner.max_position())
 
-    def put_blob(self, data: bytes) -> BlobRef:
-        return self._wait(self.inner.put_blob(data))
+    def put_blob(self, data: bytes, *, session_id: str | None = None) -> BlobRef:
+        return self._wait(self.inner.put_blob(data, session_id=session_id))
 
-    def get_blob(self, sha256: str) -> bytes:
-        return self._wait(self.inner.get_blob(sha256))
+    def get_blob(self, sha256: str, *, session_id: str | None = None) -> bytes:
+        return self._wait(self.inner.get_blob(sha256, session_id=session_id))
+
+    def read_stored(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> list[RecordedEvent]:
+        return self._wait(self.inner.read_stored(session_id, from_seq, to_seq))
+
+    def erase(self, session_id: str, *, reason: str, with_forks: bool = False) -> list[ErasureReceipt]:
+        return self._wait(self.inner.erase(session_id, reason=reason, with_forks=with_forks))
+
+    def erasure(self, session_id: str) -> ErasureReceipt | None:
+        return self._wait(self.inner.erasure(session_id))
+
+    def erasures(self, *, limit: int = 1000, after: str | None = None) -> list[ErasureReceipt]:
+        return self._wait(self.inner.erasures(limit=limit, after=after))
+
+    def descendants(self, session_id: str) -> list[str]:
+        return self._wait(self.inner.descendants(session_id))
+
+    def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+        return self._wait(self.inner.retention_plan(older_than, now=now))
+
+    def purge_expired(
+        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+    ) -> RetentionPlan:
+        return self._wait(self.inner.purge_expired(older_than, reason=reason, dry_run=dry_run, now=now))
 
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         self._wait(self.inner.put_snapshot(snapshot))

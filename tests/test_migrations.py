@@ -21,7 +21,7 @@ from sessionstore.store._migrate import alembic_config, current_revision, downgr
 from sessionstore.store._schema import DEFAULT_TABLES
 from sessionstore.store._sql import translate_errors
 
-TABLES = {"sessions", "events", "blobs", "snapshots"}
+TABLES = {"sessions", "events", "blobs", "snapshots", "session_keys", "erasures", "erasure_guard"}
 VERSION_TABLE = "sessionstore_alembic_version"
 
 

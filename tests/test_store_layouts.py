@@ -99,7 +99,8 @@ def _objects(store: SessionStore) -> dict[str | None, set[str]]:
 
 def test_the_tables_are_where_the_layout_says_and_nowhere_else(store: SessionStore) -> None:
     layout = _layout(store)
-    expected = {layout.name(t) for t in ("sessions", "events", "blobs", "snapshots")} | {layout.version_table}
+    bases = ("sessions", "events", "blobs", "snapshots", "session_keys", "erasures", "erasure_guard")
+    expected = {layout.name(t) for t in bases} | {layout.version_table}
 
     found = _objects(store)
 

@@ -204,7 +204,7 @@ class FileHistory:
             read is not None and read.blob_sha256 == digest
         ):
             return digest
-        return self.store.put_blob(data).sha256
+        return self.store.put_blob(data, session_id=self.session.id).sha256
 
     def _relative(self, path: str | os.PathLike[str]) -> str:
         return to_relative(self.root, path)
@@ -322,7 +322,7 @@ class FileHistory:
 
     def _blob(self, sha256: str, path: str) -> bytes:
         try:
-            return self.store.get_blob(sha256)
+            return self.store.get_blob(sha256, session_id=self.session.id)
         except KeyError:
             msg = f"blob {sha256} of {path!r} is missing from the store"
             raise DataCorruptionError(msg) from None

@@ -353,7 +353,7 @@ def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
                     # The recorded location is a path on the machine that wrote it: keep its name only.
                     name = PurePosixPath(str(persisted.get("location") or "").replace("\\", "/")).name
                     name = name or f"{persisted['tool_use_id']}.txt"
-                    blob = store.get_blob(str(persisted["blob_sha256"]))
+                    blob = store.get_blob(str(persisted["blob_sha256"]), session_id=current)
                     files.append(((cc_session, "tool-results", name), None, blob))
         for child in _children(store, current):
             child_metadata = _started(store.read(child, 1, 1)).get("metadata") or {}

@@ -1150,14 +1150,21 @@ def _check_imported(store: SessionStore, plan: _Plan, first: Event | None) -> No
 _WRITE_ROUNDS = 5
 
 
-def _put_blobs(store: SessionStore, plan: _Plan) -> None:
+def _put_blobs(store: SessionStore, plan: _Plan) -> bool:
+    """Store the plan's blobs; False when its session must exist first (an encrypted store)."""
     # Content-addressed and written before the sessions: an import that fails later leaves at
     # most unreferenced blobs, never an event pointing at a missing one.
     for sha256, data in plan.blobs.items():
-        ref = store.put_blob(data)
+        try:
+            ref = store.put_blob(data, session_id=plan.session_id)
+        except SessionNotFoundError:
+            if store.encryption is None:
+                raise
+            return False
         if ref.sha256 != sha256:  # pragma: no cover - both are SHA-256 of the same bytes
             msg = f"blob hash mismatch for {plan.file.path}: {ref.sha256} != {sha256}"
             raise ValidationError(msg, field="blob_sha256")
+    return True
 
 
 def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[SessionWrite | None, int, bool]:
@@ -1208,8 +1215,9 @@ def _write(store: SessionStore, plans: list[_Plan], owner: _Owner) -> list[tuple
     that cannot be stored) leaves no main session behind linking to it. Another import of the
     same files that commits first is no error: the next round finds its sessions stored.
     """
-    for plan in plans:
-        _put_blobs(store, plan)
+    # An encrypted store seals a blob with its session's key: a new session's blobs go in right
+    # after it is created (a failure between leaves its events naming a blob a re-import adds).
+    deferred = [plan for plan in plans if not _put_blobs(store, plan)]
     for round_ in range(1, _WRITE_ROUNDS + 1):
         planned = [_session_write(store, plan, owner) for plan in plans]
         writes = [write for write, _, _ in planned if write is not None]
@@ -1220,6 +1228,8 @@ def _write(store: SessionStore, plans: list[_Plan], owner: _Owner) -> list[tuple
             if round_ == _WRITE_ROUNDS:
                 raise
             continue
+        for plan in deferred:
+            _put_blobs(store, plan)
         return [(written, created) for _, written, created in planned]
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 

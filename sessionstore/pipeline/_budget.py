@@ -94,7 +94,7 @@ def _persist(
     session: Session, config: BudgetConfig, tool_use_id: str, text: str, reason: str
 ) -> ToolResultPersisted:
     data = text.encode()
-    blob = session.store.put_blob(data)
+    blob = session.store.put_blob(data, session_id=session.id)
     location = f"sessionstore blob {blob.sha256}"
     # The id is whatever the log holds: only a plain file name may become a path under the root.
     if config.materialize_root is not None and name_problem(f"{tool_use_id}.txt") is None:

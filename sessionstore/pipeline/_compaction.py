@@ -699,7 +699,8 @@ def _restored(session: Session, kept: Sequence[Message]) -> list[dict[str, Any]]
         if read.blob_sha256 is None:
             continue
         try:
-            text = session.store.get_blob(read.blob_sha256).decode("utf-8", errors="replace")
+            data = session.store.get_blob(read.blob_sha256, session_id=session.id)
+            text = data.decode("utf-8", errors="replace")
         except KeyError:
             continue
         candidates.append(Candidate("file", read.path, text))

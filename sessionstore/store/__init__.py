@@ -27,6 +27,12 @@ from ._contract import (
     SnapshotRecord,
     VerifyReport,
 )
+from ._crypto import (
+    EnvKeyProvider,
+    FileKeyProvider,
+    KeyProvider,
+    LocalKeyProvider,
+)
 from ._lineage import (
     SessionLog,
 )
@@ -42,6 +48,10 @@ from ._open import (
 )
 from ._postgres import (
     PostgresSessionStore,
+)
+from ._receipts import (
+    ErasureReceipt,
+    RetentionPlan,
 )
 from ._retry import (
     RetryPolicy,
@@ -71,9 +81,15 @@ __all__ = [
     "AsyncSessionStore",
     "BlobRef",
     "ChainHead",
+    "EnvKeyProvider",
+    "ErasureReceipt",
     "ExpectedSeq",
+    "FileKeyProvider",
+    "KeyProvider",
+    "LocalKeyProvider",
     "PostgresSessionStore",
     "RecordedEvent",
+    "RetentionPlan",
     "RetryPolicy",
     "SCHEMA_REVISION",
     "SQLiteSessionStore",

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn, in_greenlet
@@ -39,6 +40,7 @@ from ._contract import (
     SnapshotRecord,
     VerifyReport,
 )
+from ._receipts import ErasureReceipt, RetentionPlan
 from ._retry import RetryPolicy
 from ._sql import SqlSessionStore
 from ._tokens import TokenCounter
@@ -250,13 +252,13 @@ class AsyncSessionStore:
 
     # -- blobs and snapshots --
 
-    async def put_blob(self, data: bytes) -> BlobRef:
+    async def put_blob(self, data: bytes, *, session_id: str | None = None) -> BlobRef:
         """See ``SessionStore.put_blob``."""
-        return await self.run_sync(SqlSessionStore.put_blob, data)
+        return await self.run_sync(SqlSessionStore.put_blob, data, session_id=session_id)
 
-    async def get_blob(self, sha256: str) -> bytes:
+    async def get_blob(self, sha256: str, *, session_id: str | None = None) -> bytes:
         """See ``SessionStore.get_blob``."""
-        return await self.run_sync(SqlSessionStore.get_blob, sha256)
+        return await self.run_sync(SqlSessionStore.get_blob, sha256, session_id=session_id)
 
     async def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         """See ``SessionStore.put_snapshot``."""
@@ -292,6 +294,42 @@ class AsyncSessionStore:
     async def verify(self, session_id: str, *, head: str | ChainHead | None = None) -> VerifyReport:
         """See ``SessionStore.verify``."""
         return await self.run_sync(SqlSessionStore.verify, session_id, head=head)
+
+    # -- erasure --
+
+    async def erase(self, session_id: str, *, reason: str, with_forks: bool = False) -> list[ErasureReceipt]:
+        """See ``SessionStore.erase``."""
+        return await self.run_sync(SqlSessionStore.erase, session_id, reason=reason, with_forks=with_forks)
+
+    async def erasure(self, session_id: str) -> ErasureReceipt | None:
+        """See ``SessionStore.erasure``."""
+        return await self.run_sync(SqlSessionStore.erasure, session_id)
+
+    async def erasures(self, *, limit: int = 1000, after: str | None = None) -> list[ErasureReceipt]:
+        """See ``SessionStore.erasures``."""
+        return await self.run_sync(SqlSessionStore.erasures, limit=limit, after=after)
+
+    async def descendants(self, session_id: str) -> list[str]:
+        """See ``SessionStore.descendants``."""
+        return await self.run_sync(SqlSessionStore.descendants, session_id)
+
+    async def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+        """See ``SessionStore.retention_plan``."""
+        return await self.run_sync(SqlSessionStore.retention_plan, older_than, now=now)
+
+    async def read_stored(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> list[RecordedEvent]:
+        """See ``SessionStore.read_stored``."""
+        return await self.run_sync(SqlSessionStore.read_stored, session_id, from_seq, to_seq)
+
+    async def purge_expired(
+        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+    ) -> RetentionPlan:
+        """See ``SessionStore.purge_expired``."""
+        return await self.run_sync(
+            SqlSessionStore.purge_expired, older_than, reason=reason, dry_run=dry_run, now=now
+        )
 
     # -- lifetime --
 

@@ -15,17 +15,19 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import DataCorruptionError, SessionNotFoundError, ValidationError
+from ..errors import DataCorruptionError, SessionErasedError, SessionNotFoundError, ValidationError
 from ..events._base import Event, decode_event
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 
 if TYPE_CHECKING:
+    from ._crypto import KeyProvider
     from ._lineage import SessionLog
     from ._listen import ChangeListener
+    from ._receipts import ErasureReceipt, RetentionPlan
     from ._tokens import TokenCounter
 
 __all__ = [
@@ -144,9 +146,13 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class RecordedEvent:
-    """An event as stored: the envelope plus the payload text exactly as hashed.
+    """An event as stored: the envelope plus its payload.
 
-    ``event`` decodes (and upcasts) the payload on first access.
+    ``event`` decodes (and upcasts) the payload on first access. For an encrypted session,
+    ``payload`` is the decrypted text and ``stored_payload`` the sealed text that was hashed;
+    otherwise ``stored_payload`` is None and ``payload`` is the text exactly as hashed. An event
+    of an erased session (from ``read_all``) has ``erased`` set and its sealed text as
+    ``payload``: decoding it raises ``SessionErasedError``.
     """
 
     session_id: str
@@ -160,14 +166,23 @@ class RecordedEvent:
     prev_hash: str
     hash: str
     created_at: datetime
+    stored_payload: str | None = None
+    erased: bool = False
+
+    def _check_readable(self) -> None:
+        if self.erased:
+            raise SessionErasedError(self.session_id, method="shredded", erased_at="an earlier erasure")
 
     @cached_property
     def event(self) -> Event:
-        """The decoded event model (raises UnknownEventTypeError for unknown types)."""
+        """The decoded event model (raises UnknownEventTypeError for unknown types,
+        SessionErasedError for an erased session's event)."""
+        self._check_readable()
         return decode_event(self.type, self.schema_version, self.payload, self.event_id)
 
     def payload_dict(self) -> dict[str, Any]:
         """The payload as a dict, without decoding into a model."""
+        self._check_readable()
         result: dict[str, Any] = json.loads(self.payload)
         return result
 
@@ -182,7 +197,7 @@ class RecordedEvent:
             self.schema_version,
             self.token_count,
             self.created_at,
-            self.payload,
+            self.payload if self.stored_payload is None else self.stored_payload,
         )
 
 
@@ -276,6 +291,8 @@ class VerifyReport:
         identity_bound: False for a chain written before sessions bound their identity
             (id, parent, fork point, creation, metadata) into it: edits to its sessions row
             cannot be detected.
+        erasure: the session's erasure receipt, when it was erased. A purged session has no
+            events left to check: the receipt explains the gap (its events, head and positions).
     """
 
     session_id: str
@@ -284,6 +301,7 @@ class VerifyReport:
     reason: str | None = None
     head: str | None = None
     identity_bound: bool = True
+    erasure: ErasureReceipt | None = None
 
     @property
     def ok(self) -> bool:
@@ -396,6 +414,8 @@ class SessionStore(abc.ABC):
     #: Counts the tokens of appended events (stored in ``token_count``) and of texts the views
     #: measure; None: the store counts nothing and the views estimate ~4 characters a token.
     token_counter: TokenCounter | None = None
+    #: Encrypts the sessions this store creates (``open_store(..., encryption=...)``); None: plaintext.
+    encryption: KeyProvider | None = None
 
     def visible_log(self, session_id: str) -> SessionLog:
         """The session's visible history in the numbering users see (a fork's seqs count
@@ -567,14 +587,26 @@ class SessionStore(abc.ABC):
         """The highest committed global position (0 for an empty store)."""
 
     @abc.abstractmethod
-    def put_blob(self, data: bytes) -> BlobRef:
-        """Store ``data`` once under its SHA-256; storing the same bytes again is a no-op."""
+    def put_blob(self, data: bytes, *, session_id: str | None = None) -> BlobRef:
+        """Store ``data`` once under its SHA-256; storing the same bytes again is a no-op.
 
-    @abc.abstractmethod
-    def get_blob(self, sha256: str) -> bytes:
-        """The bytes stored under ``sha256``, checked against the hash.
+        ``session_id`` names the session the blob belongs to. An encrypted store needs it: the
+        blob is sealed with that session's key, under a keyed hash of its content instead of the
+        SHA-256 (no dedup across sessions, so erasing one session shreds its blobs).
 
         Raises:
+            ValidationError: not bytes, or no ``session_id`` in an encrypted store.
+            SessionErasedError: the session was erased.
+        """
+
+    @abc.abstractmethod
+    def get_blob(self, sha256: str, *, session_id: str | None = None) -> bytes:
+        """The bytes stored under ``sha256``, checked against the hash (or, sealed, authenticated
+        with the key of ``session_id`` or of one of its parents).
+
+        Raises:
+            EncryptionKeyError: the blob is sealed and no ``session_id`` or key provider was given.
+            SessionErasedError: the blob's session was erased.
             KeyError: no such blob (a ``LookupError``).
             DataCorruptionError: the stored bytes do not hash to ``sha256``.
         """
@@ -668,7 +700,7 @@ class SessionStore(abc.ABC):
             return row.parent_session_id, row.fork_seq
 
         def hash_at(sid: str, seq: int) -> str | None:
-            found = self.read(sid, seq, seq)
+            found = self.read_stored(sid, seq, seq)
             return found[0].hash if found else None
 
         point = fork_point_hash(info.parent_session_id, info.fork_seq, lineage, hash_at)
@@ -703,7 +735,7 @@ class SessionStore(abc.ABC):
         if base:
             assert info.parent_session_id is not None
             hashes = {k: v for k, v in self._continuous_hashes(info.parent_session_id).items() if k <= base}
-        hashes.update((e.seq + base, e.hash) for e in self.read(session_id))
+        hashes.update((e.seq + base, e.hash) for e in self.read_stored(session_id))
         return hashes
 
     def chain_start(self, session: str | SessionInfo, first: RecordedEvent | None) -> str | None:
@@ -721,7 +753,7 @@ class SessionStore(abc.ABC):
         """
         last = self.last_seq(session_id)
         if last:
-            return ChainHead(session_id, last, self.read(session_id, last, last)[0].hash)
+            return ChainHead(session_id, last, self.read_stored(session_id, last, last)[0].hash)
         genesis = self.genesis(session_id)
         if genesis is None:
             msg = f"session {session_id!r}: the parent's event at its fork point is missing"
@@ -735,16 +767,53 @@ class SessionStore(abc.ABC):
         global positions increase with seq, and, given ``head`` (a hash or ``ChainHead`` kept
         outside the database), that the chain still holds that event.
 
+        An erased session reports its receipt (``erasure``): a shredded one's chain is walked over
+        the ciphertext as always and must end at the receipt's head; a purged one has nothing
+        left to walk, and the receipt says what was there (given ``head``, it must be the
+        receipt's).
+
         Raises:
-            SessionNotFoundError: no such session (neither a row nor events).
+            SessionNotFoundError: no such session (neither a row, nor events, nor a receipt).
         """
+        receipt = self.erasure(session_id)
         try:
             info = self.get_session(session_id)
         except SessionNotFoundError:
-            events = self.read(session_id)  # raises when there are no events either
+            if receipt is not None and receipt.method == "purged":
+                return self._verify_purged(receipt, head)
+            events = self.read_stored(session_id)  # raises when there are no events either
             reason = f"{len(events)} events but no sessions row: the session's row was deleted"
             return VerifyReport(session_id, len(events), None, reason)
-        events = self.read(session_id)
+        report = self._verify_chain(info, head)
+        if receipt is None:
+            return report
+        if report.ok and report.head != receipt.head_hash:
+            reason = (
+                f"the chain ends at {str(report.head)[:16]}, not at the head its erasure receipt holds "
+                f"({receipt.head_hash[:16]}): the log changed after the erasure, or the receipt did"
+            )
+            report = dataclasses.replace(report, reason=reason, head=None)
+        return dataclasses.replace(report, erasure=receipt)
+
+    def _verify_purged(self, receipt: ErasureReceipt, head: str | ChainHead | None) -> VerifyReport:
+        """The report of a purged session: its receipt, checked against an anchored head."""
+        reason = None
+        if head is not None:
+            anchored = head.hash if isinstance(head, ChainHead) else head
+            if anchored != receipt.head_hash:
+                reason = (
+                    f"the session was purged at head {receipt.head_hash[:16]}, not at the anchored head "
+                    f"{anchored[:16]}: events were appended after the anchor, or the receipt was changed"
+                )
+        return VerifyReport(
+            receipt.session_id, 0, None, reason, head=receipt.head_hash if reason is None else None,
+            erasure=receipt,
+        )
+
+    def _verify_chain(self, info: SessionInfo, head: str | ChainHead | None) -> VerifyReport:
+        """``verify`` of a session that has its row."""
+        session_id = info.id
+        events = self.read_stored(session_id)
         start = self.chain_start(info, events[0] if events else None)
         legacy = start == LEGACY_GENESIS_HASH
         if start is None:
@@ -767,6 +836,56 @@ class SessionStore(abc.ABC):
             return VerifyReport(session_id, len(events), None, anchor, identity_bound=not legacy)
         last = events[-1].hash if events else start
         return VerifyReport(session_id, len(events), head=last, identity_bound=not legacy)
+
+    def read_stored(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> list[RecordedEvent]:
+        """The session's events exactly as stored and hashed: an encrypted session's payloads stay
+        sealed (no key is needed), and an erased session's events are still returned (``erased``).
+        What ``verify`` walks. Backends without encryption return ``read``.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        return self.read(session_id, from_seq, to_seq)
+
+    # -- erasure (docs/storage.md "Erasure and retention") --
+
+    @abc.abstractmethod
+    def erase(self, session_id: str, *, reason: str, with_forks: bool = False) -> list[ErasureReceipt]:
+        """Erase the session: shred it (encrypted: destroy its key) or purge it (plaintext: remove
+        its rows through the guarded path), drop its snapshots and record a receipt, in one
+        transaction. ``with_forks`` erases its forks and children with it; without, a session
+        that has any is refused. Erasing an erased session returns its receipt again.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            ErasureRefusedError: forks or children not yet erased, and not ``with_forks``.
+            ValidationError: a bad id or an empty reason.
+        """
+
+    @abc.abstractmethod
+    def erasure(self, session_id: str) -> ErasureReceipt | None:
+        """The session's erasure receipt, or None when it was not erased."""
+
+    @abc.abstractmethod
+    def erasures(self, *, limit: int = 1000, after: str | None = None) -> list[ErasureReceipt]:
+        """Erasure receipts in session id order, ``limit`` at a time, after id ``after``."""
+
+    @abc.abstractmethod
+    def descendants(self, session_id: str) -> list[str]:
+        """The session's forks and children, and theirs, nearest first."""
+
+    @abc.abstractmethod
+    def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+        """Which sessions a retention of ``older_than`` (since their last activity) erases, and
+        which it keeps because a fork or child of theirs is still active."""
+
+    @abc.abstractmethod
+    def purge_expired(
+        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+    ) -> RetentionPlan:
+        """Erase what ``retention_plan`` selects (nothing with ``dry_run``), with receipts."""
 
     @abc.abstractmethod
     def close(self) -> None:

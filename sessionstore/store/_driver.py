@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ..errors import DatabaseError, DuplicateEventError
+from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
 from ._contract import AppendResult
 from ._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
 from ._listen import channel_sql
@@ -75,6 +75,8 @@ class DriverSQL:
     #: written as its one parameter: PostgreSQL's NOTIFY, delivered on COMMIT only
     #: (``{channel}`` stands for the channel's SQL expression, ``_listen.channel_sql``).
     notify: str | None = None
+    session_keys: str = "session_keys"
+    erasures: str = "erasures"
 
     def for_tables(self, tables: StoreTables) -> DriverSQL:
         """These statements on ``tables`` (a store's prefix and schema)."""
@@ -83,6 +85,8 @@ class DriverSQL:
             self,
             events=events,
             sessions=tables.sql_name("sessions"),
+            session_keys=tables.sql_name("session_keys"),
+            erasures=tables.sql_name("erasures"),
             begin_write=self.begin_write.format(events=events),
             notify=None if self.notify is None else self.notify.format(channel=channel_sql(tables)),
         )
@@ -127,6 +131,24 @@ class DriverSQL:
         """One event row, returning its global position."""
         marks = ", ".join([self.mark] * 10)
         return f"INSERT INTO {self.events} ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
+
+    def key_state(self) -> str:
+        """A session's wrapped data key (NULL: plaintext, or erased) and whether it was erased."""
+        return (
+            f"SELECT (SELECT wrapped_key FROM {self.session_keys} WHERE session_id = {self.mark}), "
+            f"(SELECT 1 FROM {self.erasures} WHERE session_id = {self.mark})"
+        )
+
+    def insert_key(self) -> str:
+        """One session_keys row."""
+        marks = ", ".join([self.mark] * 4)
+        return (
+            f"INSERT INTO {self.session_keys} (session_id, key_id, wrapped_key, created_at) VALUES ({marks})"
+        )
+
+    def erasure(self) -> str:
+        """A session's erasure receipt (how and when)."""
+        return f"SELECT method, erased_at FROM {self.erasures} WHERE session_id = {self.mark}"
 
     def insert_session(self) -> str:
         """One session row."""
@@ -321,6 +343,26 @@ class DriverTransaction:
             self.cursor.execute(statement, row)
             result.append(int(self.cursor.fetchone()[0]))
         return tuple(result)
+
+    def key_state(self, session_id: str) -> tuple[bytes | None, bool]:
+        """(the session's wrapped data key or None, whether it was erased): one round trip."""
+        self.cursor.execute(self.sql.key_state(), (session_id, session_id))
+        wrapped, erased = self.cursor.fetchone()
+        return (None if wrapped is None else bytes(wrapped)), erased is not None
+
+    def insert_key(self, session_id: str, key_id: str, wrapped: bytes, now: datetime) -> None:
+        """Store an encrypted session's wrapped data key."""
+        self.cursor.execute(self.sql.insert_key(), (session_id, key_id, wrapped, self.timestamp(now)))
+
+    def erased(self, session_id: str) -> SessionErasedError | None:
+        """The error reading the session gives if it was erased, else None."""
+        self.cursor.execute(self.sql.erasure(), (session_id,))
+        row = self.cursor.fetchone()
+        return None if row is None else SessionErasedError(session_id, method=row[0], erased_at=str(row[1]))
+
+    def missing(self, session_id: str) -> SessionNotFoundError:
+        """The error for a session without a row: erased, or never created."""
+        return self.erased(session_id) or SessionNotFoundError(session_id)
 
     def insert_session(self, identity: SessionIdentity, metadata: str) -> None:
         """Insert a session row (``metadata``: its stored JSON text)."""

@@ -21,6 +21,7 @@ from ._config import (
     tables_for,
 )
 from ._contract import SessionStore
+from ._crypto import KeyProvider, check_key_provider
 from ._migrate import check_schema, upgrade
 from ._postgres import PostgresSessionStore
 from ._retry import DEFAULT_RETRY, RetryPolicy
@@ -55,6 +56,7 @@ def open_store(
     durability: SQLiteDurability = "full",
     retry: RetryPolicy = DEFAULT_RETRY,
     create: bool = True,
+    encryption: KeyProvider | None = None,
 ) -> SessionStore:
     """Open the store at ``url`` (see ``resolve_url`` for the default).
 
@@ -82,6 +84,9 @@ def open_store(
             and the embedded default is not migrated implicitly. A file this process cannot
             write is opened read-only whatever ``create`` says: reads and ``verify`` work,
             writes raise ``OperationalError``.
+        encryption: a ``KeyProvider`` (``EnvKeyProvider``, ``FileKeyProvider``, a KMS of yours):
+            every session this store creates is encrypted at rest with a data key of its own,
+            wrapped by the provider's master key (docs/storage.md "Erasure and retention").
 
     Raises:
         ValidationError: ``retry`` is not a ``RetryPolicy``, or ``token_counter`` lacks part of
@@ -97,6 +102,8 @@ def open_store(
         raise ValidationError(msg, field="retry")
     if token_counter is not None and not isinstance(token_counter, _Default):
         check_token_counter(token_counter)
+    if encryption is not None:
+        check_key_provider(encryption)
     counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
     if engine is not None:
         if url is not None:
@@ -104,7 +111,13 @@ def open_store(
             raise ValidationError(msg, field="engine")
         tables = tables_for(None, table_prefix=table_prefix, schema=schema)
         return _open_borrowed(
-            engine, tables, counter, migrate=bool(migrate), durability=durability, retry=retry
+            engine,
+            tables,
+            counter,
+            migrate=bool(migrate),
+            durability=durability,
+            retry=retry,
+            encryption=encryption,
         )
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
@@ -118,7 +131,15 @@ def open_store(
     except BaseException:
         own.dispose()
         raise
-    return _store_for(own, tables, counter, single_connection=in_memory, retry=retry, owns_engine=True)
+    return _store_for(
+        own,
+        tables,
+        counter,
+        single_connection=in_memory,
+        retry=retry,
+        owns_engine=True,
+        encryption=encryption,
+    )
 
 
 def _prepare_schema(
@@ -144,6 +165,7 @@ def _open_borrowed(
     migrate: bool,
     durability: SQLiteDurability,
     retry: RetryPolicy,
+    encryption: KeyProvider | None,
 ) -> SessionStore:
     """A store on the host application's engine (see ``open_store``)."""
     if not isinstance(engine, Engine):
@@ -158,7 +180,15 @@ def _open_borrowed(
     _prepare_schema(engine, tables, retry, migrate=migrate)
     # One shared connection (an in-memory database) must not interleave the store's transactions.
     single = isinstance(engine.pool, StaticPool)
-    return _store_for(engine, tables, counter, single_connection=single, retry=retry, owns_engine=False)
+    return _store_for(
+        engine,
+        tables,
+        counter,
+        single_connection=single,
+        retry=retry,
+        owns_engine=False,
+        encryption=encryption,
+    )
 
 
 def _store_for(
@@ -170,6 +200,7 @@ def _store_for(
     retry: RetryPolicy,
     owns_engine: bool,
     in_greenlet: bool = False,
+    encryption: KeyProvider | None = None,
 ) -> SqlSessionStore:
     if is_sqlite_url(str(engine.url)):
         return SQLiteSessionStore(
@@ -180,6 +211,7 @@ def _store_for(
             tables=tables,
             owns_engine=owns_engine,
             in_greenlet=in_greenlet,
+            encryption=encryption,
         )
     return PostgresSessionStore(
         engine,
@@ -188,6 +220,7 @@ def _store_for(
         tables=tables,
         owns_engine=owns_engine,
         in_greenlet=in_greenlet,
+        encryption=encryption,
     )
 
 
@@ -202,6 +235,7 @@ async def open_async_store(
     durability: SQLiteDurability = "full",
     retry: RetryPolicy = DEFAULT_RETRY,
     create: bool = True,
+    encryption: KeyProvider | None = None,
 ) -> AsyncSessionStore:
     """``open_store`` for asyncio: the same arguments, migration rule and errors, giving an
     ``AsyncSessionStore`` on aiosqlite (SQLite) or psycopg 3's async mode (PostgreSQL).
@@ -223,6 +257,8 @@ async def open_async_store(
         raise ValidationError(msg, field="retry")
     if token_counter is not None and not isinstance(token_counter, _Default):
         check_token_counter(token_counter)
+    if encryption is not None:
+        check_key_provider(encryption)
     counter = TiktokenCounter() if isinstance(token_counter, _Default) else token_counter
 
     def sleep(seconds: float) -> None:
@@ -255,6 +291,7 @@ async def open_async_store(
             retry=retry,
             owns_engine=False,
             in_greenlet=True,
+            encryption=encryption,
         )
         return AsyncSessionStore(engine, borrowed, single_connection=single)
     embedded = url is None and not os.environ.get(URL_ENV)
@@ -278,5 +315,6 @@ async def open_async_store(
         retry=retry,
         owns_engine=True,
         in_greenlet=True,
+        encryption=encryption,
     )
     return AsyncSessionStore(own, store, single_connection=in_memory)

@@ -120,6 +120,8 @@ class PostgresSessionStore(SqlSessionStore):
         # and never for a transaction that rolled back.
         notify="SELECT pg_notify({channel}, %s)",
     )
+    # An erasure serializes against event writers like an append does.
+    lock_writers = True
 
     def _change_listener(self) -> ChangeListener:
         """LISTEN/NOTIFY: subscribers wake when an append commits (``_listen.py``)."""

@@ -16,6 +16,9 @@ What the policies hold (the owner, who runs migrations, is not subject to them):
 * ``events`` and ``snapshots``: only those of its own sessions (snapshots may also be pruned).
 * ``blobs``: only the blobs it stored; a blob is stored once per tenant (the column default
   fills in the tenant), so two tenants storing the same bytes do not share a row.
+* ``session_keys`` and ``erasures``: only its own sessions' wrapped keys and erasure receipts
+  (the receipt of a purged session, whose row is gone, is the owner's to read). Erasing is the
+  owner's too: a tenant role may not delete keys or write receipts.
 
 Nothing here is a migration: it is a deployment choice on PostgreSQL, installed by the owner
 with ``enable_row_level_security`` (or ``sessionstore rls enable``) after ``db upgrade``. Every
@@ -41,7 +44,7 @@ __all__ = [
     "row_level_security_sql",
 ]
 
-_TABLES = ("sessions", "events", "snapshots", "blobs")
+_TABLES = ("sessions", "events", "snapshots", "blobs", "session_keys", "erasures")
 
 
 def _ident(name: str) -> str:
@@ -127,6 +130,11 @@ def _enable_sql(n: _Names) -> list[str]:
             ("SELECT", f"USING (tenant_id = {n.tenant})"),
             ("INSERT", f"WITH CHECK (tenant_id = {n.tenant})"),
         ],
+        "session_keys": [
+            ("SELECT", f"USING ({own_session('session_keys')})"),
+            ("INSERT", f"WITH CHECK ({own_session('session_keys')})"),
+        ],
+        "erasures": [("SELECT", f"USING ({own_session('erasures')})")],
     }
     for base, rules in policies.items():
         statements.append(f"ALTER TABLE {n.table(base)} ENABLE ROW LEVEL SECURITY")
@@ -229,6 +237,9 @@ def grant_tenant_role(
             f"GRANT SELECT ON {n.role_map} TO {r}",
             f"GRANT SELECT, INSERT ON {tables} TO {r}",
             f"GRANT SELECT, INSERT, DELETE ON {n.table('snapshots')} TO {r}",
+            # Encrypted sessions: their keys are written with them; receipts are only read.
+            f"GRANT SELECT, INSERT ON {n.table('session_keys')} TO {r}",
+            f"GRANT SELECT ON {n.table('erasures')} TO {r}",
             f"GRANT UPDATE ON {n.table('events')} TO {r}",
             f"GRANT USAGE ON SEQUENCE {_position_sequence(conn, n)} TO {r}",
             f"GRANT EXECUTE ON FUNCTION {n.tenant} TO {r}",

@@ -93,6 +93,9 @@ class StoreTables:
     events: Table = field(repr=False)
     blobs: Table = field(repr=False)
     snapshots: Table = field(repr=False)
+    session_keys: Table = field(repr=False)
+    erasures: Table = field(repr=False)
+    erasure_guard: Table = field(repr=False)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoreTables):
@@ -170,7 +173,8 @@ def store_tables(prefix: str = "", schema: str | None = None) -> StoreTables:
 def _build(prefix: str, schema: str | None) -> StoreTables:
     metadata = MetaData(naming_convention=NAMING_CONVENTION, schema=schema)
     sessions, events, blobs, snapshots = _define(metadata, prefix)
-    return StoreTables(prefix, schema, metadata, sessions, events, blobs, snapshots)
+    erasure = _erasure(metadata, prefix, sessions)
+    return StoreTables(prefix, schema, metadata, sessions, events, blobs, snapshots, *erasure)
 
 
 def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table]:
@@ -262,6 +266,55 @@ def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table
         CheckConstraint("seq >= 1", name="seq_positive"),
     )
     return sessions, events, blobs, snapshots
+
+
+def _erasure(metadata: MetaData, prefix: str, sessions: Table) -> tuple[Table, Table, Table]:
+    """session_keys, erasures and erasure_guard (revision 0005; docs/storage.md "Erasure and
+    retention"), named with ``prefix``, in ``metadata``."""
+    # One row per encrypted session: its data key, wrapped by the key provider's master key.
+    # Deleting the row is crypto-shredding: the session's ciphertext stays, unreadable for good.
+    session_keys = Table(
+        f"{prefix}session_keys",
+        metadata,
+        Column("session_id", String(64), ForeignKey(sessions.c.id), nullable=False),
+        # Which master key wrapped it (a KMS key id, or the local key's fingerprint).
+        Column("key_id", String(255), nullable=False),
+        Column("wrapped_key", LargeBinary, nullable=False),
+        Column("created_at", DateTime(timezone=True), nullable=False),
+        PrimaryKeyConstraint("session_id"),
+    )
+    # The receipt of every erasure: what went, when, why, and where its chain ended. Append-only.
+    # No foreign key: a purged session's row is gone, its receipt stays.
+    erasures = Table(
+        f"{prefix}erasures",
+        metadata,
+        Column("session_id", String(64), nullable=False),
+        Column("method", String(16), nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("erased_at", DateTime(timezone=True), nullable=False),
+        Column("parent_session_id", String(64), nullable=True),
+        # The chain's head when erased: the last event's hash (the genesis for an empty session).
+        Column("head_hash", String(64), nullable=False),
+        Column("event_count", BigInteger, nullable=False),
+        # The global positions its events held (the gap a purge leaves in read_all).
+        Column("first_position", BigInteger, nullable=True),
+        Column("last_position", BigInteger, nullable=True),
+        Column("snapshots_dropped", Integer, nullable=False),
+        Column("blobs_removed", Integer, nullable=False),
+        PrimaryKeyConstraint("session_id"),
+        CheckConstraint("method IN ('shredded', 'purged')", name="method_known"),
+        CheckConstraint("event_count >= 0", name="event_count_not_negative"),
+    )
+    # The guard the append-only triggers check before refusing a DELETE: a purge inserts
+    # ``session:<id>`` / ``blob:<sha256>`` rows, deletes, and removes them in the same
+    # transaction, so no other transaction ever sees one. UPDATE is refused whatever it holds.
+    erasure_guard = Table(
+        f"{prefix}erasure_guard",
+        metadata,
+        Column("target", String(80), nullable=False),
+        PrimaryKeyConstraint("target"),
+    )
+    return session_keys, erasures, erasure_guard
 
 
 #: The default layout: unprefixed tables in the connection's default schema.

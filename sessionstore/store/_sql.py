@@ -38,6 +38,7 @@ from ..errors import (
     DatabaseError,
     DataCorruptionError,
     DuplicateEventError,
+    EncryptionKeyError,
     IntegrityError,
     OperationalError,
     ProgrammingError,
@@ -61,7 +62,16 @@ from ._contract import (
     check_int,
     check_session_id,
 )
+from ._crypto import (
+    SNAPSHOT_MAGIC,
+    KeyProvider,
+    SessionCipher,
+    check_key_provider,
+    is_sealed_payload,
+    new_data_key,
+)
 from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows
+from ._erasure import ErasureMixin, erased_error
 from ._hashing import SessionIdentity, as_utc
 from ._observed import log_append, observe_append, observe_read
 from ._owners import Owner, check_owner, inherit_owner
@@ -90,6 +100,41 @@ _EVENT_COLUMNS = (
 _T = TypeVar("_T")
 # Blobs smaller than this are stored uncompressed: zlib's header would not pay for itself.
 _COMPRESS_MIN_BYTES = 256
+#: Unwrapped session keys kept per store (a KMS unwrap is a network call).
+_CIPHER_CACHE = 4096
+#: Forks of forks deeper than this are a tampered cycle.
+_MAX_LINEAGE = 10_000
+#: A session's wrapped data key as ``session_keys`` holds it: (key_id, wrapped bytes).
+_WrappedKey = tuple[str, bytes]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sealing:
+    """The key a batch was sealed with (None: the session is plaintext)."""
+
+    wrapped: bytes | None
+    cipher: SessionCipher | None = None
+
+    def seal(self, prepared: Sequence[Prepared]) -> list[Prepared]:
+        if self.cipher is None:
+            return list(prepared)
+        cipher = self.cipher
+        return [dataclasses.replace(p, payload=cipher.seal_payload(p.event_id, p.payload)) for p in prepared]
+
+
+_PLAINTEXT = _Sealing(None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckedWrite:
+    """One write of ``write_sessions``, validated and sealed before the transaction."""
+
+    write: SessionWrite
+    meta_json: str
+    prepared: list[Prepared]
+    sealing: _Sealing
+    key: _WrappedKey | None
+    owner: Owner
 
 
 # --- error translation ---------------------------------------------------------------------
@@ -232,10 +277,11 @@ def _metadata_json(value: dict[str, Any] | None) -> str:
 # --- the store -----------------------------------------------------------------------------
 
 
-class SqlSessionStore(SessionStore):
+class SqlSessionStore(ErasureMixin, SessionStore):
     """``SessionStore`` over a SQLAlchemy engine whose schema is at the current revision.
 
-    Use ``sessionstore.open_store`` rather than constructing this directly.
+    Use ``sessionstore.open_store`` rather than constructing this directly. With ``encryption``
+    (a ``KeyProvider``), every session it creates is encrypted (``_crypto.py``).
     """
 
     #: The dialect's ``insert`` construct (it has ``on_conflict_do_nothing``).
@@ -255,9 +301,12 @@ class SqlSessionStore(SessionStore):
         tables: StoreTables = DEFAULT_TABLES,
         owns_engine: bool = True,
         in_greenlet: bool = False,
+        encryption: KeyProvider | None = None,
     ) -> None:
         if token_counter is not None:
             check_token_counter(token_counter)
+        self.encryption = None if encryption is None else check_key_provider(encryption)
+        self._ciphers: dict[tuple[str, bytes], SessionCipher] = {}
         self.engine = engine
         # A host's engine (``open_store(engine=...)``) is the host's to dispose of, not the store's.
         self._owns_engine = owns_engine
@@ -331,6 +380,117 @@ class SqlSessionStore(SessionStore):
         ):
             yield conn
 
+    # -- encryption keys (docs/storage.md "Encryption at rest") --
+
+    def _key_row(self, conn: Connection, session_id: str) -> _WrappedKey | None:
+        session_keys = self.tables.session_keys
+        row = conn.execute(
+            select(session_keys.c.key_id, session_keys.c.wrapped_key).where(
+                session_keys.c.session_id == session_id
+            )
+        ).first()
+        return None if row is None else (str(row.key_id), bytes(row.wrapped_key))
+
+    def _cipher(self, session_id: str, key: _WrappedKey) -> SessionCipher:
+        """The session's cipher, its data key unwrapped by the key provider (cached).
+
+        Raises:
+            EncryptionKeyError: this store has no key provider, or it cannot unwrap the key.
+        """
+        if self.encryption is None:
+            msg = (
+                f"session {session_id!r} is encrypted: open the store with its key provider "
+                "(open_store(..., encryption=...), or SESSIONSTORE_MASTER_KEY for the command line)"
+            )
+            raise EncryptionKeyError(msg)
+        cached = self._ciphers.get((session_id, key[1]))
+        if cached is not None:
+            return cached
+        data_key = self.encryption.unwrap(key[1], key_id=key[0], context=session_id)
+        cipher = SessionCipher(session_id, data_key)
+        if len(self._ciphers) >= _CIPHER_CACHE:
+            self._ciphers.clear()
+        self._ciphers[(session_id, key[1])] = cipher
+        return cipher
+
+    def _new_key(self, session_id: str) -> tuple[_WrappedKey, _Sealing]:
+        """A fresh data key for a new session: (its row's values, the sealing it gives)."""
+        assert self.encryption is not None
+        data_key = new_data_key()
+        wrapped = self.encryption.wrap(data_key, context=session_id)
+        cipher = SessionCipher(session_id, data_key)
+        self._ciphers[(session_id, wrapped)] = cipher
+        return (self.encryption.key_id, wrapped), _Sealing(wrapped, cipher)
+
+    def _sealing(self, session_id: str) -> _Sealing:
+        """How to seal a batch for an existing session, read before the write transaction
+        (which checks the key is still there: ``_append_in``)."""
+        if self.encryption is None:
+            return _PLAINTEXT
+
+        def attempt() -> _WrappedKey | None:
+            with self._read() as conn:
+                key = self._key_row(conn, session_id)
+                if key is None:
+                    self._require_session(conn, session_id)  # erased, or never created: raise
+                    erased = erased_error(conn, self.tables, session_id)
+                    if erased is not None:
+                        raise erased
+                return key
+
+        key = self._retrying("read key", attempt)
+        if key is None:
+            return _PLAINTEXT  # created before encryption was turned on: it stays plaintext
+        return _Sealing(key[1], self._cipher(session_id, key))
+
+    def _opened(self, conn: Connection, rows: list[RecordedEvent], *, strict: bool) -> list[RecordedEvent]:
+        """``rows`` with sealed payloads decrypted.
+
+        An erased session's rows raise SessionErasedError (``strict``), or are marked ``erased``
+        and keep their sealed text (``read_all``: a subscriber must not stop at them).
+        """
+        sealed = {r.session_id for r in rows if is_sealed_payload(r.payload)}
+        if not sealed:
+            return rows
+        ciphers: dict[str, SessionCipher | None] = {}
+        for sid in sealed:
+            key = self._key_row(conn, sid)
+            if key is not None:
+                ciphers[sid] = self._cipher(sid, key)
+                continue
+            if strict:
+                erased = erased_error(conn, self.tables, sid)
+                if erased is not None:
+                    raise erased
+                msg = (
+                    f"session {sid!r}: its events are encrypted but its key is gone, "
+                    "and no erasure is recorded"
+                )
+                raise DataCorruptionError(msg, session_id=sid)
+            ciphers[sid] = None
+        opened = []
+        for r in rows:
+            cipher = ciphers.get(r.session_id) if is_sealed_payload(r.payload) else None
+            if not is_sealed_payload(r.payload):
+                opened.append(r)
+            elif cipher is None:
+                opened.append(dataclasses.replace(r, erased=True))
+            else:
+                plain = cipher.open_payload(r.event_id, r.payload)
+                opened.append(dataclasses.replace(r, payload=plain, stored_payload=r.payload))
+        return opened
+
+    def _lineage(self, conn: Connection, session_id: str) -> list[str]:
+        """The session and its ancestors, nearest first."""
+        sessions = self.tables.sessions
+        found = [session_id]
+        while len(found) < _MAX_LINEAGE:
+            row = conn.execute(select(sessions.c.parent_session_id).where(sessions.c.id == found[-1])).first()
+            if row is None or row.parent_session_id is None or row.parent_session_id in found:
+                break
+            found.append(str(row.parent_session_id))
+        return found
+
     # -- preparation (outside any transaction: validation and tokenizing hold no lock) --
 
     def _prepare(self, batch: Sequence[Event | dict[str, Any]]) -> list[Prepared]:
@@ -395,12 +555,17 @@ class SqlSessionStore(SessionStore):
         owner: Owner,
     ) -> SessionInfo:
         """``create_session`` after its input was checked and prepared: retried per the policy."""
+        # Made once: a retry writes the same key and the same sealed payloads.
+        key: _WrappedKey | None = None
+        if self.encryption is not None:
+            key, sealing = self._new_key(sid)
+            prepared = sealing.seal(prepared)
         failed_before = False
 
         def attempt() -> SessionInfo:
             nonlocal failed_before
             try:
-                return self._create_once(sid, parent_session_id, fork_seq, meta_json, prepared, owner)
+                return self._create_once(sid, parent_session_id, fork_seq, meta_json, prepared, owner, key)
             except SessionExistsError:
                 # A retry after a lost acknowledgement finds its own session: that is success.
                 if failed_before:
@@ -429,13 +594,14 @@ class SqlSessionStore(SessionStore):
         meta_json: str,
         prepared: Sequence[Prepared],
         owner: Owner,
+        key: _WrappedKey | None,
     ) -> SessionInfo:
         """One try of ``create_session``: one write transaction."""
         now = _utcnow()
         try:
             with self._lock, self._driver_transaction() as txn:
                 _, _, identity = self._create_in(
-                    txn, sid, parent_session_id, fork_seq, meta_json, prepared, now, owner
+                    txn, sid, parent_session_id, fork_seq, meta_json, prepared, now, owner, key
                 )
         except IntegrityError as e:
             if e.constraint == f"pk_{self.tables.sessions.name}":
@@ -455,17 +621,24 @@ class SqlSessionStore(SessionStore):
         prepared: Sequence[Prepared],
         now: datetime,
         owner: Owner,
+        key: _WrappedKey | None,
     ) -> tuple[tuple[int, ...], tuple[int, ...], SessionIdentity]:
         """Create a session (and its first events) inside ``txn``: the (seqs, positions) written
-        and the identity it was created with (its owner completed from its parent)."""
-        if txn.last_seq(sid) is not None:
-            raise SessionExistsError(sid)
+        and the identity it was created with (its owner completed from its parent).
+
+        ``key``: an encrypted session's wrapped data key (``prepared`` is sealed with it).
+        """
+        if txn.last_seq(sid) is not None or txn.erased(sid) is not None:
+            raise SessionExistsError(sid)  # an erased session's id is not reused
         parent_identity = None
         if parent_session_id is not None:
             parent = txn.last_seq(parent_session_id)
             parent_identity = txn.identity(parent_session_id)
             if parent is None or parent_identity is None:
-                raise SessionNotFoundError(parent_session_id)
+                raise txn.missing(parent_session_id)
+            erased = txn.erased(parent_session_id)
+            if erased is not None:  # shredded: its row stays, its log cannot be read
+                raise erased
             # A fork of a fork counts seqs through its parent's shared prefix too.
             parent_last = parent + txn.fork_seq(parent_session_id)
             if fork_seq is not None and fork_seq > parent_last:
@@ -488,6 +661,8 @@ class SqlSessionStore(SessionStore):
             owner.external_id,
         )
         txn.insert_session(identity, meta_json)
+        if key is not None:
+            txn.insert_key(sid, key[0], key[1], now)
         if not prepared:
             return (), (), identity
         if txn.stored_result(sid, prepared) is not None:  # pragma: no cover - the session is new
@@ -497,22 +672,29 @@ class SqlSessionStore(SessionStore):
 
     def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
         """See ``SessionStore.write_sessions``."""
-        checked = [self._check_write(write) for write in writes]
+        checked: list[_CheckedWrite] = []
+        batch_keys: dict[str, _Sealing] = {}  # sessions this batch creates: appends use their keys
+        for write in writes:
+            one = self._check_write(write, batch_keys)
+            if write.create:
+                batch_keys[write.session_id] = one.sealing
+            checked.append(one)
         # Prepared once, outside the transaction: a retry writes the very same event ids.
         attributes: dict[str, Attribute] = {
             "db.system.name": self.db_system,
             "sessionstore.sessions": len(checked),
-            "sessionstore.event_count": sum(len(prepared) for _, _, prepared, _ in checked),
+            "sessionstore.event_count": sum(len(one.prepared) for one in checked),
         }
         with span("sessionstore.write_sessions", attributes, client=True):
             results = self._retrying("write_sessions", lambda: self._write_sessions_once(checked))
-        for (write, _, prepared, _), result in zip(checked, results, strict=True):
+        for one, result in zip(checked, results, strict=True):
+            write = one.write
             operation, expected = ("create_session", None) if write.create else ("append", write.expected_seq)
-            log_append(operation, write.session_id, prepared, result, expected)
+            log_append(operation, write.session_id, one.prepared, result, expected)
         return results
 
-    def _check_write(self, write: SessionWrite) -> tuple[SessionWrite, str, list[Prepared], Owner]:
-        """Validate one write up front: (the write, its metadata JSON, its prepared events, its owner)."""
+    def _check_write(self, write: SessionWrite, batch_keys: Mapping[str, _Sealing]) -> _CheckedWrite:
+        """Validate (and seal) one write up front."""
         check_session_id(write.session_id)
         owner = check_owner(write.tenant, write.user, write.external_id)
         if owner != Owner() and not write.create:
@@ -534,31 +716,47 @@ class SqlSessionStore(SessionStore):
         ):
             msg = f"expected_seq must be an int >= 0 or ANY, got {write.expected_seq!r}"
             raise ValidationError(msg, field="expected_seq")
-        return write, _metadata_json(write.metadata), self._prepare(write.events), owner
+        meta_json, prepared = _metadata_json(write.metadata), self._prepare(write.events)
+        key: _WrappedKey | None = None
+        if write.create:
+            sealing = _PLAINTEXT
+            if self.encryption is not None:
+                key, sealing = self._new_key(write.session_id)
+        else:
+            known = batch_keys.get(write.session_id)
+            sealing = known if known is not None else self._sealing(write.session_id)
+        return _CheckedWrite(write, meta_json, sealing.seal(prepared), sealing, key, owner)
 
-    def _write_sessions_once(
-        self, checked: Sequence[tuple[SessionWrite, str, list[Prepared], Owner]]
-    ) -> list[AppendResult]:
+    def _write_sessions_once(self, checked: Sequence[_CheckedWrite]) -> list[AppendResult]:
         """One try of ``write_sessions``: one write transaction for every session."""
         now = _utcnow()
         results: list[AppendResult] = []
         with self._lock, self._driver_transaction() as txn:
-            for write, meta_json, prepared, owner in checked:
+            for one in checked:
+                write, meta_json, prepared, sealing = one.write, one.meta_json, one.prepared, one.sealing
                 sid = write.session_id
                 if write.create:
                     seqs, positions, _ = self._create_in(
-                        txn, sid, write.parent_session_id, write.fork_seq, meta_json, prepared, now, owner
+                        txn,
+                        sid,
+                        write.parent_session_id,
+                        write.fork_seq,
+                        meta_json,
+                        prepared,
+                        now,
+                        one.owner,
+                        one.key,
                     )
                     results.append(AppendResult(sid, seqs, positions, seqs[-1] if seqs else 0))
                 elif not prepared:
                     last = txn.last_seq(sid)
                     if last is None:
-                        raise SessionNotFoundError(sid)
+                        raise txn.missing(sid)
                     if write.expected_seq != ANY and write.expected_seq != last:
                         raise ConcurrencyError(sid, write.expected_seq, last)
                     results.append(AppendResult(sid, (), (), last))
                 else:
-                    outcome = self._append_in(txn, sid, prepared, write.expected_seq)
+                    outcome = self._append_in(txn, sid, prepared, write.expected_seq, sealing)
                     if isinstance(outcome, AppendResult):
                         results.append(outcome)
                     else:
@@ -603,12 +801,12 @@ class SqlSessionStore(SessionStore):
 
         def attempt() -> Any:
             with self._read() as conn:
-                return conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+                row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+                if row is None:
+                    raise erased_error(conn, self.tables, session_id) or SessionNotFoundError(session_id)
+                return row
 
-        row = self._retrying("get_session", attempt, session_id)
-        if row is None:
-            raise SessionNotFoundError(session_id)
-        return _session_info(row)
+        return _session_info(self._retrying("get_session", attempt, session_id))
 
     def get_or_create_session(
         self,
@@ -699,29 +897,33 @@ class SqlSessionStore(SessionStore):
         """See ``SessionStore.append``."""
         if not (isinstance(expected_seq, str) and expected_seq == ANY):
             check_int("expected_seq", expected_seq, minimum=0)  # ANY, or a 64-bit seq (not a bool)
-        prepared = self._prepare(events)
+        sealing = self._sealing(session_id)
+        prepared = sealing.seal(self._prepare(events))
         with observe_append(self.db_system, "append", session_id, prepared, expected_seq) as done:
             # Prepared once: a retry writes the very same event ids, so it is idempotent.
             result = self._retrying(
-                "append", lambda: self._append_once(session_id, prepared, expected_seq), session_id
+                "append", lambda: self._append_once(session_id, prepared, expected_seq, sealing), session_id
             )
             done(result)
         return result
 
     def _append_once(
-        self, session_id: str, prepared: Sequence[Prepared], expected_seq: ExpectedSeq
+        self, session_id: str, prepared: Sequence[Prepared], expected_seq: ExpectedSeq, sealing: _Sealing
     ) -> AppendResult:
         """One try of ``append``."""
         if not prepared:
             # Nothing to write: a read answers it, without queueing behind (or blocking) writers.
             with self._read() as conn:
                 head_seq = self._last_seq(conn, session_id)
+                erased = erased_error(conn, self.tables, session_id)
+                if erased is not None:
+                    raise erased
             if expected_seq != ANY and expected_seq != head_seq:
                 raise ConcurrencyError(session_id, expected_seq, head_seq)
             return AppendResult(session_id, (), (), head_seq)
         try:
             with self._lock, self._driver_transaction() as txn:
-                outcome = self._append_in(txn, session_id, prepared, expected_seq)
+                outcome = self._append_in(txn, session_id, prepared, expected_seq, sealing)
             if not isinstance(outcome, tuple):
                 return outcome  # an idempotent retry: the original result
             seqs, positions = outcome
@@ -740,7 +942,12 @@ class SqlSessionStore(SessionStore):
         return replay
 
     def _append_in(
-        self, txn: DriverTransaction, session_id: str, prepared: Sequence[Prepared], expected_seq: ExpectedSeq
+        self,
+        txn: DriverTransaction,
+        session_id: str,
+        prepared: Sequence[Prepared],
+        expected_seq: ExpectedSeq,
+        sealing: _Sealing,
     ) -> AppendResult | tuple[tuple[int, ...], tuple[int, ...]]:
         """The append itself, inside one serialized write transaction on the driver connection.
 
@@ -756,7 +963,18 @@ class SqlSessionStore(SessionStore):
                 return replay
         head = txn.head(session_id)
         if head is None:
-            raise SessionNotFoundError(session_id)
+            raise txn.missing(session_id)
+        # Checked under the write lock: an erasure that committed since the batch was sealed wins,
+        # and plaintext is never written into an encrypted session.
+        stored_key, erased = txn.key_state(session_id)
+        if erased:
+            raise txn.missing(session_id)
+        if stored_key != sealing.wrapped:
+            msg = (
+                f"session {session_id!r} is encrypted: open the store with its key provider "
+                "(open_store(..., encryption=...), or SESSIONSTORE_MASTER_KEY for the command line)"
+            )
+            raise EncryptionKeyError(msg)
         head_seq, head_hash = head
         if expected_seq != ANY and expected_seq != head_seq:
             replay = txn.stored_result(session_id, prepared)
@@ -815,9 +1033,10 @@ class SqlSessionStore(SessionStore):
         return 0
 
     def _require_session(self, conn: Connection, session_id: str) -> None:
+        """Raise unless the session has a row (SessionErasedError when it was erased)."""
         sessions = self.tables.sessions
         if conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
-            raise SessionNotFoundError(session_id)
+            raise erased_error(conn, self.tables, session_id) or SessionNotFoundError(session_id)
 
     # -- reads --
 
@@ -856,7 +1075,11 @@ class SqlSessionStore(SessionStore):
                 found = [_recorded(row) for row in conn.execute(query)]
                 if not found:
                     self._require_session(conn, session_id)
-                return found
+                    # A shredded session without events still reads as erased.
+                    erased = erased_error(conn, self.tables, session_id) if self.encryption else None
+                    if erased is not None:
+                        raise erased
+                return self._opened(conn, found, strict=True)
 
         with observe_read(
             self.db_system, "read", session_id=session_id, from_seq=from_seq, to_seq=to_seq
@@ -889,12 +1112,35 @@ class SqlSessionStore(SessionStore):
 
         def attempt() -> list[RecordedEvent]:
             with self._read() as conn:
-                return [_recorded(row) for row in conn.execute(query)]
+                return self._opened(conn, [_recorded(row) for row in conn.execute(query)], strict=False)
 
         with observe_read(self.db_system, "read_all", after_position=after_position, limit=limit) as done:
             found = self._retrying("read_all", attempt)
             done(len(found))
         return found
+
+    def read_stored(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> list[RecordedEvent]:
+        """See ``SessionStore.read_stored``."""
+        check_int("from_seq", from_seq)
+        events = self.tables.events
+        query = (
+            select(*self._event_columns)
+            .where(events.c.session_id == session_id, events.c.seq >= from_seq)
+            .order_by(events.c.seq)
+        )
+        if to_seq is not None:
+            query = query.where(events.c.seq <= check_int("to_seq", to_seq))
+
+        def attempt() -> list[RecordedEvent]:
+            with self._read() as conn:
+                found = [_recorded(row) for row in conn.execute(query)]
+                if not found:
+                    self._require_session(conn, session_id)
+                return found
+
+        return self._retrying("read_stored", attempt)
 
     def orphaned_sessions(self) -> list[str]:
         """See ``SessionStore.orphaned_sessions``."""
@@ -920,13 +1166,19 @@ class SqlSessionStore(SessionStore):
 
     # -- blobs --
 
-    def put_blob(self, data: bytes) -> BlobRef:
+    def put_blob(self, data: bytes, *, session_id: str | None = None) -> BlobRef:
         """See ``SessionStore.put_blob``."""
         blobs = self.tables.blobs
         if not isinstance(data, bytes | bytearray | memoryview):
             msg = f"blob data must be bytes, not {type(data).__name__}"
             raise ValidationError(msg, field="data")
         raw = bytes(data)
+        cipher = None
+        if self.encryption is not None:
+            if session_id is None:
+                msg = "an encrypted store keeps blobs per session: pass session_id= to put_blob"
+                raise ValidationError(msg, field="session_id")
+            cipher = self._sealing(session_id).cipher
         digest = hashlib.sha256(raw).hexdigest()
         stored, compression = raw, "none"
         if len(raw) >= _COMPRESS_MIN_BYTES:
@@ -934,37 +1186,73 @@ class SqlSessionStore(SessionStore):
             packed = zlib.compress(raw, 1)
             if len(packed) < len(raw):
                 stored, compression = packed, "zlib"
+        row_id = digest
+        if cipher is not None:
+            # Keyed by the session: no dedup across sessions, and no plain hash of the content
+            # in the database (it would confirm a guessed file).
+            row_id = cipher.blob_row_id(digest)
+            stored = cipher.seal_blob(row_id, stored)
         statement = (
             type(self)
             .dialect_insert(blobs)
-            .values(sha256=digest, size=len(raw), compression=compression, data=stored, created_at=_utcnow())
+            .values(sha256=row_id, size=len(raw), compression=compression, data=stored, created_at=_utcnow())
             # No conflict target: under row-level security the key is (sha256, tenant) (_rls.py).
             .on_conflict_do_nothing()
         )
 
         def attempt() -> None:
             with self._write() as conn:
+                # Never a blob for an erased session (a plaintext store may take one before the
+                # session exists: an import stores blobs first, then the events naming them).
+                erased = None if session_id is None else erased_error(conn, self.tables, session_id)
+                if erased is not None:
+                    raise erased
                 conn.execute(statement)
 
         self._retrying("put_blob", attempt)  # content-addressed: a repeat is a no-op
         return BlobRef(digest, len(raw))
 
-    def get_blob(self, sha256: str) -> bytes:
+    def get_blob(self, sha256: str, *, session_id: str | None = None) -> bytes:
         """See ``SessionStore.get_blob``."""
         blobs = self.tables.blobs
 
-        def attempt() -> Any:
+        def attempt() -> tuple[Any, SessionCipher | None]:
             with self._read() as conn:
-                return conn.execute(
-                    select(blobs.c.compression, blobs.c.data).where(blobs.c.sha256 == sha256)
+                # Where the blob may be: in the clear, or sealed in the session or an ancestor.
+                where: dict[str, SessionCipher | None] = {sha256: None}
+                if session_id is not None and self.encryption is not None:
+                    for sid in self._lineage(conn, session_id):
+                        key = self._key_row(conn, sid)
+                        if key is not None:
+                            cipher = self._cipher(sid, key)
+                            where[cipher.blob_row_id(sha256)] = cipher
+                row = conn.execute(
+                    select(blobs.c.sha256, blobs.c.compression, blobs.c.data)
+                    .where(blobs.c.sha256.in_(list(where)))
+                    .limit(1)
                 ).first()
+                erased = None
+                if row is None and session_id is not None:
+                    erased = erased_error(conn, self.tables, session_id)
+                if erased is not None:
+                    raise erased
+                return row, None if row is None else where[row.sha256]
 
-        row = self._retrying("get_blob", attempt)
+        row, cipher = self._retrying("get_blob", attempt)
         if row is None:
             raise KeyError(sha256)
         data = bytes(row.data)
+        if cipher is not None:
+            opened = cipher.open_blob(row.sha256, data)
+            if opened is None:
+                msg = f"blob {sha256} of session {cipher.session_id!r} does not decrypt with its key"
+                raise DataCorruptionError(msg, session_id=cipher.session_id)
+            data = opened
         if row.compression == "zlib":
-            data = zlib.decompress(data)
+            try:
+                data = zlib.decompress(data)
+            except zlib.error as e:
+                raise DataCorruptionError(f"blob {sha256} does not decompress") from e
         if hashlib.sha256(data).hexdigest() != sha256:
             msg = f"blob {sha256} does not match its hash"
             raise DataCorruptionError(msg)
@@ -975,6 +1263,14 @@ class SqlSessionStore(SessionStore):
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         """See ``SessionStore.put_snapshot``."""
         snapshots = self.tables.snapshots
+        if self.encryption is not None:
+            try:
+                sealing = self._sealing(snapshot.session_id)
+            except SessionNotFoundError:
+                return  # erased (or gone): a cache of it is never written
+            if sealing.cipher is not None:
+                state = sealing.cipher.seal_snapshot(_snapshot_label(snapshot), snapshot.state)
+                snapshot = dataclasses.replace(snapshot, state=state)
         statement = (
             type(self)
             .dialect_insert(snapshots)
@@ -1039,7 +1335,26 @@ class SqlSessionStore(SessionStore):
         if found is None:
             return None
         seq, state = found
-        return SnapshotRecord(session_id, projection, projection_version, tokenizer, seq, state)
+        record = SnapshotRecord(session_id, projection, projection_version, tokenizer, seq, state)
+        if state.startswith(SNAPSHOT_MAGIC):
+            return self._open_snapshot(record)
+        return record
+
+    def _open_snapshot(self, record: SnapshotRecord) -> SnapshotRecord | None:
+        """A sealed snapshot opened; None when it cannot be (a cache: the reader folds the log,
+        which raises the real reason: an erased session, a missing key provider)."""
+        if self.encryption is None:
+            return None
+
+        def attempt() -> _WrappedKey | None:
+            with self._read() as conn:
+                return self._key_row(conn, record.session_id)
+
+        key = self._retrying("read key", attempt)
+        if key is None:
+            return None
+        state = self._cipher(record.session_id, key).open_snapshot(_snapshot_label(record), record.state)
+        return None if state is None else dataclasses.replace(record, state=state)
 
     def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
         """(seq, state) of the row ``newest`` (a select of ``seq``) finds, if any.
@@ -1064,6 +1379,13 @@ def _rollback_or_discard(raw: Any) -> None:
     except _driver_errors():
         # The server is gone or killed this backend: the transaction died with it.
         raw.invalidate()
+
+
+def _snapshot_label(snapshot: SnapshotRecord) -> str:
+    """What a sealed snapshot is bound to: it opens only as the snapshot it was written as."""
+    return "\x1f".join(
+        (snapshot.projection, str(snapshot.projection_version), snapshot.tokenizer, str(snapshot.seq))
+    )
 
 
 def _session_info(row: Any) -> SessionInfo:

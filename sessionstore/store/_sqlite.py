@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 from ..errors import DatabaseFileGoneError, ValidationError
 from ._driver import DriverSQL, sqlite_timestamp
-from ._sql import SqlSessionStore
+from ._sql import SqlSessionStore, translate_errors
 
 __all__ = [
     "SQLiteDurability",
@@ -110,6 +110,9 @@ def _configure_connection(dbapi_connection: sqlite3.Connection, *, synchronous: 
     cursor.execute(f"PRAGMA synchronous={synchronous}")
     cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
+    # Deleted content is overwritten with zeros, so an erased session (and every snapshot
+    # replaced before it) leaves no plaintext in free pages (docs/storage.md "Erasure").
+    cursor.execute("PRAGMA secure_delete=ON")
     cursor.close()
 
 
@@ -262,6 +265,22 @@ class SQLiteSessionStore(SqlSessionStore):
         current = _file_id(path)
         if current != opened:
             raise DatabaseFileGoneError(str(path), "deleted" if current is None else "replaced")
+
+    def _after_erase(self) -> None:
+        """Move the erasure into the database file and empty the WAL, which still holds the
+        pages as they were before it. Best effort: a reader holding an old snapshot keeps
+        those pages in the WAL until it ends (the next checkpoint truncates them then)."""
+        if sqlite_file(str(self.engine.url)) is None:
+            return
+        with self._lock, translate_errors():
+            raw = self.engine.raw_connection()  # outside any transaction: a checkpoint needs that
+            try:
+                cursor = raw.cursor()
+                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                cursor.fetchall()
+                cursor.close()
+            finally:
+                raw.close()
 
     def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
         if self.in_greenlet:  # aiosqlite has no incremental blob I/O

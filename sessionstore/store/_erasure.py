@@ -1,0 +1,405 @@
+"""Erasure on an append-only log: crypto-shredding, the guarded purge, receipts and retention.
+
+Two ways to erase, chosen per session:
+
+* **shred** (the session is encrypted: it has a ``session_keys`` row): delete the wrapped data
+  key and the session's snapshots. The sealed events and blobs stay, so the hash chain (which
+  covers the ciphertext) still verifies; nothing can decrypt them again.
+* **purge** (a plaintext session): delete its events, snapshots, sessions row and the blobs only
+  it references. The append-only triggers refuse every DELETE unless an ``erasure_guard`` row
+  names the session (or blob); the purge writes those rows, deletes, and removes them inside
+  one transaction, so no other transaction ever sees a guard. UPDATE stays refused.
+
+Either way an ``erasures`` receipt (append-only) records what went, when, why, and the chain's
+head and event count, and ``verify`` / ``audit`` show it.
+
+Forks and child sessions read their parent's log (a fork's history starts with the parent's
+prefix). Erasing a session that has any not yet erased is refused with their list
+(``ErasureRefusedError``) unless ``with_forks``: then the whole tree is erased in the same
+transaction. A descendant of a purged session is purged too (its row points at the parent's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from sqlalchemy import Connection, delete, func, insert, or_, select
+
+from ..errors import ErasureRefusedError, SessionErasedError, SessionNotFoundError, ValidationError
+from ._contract import SessionInfo, check_session_id
+from ._driver import DriverSQL
+from ._hashing import as_utc
+from ._observed import log_erase
+from ._receipts import ErasureReceipt, RetentionPlan
+from ._schema import StoreTables
+
+__all__ = ["ErasureMixin", "erased_error", "receipt_from_row"]
+
+_T = TypeVar("_T")
+#: A blob reference inside a payload: blobs are keyed by a 64-hex SHA-256.
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+#: How many blob hashes one "is it referenced elsewhere" scan of the events table looks for.
+_BLOB_SCAN_CHUNK = 50
+_MAX_REASON = 2000
+
+
+def receipt_from_row(row: Any) -> ErasureReceipt:
+    """The receipt a row of ``erasures`` holds."""
+    return ErasureReceipt(
+        session_id=row.session_id,
+        method=row.method,
+        reason=row.reason,
+        erased_at=as_utc(row.erased_at),
+        parent_session_id=row.parent_session_id,
+        head_hash=row.head_hash,
+        event_count=int(row.event_count),
+        first_position=None if row.first_position is None else int(row.first_position),
+        last_position=None if row.last_position is None else int(row.last_position),
+        snapshots_dropped=int(row.snapshots_dropped),
+        blobs_removed=int(row.blobs_removed),
+    )
+
+
+def _receipt(conn: Connection, t: StoreTables, session_id: str) -> ErasureReceipt | None:
+    row = conn.execute(select(t.erasures).where(t.erasures.c.session_id == session_id)).first()
+    return None if row is None else receipt_from_row(row)
+
+
+def erased_error(conn: Connection, t: StoreTables, session_id: str) -> SessionErasedError | None:
+    """The error for reading ``session_id`` if it was erased, else None."""
+    receipt = _receipt(conn, t, session_id)
+    if receipt is None:
+        return None
+    return SessionErasedError(session_id, method=receipt.method, erased_at=receipt.erased_at.isoformat())
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError("an erasure needs a reason (a non-empty string)", field="reason")
+    if len(reason) > _MAX_REASON:
+        raise ValidationError(f"the reason is longer than {_MAX_REASON} characters", field="reason")
+    return reason
+
+
+class ErasureMixin:
+    """Erasure and retention for ``SqlSessionStore`` (see the module docstring)."""
+
+    #: True where a plain write transaction is not serialized against event writers, so an
+    #: erasure first runs the append path's ``begin_write`` lock (PostgreSQL); SQLite's write
+    #: transactions already are (BEGIN IMMEDIATE).
+    lock_writers: ClassVar[bool] = False
+
+    # Provided by SqlSessionStore.
+    tables: StoreTables
+    _write_sql: DriverSQL
+    _write: Callable[[], contextlib.AbstractContextManager[Connection]]
+    _read: Callable[[], contextlib.AbstractContextManager[Connection]]
+    _retrying: Callable[..., Any]
+
+    if TYPE_CHECKING:  # SessionStore's (defined here only for the type checker)
+
+        def genesis(self, session: str | SessionInfo) -> str | None: ...
+
+    def _after_erase(self) -> None:
+        """A hook run after an erasure commits (SQLite checkpoints its WAL)."""
+
+    # -- receipts --
+
+    def erasure(self, session_id: str) -> ErasureReceipt | None:
+        """The receipt of the session's erasure, or None if it was not erased."""
+
+        def attempt() -> ErasureReceipt | None:
+            with self._read() as conn:
+                return _receipt(conn, self.tables, session_id)
+
+        found: ErasureReceipt | None = self._retrying("erasure", attempt)
+        return found
+
+    def erasures(self, *, limit: int = 1000, after: str | None = None) -> list[ErasureReceipt]:
+        """Receipts ordered by session id, ``limit`` at a time, after id ``after``."""
+        erasures = self.tables.erasures
+        query = select(erasures).order_by(erasures.c.session_id).limit(limit)
+        if after is not None:
+            query = query.where(erasures.c.session_id > after)
+
+        def attempt() -> list[ErasureReceipt]:
+            with self._read() as conn:
+                return [receipt_from_row(row) for row in conn.execute(query)]
+
+        found: list[ErasureReceipt] = self._retrying("erasures", attempt)
+        return found
+
+    def descendants(self, session_id: str) -> list[str]:
+        """Every fork and child of the session, and theirs, nearest first (erased ones included)."""
+
+        def attempt() -> list[str]:
+            with self._read() as conn:
+                return _descendants(conn, self.tables, session_id)
+
+        found: list[str] = self._retrying("descendants", attempt)
+        return found
+
+    # -- erase --
+
+    def erase(self, session_id: str, *, reason: str, with_forks: bool = False) -> list[ErasureReceipt]:
+        """Erase the session (and with ``with_forks`` its forks and children): one transaction.
+
+        Encrypted sessions are shredded, plaintext ones purged (module docstring). Erasing an
+        erased session again returns its receipt and changes nothing.
+
+        Returns:
+            The receipts written, the session's first (its descendants' follow, nearest first).
+
+        Raises:
+            SessionNotFoundError: no such session (and no receipt for it).
+            ErasureRefusedError: it has forks or children not yet erased and ``with_forks`` is
+                False (nothing erased; the error lists them).
+            ValidationError: a bad session id or an empty reason.
+        """
+        check_session_id(session_id)
+        reason = _check_reason(reason)
+        # The genesis of an empty session is its head; it needs reads of its own, so outside.
+        genesis = self._genesis_or_none(session_id)
+
+        def attempt() -> list[ErasureReceipt]:
+            with self._write() as conn:
+                if self.lock_writers:
+                    conn.exec_driver_sql(self._write_sql.begin_write)
+                return _erase_in(conn, self.tables, session_id, reason, with_forks, genesis)
+
+        receipts: list[ErasureReceipt] = self._retrying("erase", attempt)
+        self._after_erase()
+        for receipt in receipts:
+            fields = receipt.to_dict()
+            del fields["session_id"], fields["reason"]
+            log_erase(receipt.session_id, reason=receipt.reason, **fields)
+        return receipts
+
+    def _genesis_or_none(self, session_id: str) -> dict[str, str]:
+        """session id -> genesis, for the session and its descendants (empty ones need it)."""
+        found: dict[str, str] = {}
+        try:
+            for sid in (session_id, *self.descendants(session_id)):
+                genesis = self.genesis(sid)
+                if genesis is not None:
+                    found[sid] = genesis
+        except SessionNotFoundError:
+            pass
+        return found
+
+    # -- retention --
+
+    def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+        """What ``purge_expired`` would erase: sessions whose last activity (their newest event,
+        or their creation when empty) is older than ``older_than``. A session is erased with its
+        forks and children only when they are all expired too; otherwise it is kept and listed.
+        """
+        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+            raise ValidationError("older_than must be a positive timedelta", field="older_than")
+        cutoff = (now or datetime.now(UTC)) - older_than
+
+        def attempt() -> tuple[set[str], dict[str, str | None]]:
+            with self._read() as conn:
+                return _expired(conn, self.tables, cutoff), _parents(conn, self.tables)
+
+        expired, parents = self._retrying("retention_plan", attempt)
+        children: dict[str, list[str]] = {}
+        for sid, parent in parents.items():
+            if parent is not None:
+                children.setdefault(parent, []).append(sid)
+        kept: dict[str, tuple[str, ...]] = {}
+        for sid in sorted(expired):
+            active = [d for d in _walk(children, sid) if d not in expired]
+            if active:
+                kept[sid] = tuple(active)
+        chosen = tuple(sorted(expired - set(kept)))
+        return RetentionPlan(cutoff=cutoff, expired=chosen, kept=kept)
+
+    def purge_expired(
+        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+    ) -> RetentionPlan:
+        """Erase what ``retention_plan`` selects, each tree in its own transaction, receipts
+        recorded as for ``erase``. With ``dry_run`` nothing changes and no receipts are returned.
+        """
+        reason = _check_reason(reason)
+        plan = self.retention_plan(older_than, now=now)
+        if dry_run:
+            return plan
+        done: list[ErasureReceipt] = []
+        erased: set[str] = set()
+        for sid in plan.expired:  # parents before children: a root takes its tree with it
+            if sid in erased:
+                continue
+            receipts = self.erase(sid, reason=reason, with_forks=True)
+            erased.update(r.session_id for r in receipts)
+            done.extend(receipts)
+        return RetentionPlan(plan.cutoff, plan.expired, plan.kept, tuple(done))
+
+
+def _walk(children: dict[str, list[str]], root: str) -> Iterator[str]:
+    stack = list(children.get(root, ()))
+    while stack:
+        sid = stack.pop(0)
+        yield sid
+        stack.extend(children.get(sid, ()))
+
+
+def _descendants(conn: Connection, t: StoreTables, session_id: str) -> list[str]:
+    sessions = t.sessions
+    found: list[str] = []
+    frontier = [session_id]
+    seen = {session_id}
+    while frontier:
+        rows = conn.execute(
+            select(sessions.c.id).where(sessions.c.parent_session_id.in_(frontier)).order_by(sessions.c.id)
+        )
+        frontier = [sid for (sid,) in rows if sid not in seen]  # a tampered cycle ends here
+        seen.update(frontier)
+        found.extend(frontier)
+    return found
+
+
+def _parents(conn: Connection, t: StoreTables) -> dict[str, str | None]:
+    sessions = t.sessions
+    return {sid: parent for sid, parent in conn.execute(select(sessions.c.id, sessions.c.parent_session_id))}
+
+
+def _expired(conn: Connection, t: StoreTables, cutoff: datetime) -> set[str]:
+    """Sessions, not yet erased, with no activity since ``cutoff``."""
+    sessions, events, erasures = t.sessions, t.events, t.erasures
+    last_event = (
+        select(func.max(events.c.created_at)).where(events.c.session_id == sessions.c.id).scalar_subquery()
+    )
+    last_activity = func.coalesce(last_event, sessions.c.created_at)
+    not_erased = ~select(erasures.c.session_id).where(erasures.c.session_id == sessions.c.id).exists()
+    query = select(sessions.c.id).where(not_erased, last_activity < cutoff)
+    return {sid for (sid,) in conn.execute(query)}
+
+
+def _erase_in(
+    conn: Connection, t: StoreTables, session_id: str, reason: str, with_forks: bool, genesis: dict[str, str]
+) -> list[ErasureReceipt]:
+    """The erasure itself, inside one serialized write transaction."""
+    sessions, erasures, session_keys = t.sessions, t.erasures, t.session_keys
+    existing = _receipt(conn, t, session_id)
+    if existing is not None:
+        return [existing]
+    if conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
+        raise SessionNotFoundError(session_id)
+    tree = _descendants(conn, t, session_id)
+    receipted = {
+        sid for (sid,) in conn.execute(select(erasures.c.session_id).where(erasures.c.session_id.in_(tree)))
+    }
+    pending = [sid for sid in tree if sid not in receipted]
+    if pending and not with_forks:
+        raise ErasureRefusedError(session_id, pending)
+    targets = [session_id, *pending]
+    keyed = {
+        sid
+        for (sid,) in conn.execute(
+            select(session_keys.c.session_id).where(session_keys.c.session_id.in_(targets))
+        )
+    }
+    parents: dict[str, str | None] = {
+        sid: parent
+        for sid, parent in conn.execute(
+            select(sessions.c.id, sessions.c.parent_session_id).where(sessions.c.id.in_(targets))
+        )
+    }
+    # A session whose parent is purged loses the row its own row points at: purge it too.
+    methods: dict[str, str] = {}
+    for sid in targets:  # nearest first: a parent is decided before its children
+        parent = parents.get(sid)
+        methods[sid] = "purged" if sid not in keyed or methods.get(parent or "") == "purged" else "shredded"
+    if methods[session_id] == "purged" and receipted:
+        why = "forks or children of it were shredded before and keep rows that point at it"
+        raise ErasureRefusedError(session_id, sorted(receipted), why=why)
+    purged = [sid for sid in targets if methods[sid] == "purged"]
+    removable = _blobs_only_in(conn, t, purged)
+    guards = [f"session:{sid}" for sid in purged] + [f"blob:{sha}" for sha in removable]
+    if guards:
+        conn.execute(insert(t.erasure_guard), [{"target": target} for target in guards])
+    now = datetime.now(UTC)
+    receipts = []
+    for sid in reversed(targets):  # children first: their rows point at their parents'
+        receipts.append(_erase_one(conn, t, sid, methods[sid], reason, now, parents.get(sid), genesis))
+    if removable:
+        conn.execute(delete(t.blobs).where(t.blobs.c.sha256.in_(removable)))
+    if guards:
+        conn.execute(delete(t.erasure_guard).where(t.erasure_guard.c.target.in_(guards)))
+    receipts.reverse()
+    # Blobs are counted on the receipt of the session named in the request.
+    if removable:
+        receipts[0] = dataclasses.replace(receipts[0], blobs_removed=len(removable))
+    conn.execute(insert(erasures), [dataclasses.asdict(receipt) for receipt in receipts])
+    return receipts
+
+
+def _erase_one(
+    conn: Connection,
+    t: StoreTables,
+    sid: str,
+    method: str,
+    reason: str,
+    now: datetime,
+    parent: str | None,
+    genesis: dict[str, str],
+) -> ErasureReceipt:
+    """Erase one session's rows (its receipt is written by the caller)."""
+    events, snapshots, session_keys, sessions = t.events, t.snapshots, t.session_keys, t.sessions
+    count, first, last = conn.execute(
+        select(func.count(), func.min(events.c.position), func.max(events.c.position)).where(
+            events.c.session_id == sid
+        )
+    ).one()
+    head_row = conn.execute(
+        select(events.c.hash).where(events.c.session_id == sid).order_by(events.c.seq.desc()).limit(1)
+    ).first()
+    head_hash = str(head_row.hash) if head_row is not None else genesis.get(sid, "0" * 64)
+    dropped = conn.execute(delete(snapshots).where(snapshots.c.session_id == sid)).rowcount
+    conn.execute(delete(session_keys).where(session_keys.c.session_id == sid))
+    if method == "purged":
+        conn.execute(delete(events).where(events.c.session_id == sid))
+        conn.execute(delete(sessions).where(sessions.c.id == sid))
+    return ErasureReceipt(
+        session_id=sid,
+        method="purged" if method == "purged" else "shredded",
+        reason=reason,
+        erased_at=now,
+        parent_session_id=parent,
+        head_hash=head_hash,
+        event_count=int(count),
+        first_position=None if first is None else int(first),
+        last_position=None if last is None else int(last),
+        snapshots_dropped=int(dropped or 0),
+        blobs_removed=0,
+    )
+
+
+def _blobs_only_in(conn: Connection, t: StoreTables, purged: Sequence[str]) -> list[str]:
+    """Blobs the purged sessions' plaintext payloads reference and no other session does."""
+    events, blobs = t.events, t.blobs
+    if not purged:
+        return []
+    named: set[str] = set()
+    for (payload,) in conn.execute(select(events.c.payload).where(events.c.session_id.in_(purged))):
+        named.update(_HEX64.findall(payload))
+    if not named:
+        return []
+    stored = sorted(
+        sha for (sha,) in conn.execute(select(blobs.c.sha256).where(blobs.c.sha256.in_(sorted(named))))
+    )
+    shared: set[str] = set()
+    for start in range(0, len(stored), _BLOB_SCAN_CHUNK):
+        chunk = stored[start : start + _BLOB_SCAN_CHUNK]
+        others = select(events.c.payload).where(
+            events.c.session_id.not_in(purged), or_(*(events.c.payload.contains(sha) for sha in chunk))
+        )
+        for (payload,) in conn.execute(others):
+            shared.update(sha for sha in chunk if sha in payload)
+    return [sha for sha in stored if sha not in shared]

@@ -1,0 +1,479 @@
+"""Erasure on the append-only log, on every backend: the guarded purge of plaintext sessions,
+crypto-shredding of encrypted ones, receipts in verify, forks, and retention.
+
+The proof that erasure is real: a unique marker written into messages, tool results, blobs and
+snapshots is nowhere in the database files afterwards (the SQLite file and its WAL after a
+checkpoint; a pg_dump of the test schema).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from sessionstore import SessionStore
+from sessionstore.errors import (
+    AppendOnlyViolation,
+    EncryptionKeyError,
+    ErasureRefusedError,
+    SessionErasedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    ValidationError,
+)
+from sessionstore.events import MessageAppended, SessionStarted, ToolResultPersisted
+from sessionstore.projections import Session, SessionConfig
+from sessionstore.store._crypto import LocalKeyProvider
+from sessionstore.store._sql import translate_errors
+
+from .conftest import PG_URL, Backend
+
+# Every test runs against the sync store and the async one (through tests/_async_adapter.py).
+pytestmark = pytest.mark.store_contract
+
+PG_DUMP = "/usr/lib/postgresql/15/bin/pg_dump"
+MASTER = LocalKeyProvider(bytes(range(32)))
+
+
+@pytest.fixture(params=["plaintext", "encrypted"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def estore(backend: Backend, mode: str) -> Iterator[SessionStore]:
+    """A store on each backend, plaintext or encrypted."""
+    store = backend.open(encryption=MASTER if mode == "encrypted" else None)
+    yield store
+    store.close()
+
+
+def _conversation(store: SessionStore, sid: str, marker: str, **create: Any) -> None:
+    """A session whose message, tool result, persisted blob and snapshot all hold ``marker``."""
+    store.create_session(sid, events=[SessionStarted()], **create)
+    blob = store.put_blob(f"full tool output {marker} ".encode() * 40, session_id=sid)
+    store.visible_log(sid).append(
+        [
+            MessageAppended(role="user", content=f"my secret is {marker}"),
+            MessageAppended(
+                role="assistant",
+                content=[{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"q": marker}}],
+            ),
+            MessageAppended(
+                role="user",
+                content=[{"type": "tool_result", "tool_use_id": "toolu_1", "content": f"found {marker}"}],
+            ),
+            ToolResultPersisted(
+                tool_use_id="toolu_1",
+                blob_sha256=blob.sha256,
+                original_chars=blob.size,
+                preview=f"preview {marker}",
+                reason="size",
+                location=f"sessionstore blob {blob.sha256}",
+            ),
+        ],
+        "any",
+    )
+    session = Session(store, sid, SessionConfig(snapshot_every=0))
+    session.snapshot()
+    assert store.latest_snapshot(sid, "api_context", session._api_projection.version, session.tokenizer)
+
+
+def _database_bytes(backend: Backend) -> bytes:
+    """Everything the database holds on disk (SQLite: file + WAL after a checkpoint) or in a dump."""
+    if backend.is_postgres:
+        schema = re.search(r"search_path%3D(\w+)", backend.url)
+        assert schema is not None and PG_URL is not None
+        dump = subprocess.run(
+            [PG_DUMP, "--schema", schema.group(1), PG_URL.replace("postgresql+psycopg://", "postgresql://")],
+            check=True,
+            capture_output=True,
+        )
+        return dump.stdout
+    path = Path(backend.url.removeprefix("sqlite:///"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    wal = path.with_name(path.name + "-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+# --- erase: the common contract --------------------------------------------------------------
+
+
+def test_an_erased_session_reads_as_erased_and_verifies_with_its_receipt(
+    estore: SessionStore, mode: str
+) -> None:
+    _conversation(estore, "s1", "MARK-A")
+    _conversation(estore, "keep", "MARK-KEEP")
+    head = estore.head("s1")
+    events = estore.last_seq("s1")
+
+    (receipt,) = estore.erase("s1", reason="user request #7")
+
+    assert receipt.method == ("shredded" if mode == "encrypted" else "purged")
+    assert (receipt.head_hash, receipt.event_count, receipt.reason) == (head.hash, events, "user request #7")
+    assert receipt.snapshots_dropped >= 1
+    assert estore.erasure("s1") == receipt
+    with pytest.raises(SessionErasedError, match=r"s1.*erased"):
+        estore.read("s1")
+    with pytest.raises(SessionErasedError):
+        estore.append("s1", [MessageAppended(role="user", content="more")], expected_seq="any")
+    with pytest.raises(SessionErasedError):
+        estore.put_blob(b"x", session_id="s1")
+    assert estore.latest_snapshot("s1", "api_context", 1, "cl100k_base") is None
+    report = estore.verify("s1")
+    assert report.ok and report.erasure == receipt and report.head == head.hash
+    assert estore.verify("s1", head=head).ok  # the anchor kept outside still matches
+    # The other session is untouched.
+    assert estore.verify("keep").ok
+    assert "MARK-KEEP" in estore.read("keep")[1].payload
+    # Erasing again is idempotent: the same receipt, nothing else changes.
+    assert estore.erase("s1", reason="again") == [receipt]
+    # The id is not reused.
+    with pytest.raises(SessionExistsError):
+        estore.create_session("s1")
+
+
+def test_no_plaintext_of_an_erased_session_is_left_in_the_database(
+    shared_backend: Backend, mode: str
+) -> None:
+    """The database files (an in-memory database has none) hold no trace of the marker."""
+    marker = f"ERASE-ME-{uuid.uuid4().hex}"
+    with shared_backend.open(encryption=MASTER if mode == "encrypted" else None) as store:
+        _conversation(store, "gone", marker)
+        _conversation(store, "kept", "STILL-HERE-5f1c")
+        if mode == "plaintext":  # the marker really is in the files before
+            assert marker.encode() in _database_bytes(shared_backend)
+
+        store.erase("gone", reason="gdpr")
+
+        stored = _database_bytes(shared_backend)
+    assert marker.encode() not in stored
+    assert (b"STILL-HERE-5f1c" in stored) == (mode == "plaintext")
+
+
+def test_verify_after_a_purge_states_the_gap(estore: SessionStore, mode: str) -> None:
+    _conversation(estore, "a", "M1")
+    before = [e.position for e in estore.read("a")]
+    _conversation(estore, "b", "M2")
+
+    (receipt,) = estore.erase("a", reason="retention")
+
+    assert (receipt.first_position, receipt.last_position) == (before[0], before[-1])
+    assert "retention" in receipt.summary() and f"positions {before[0]}-{before[-1]}" in receipt.summary()
+    remaining = estore.read_all()
+    if mode == "plaintext":
+        assert all(e.session_id == "b" for e in remaining)
+    else:  # shredded: the sealed events stay, marked, and cannot be decoded
+        erased = [e for e in remaining if e.session_id == "a"]
+        assert len(erased) == len(before) and all(e.erased for e in erased)
+        with pytest.raises(SessionErasedError):
+            _ = erased[0].event
+        assert estore.verify("a").events_checked == len(before)
+
+
+def test_an_erasure_needs_a_reason_and_an_existing_session(estore: SessionStore) -> None:
+    estore.create_session("x")
+    with pytest.raises(ValidationError, match="reason"):
+        estore.erase("x", reason="  ")
+    with pytest.raises(SessionNotFoundError):
+        estore.erase("nope", reason="r")
+    assert estore.erasure("x") is None
+
+
+# --- forks and sub-agents --------------------------------------------------------------------
+
+
+def test_erasing_a_parent_is_refused_with_its_forks_listed(estore: SessionStore) -> None:
+    _conversation(estore, "root", "R")
+    estore.create_session("fork1", parent_session_id="root", fork_seq=2)
+    estore.create_session("child", parent_session_id="fork1")
+
+    with pytest.raises(ErasureRefusedError) as refused:
+        estore.erase("root", reason="r")
+
+    assert refused.value.descendants == ("fork1", "child")
+    assert estore.erasures() == []
+    assert len(estore.visible_log("fork1").read()) == 2  # nothing changed
+
+
+def test_with_forks_erases_the_whole_tree_in_one_go(estore: SessionStore) -> None:
+    _conversation(estore, "root", "R")
+    estore.create_session("fork1", parent_session_id="root", fork_seq=2)
+    estore.create_session("child", parent_session_id="fork1")
+    estore.create_session("other")
+
+    receipts = estore.erase("root", reason="r", with_forks=True)
+
+    assert [r.session_id for r in receipts] == ["root", "fork1", "child"]
+    assert [r.parent_session_id for r in receipts] == [None, "root", "fork1"]
+    for sid in ("root", "fork1", "child"):
+        with pytest.raises(SessionErasedError):
+            estore.visible_log(sid).read()
+        assert estore.verify(sid).ok
+    estore.read("other")
+
+
+def test_erasing_a_fork_leaves_its_parent(estore: SessionStore) -> None:
+    _conversation(estore, "root", "R")
+    estore.create_session("fork1", parent_session_id="root", fork_seq=2)
+    estore.visible_log("fork1").append([MessageAppended(role="user", content="fork only")], "any")
+
+    estore.erase("fork1", reason="r")
+
+    assert len(estore.read("root")) == 5
+    assert estore.verify("root").ok
+    with pytest.raises(SessionErasedError):
+        estore.create_session("fork2", parent_session_id="fork1")
+
+
+# --- the guard: ordinary changes stay refused --------------------------------------------------
+
+
+def _raw(store: SessionStore, statement: str) -> None:
+    with translate_errors(), store.engine.begin() as conn:  # type: ignore[attr-defined]
+        conn.execute(text(statement))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DELETE FROM events WHERE session_id = 's'",
+        "UPDATE events SET payload = '{}' WHERE session_id = 's'",
+        "DELETE FROM sessions WHERE id = 's'",
+        "UPDATE sessions SET metadata = '{}' WHERE id = 's'",
+        "DELETE FROM blobs",
+        "UPDATE blobs SET size = 0",
+        "DELETE FROM erasures",
+        "UPDATE erasures SET reason = 'forged'",
+    ],
+)
+def test_ordinary_updates_and_deletes_are_still_refused(backend: Backend, statement: str) -> None:
+    store = backend.open()
+    try:
+        _conversation(store, "s", "M")
+        store.create_session("t")
+        store.erase("t", reason="a receipt to protect")
+        with pytest.raises(AppendOnlyViolation):
+            _raw(store, statement)
+        # A guard for another session opens nothing of this one (and UPDATE never).
+        if "events" in statement or "sessions" in statement:
+            engine = store.engine  # type: ignore[attr-defined]
+            with pytest.raises(AppendOnlyViolation), translate_errors(), engine.begin() as conn:
+                conn.execute(text("INSERT INTO erasure_guard (target) VALUES ('session:other')"))
+                conn.execute(text(statement))
+        assert store.verify("s").ok and len(store.read("s")) == 5
+    finally:
+        store.close()
+
+
+# --- encryption at rest ----------------------------------------------------------------------
+
+
+def test_encrypted_payloads_blobs_and_snapshots_are_sealed(backend: Backend) -> None:
+    store = backend.open(encryption=MASTER)
+    try:
+        _conversation(store, "s", "SEALED-MARK")
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            payloads = [p for (p,) in conn.execute(text("SELECT payload FROM events"))]
+            blob_rows = [bytes(d) for (d,) in conn.execute(text("SELECT data FROM blobs"))]
+            states = [bytes(s) for (s,) in conn.execute(text("SELECT state FROM snapshots"))]
+        assert payloads and all(p.startswith("sessionstore-sealed:v1:") for p in payloads)
+        assert blob_rows and all(b"SEALED-MARK" not in b for b in blob_rows)
+        assert states and all(b"SEALED-MARK" not in s for s in states)
+        # Reading gives the plaintext, and the chain (over the ciphertext) verifies.
+        assert "SEALED-MARK" in store.read("s", verify=True)[1].payload
+        persisted = store.read("s")[-1].event
+        assert isinstance(persisted, ToolResultPersisted)
+        assert b"SEALED-MARK" in store.get_blob(persisted.blob_sha256, session_id="s")
+        assert store.verify("s").ok
+    finally:
+        store.close()
+
+
+def test_an_encrypted_append_is_still_idempotent(backend: Backend) -> None:
+    store = backend.open(encryption=MASTER)
+    try:
+        store.create_session("s")
+        event = MessageAppended(role="user", content="hello")
+        first = store.append("s", [event], expected_seq=0)
+        again = store.append("s", [event], expected_seq=0)  # a retry after a lost reply
+        assert again.deduplicated and again.seqs == first.seqs
+        changed = event.model_copy(update={"content": "other"})
+        with pytest.raises(Exception, match="different content"):
+            store.append("s", [changed], expected_seq="any")
+    finally:
+        store.close()
+
+
+def test_blobs_of_encrypted_sessions_are_not_shared(backend: Backend) -> None:
+    store = backend.open(encryption=MASTER)
+    try:
+        store.create_session("a")
+        store.create_session("b")
+        ref_a = store.put_blob(b"same bytes", session_id="a")
+        ref_b = store.put_blob(b"same bytes", session_id="b")
+        assert ref_a == ref_b  # the caller's reference is the content's SHA-256 ...
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            rows = [k for (k,) in conn.execute(text("SELECT sha256 FROM blobs"))]
+        assert len(rows) == 2 and ref_a.sha256 not in rows  # ... the rows are per session, keyed
+        store.erase("a", reason="r")
+        assert store.get_blob(ref_b.sha256, session_id="b") == b"same bytes"
+        with pytest.raises(SessionErasedError):
+            store.get_blob(ref_a.sha256, session_id="a")
+        with pytest.raises(ValidationError, match="session_id"):
+            store.put_blob(b"no session")
+    finally:
+        store.close()
+
+
+def test_a_fork_reads_its_parents_sealed_prefix_and_blobs(backend: Backend) -> None:
+    store = backend.open(encryption=MASTER)
+    try:
+        _conversation(store, "root", "PREFIX")
+        store.create_session("fork", parent_session_id="root", fork_seq=5)
+        visible = store.visible_log("fork").read()
+        assert "PREFIX" in visible[1].payload
+        persisted = visible[-1].event
+        assert isinstance(persisted, ToolResultPersisted)
+        assert b"PREFIX" in store.get_blob(persisted.blob_sha256, session_id="fork")
+    finally:
+        store.close()
+
+
+def test_encrypted_sessions_need_their_master_key(shared_backend: Backend) -> None:
+    backend = shared_backend  # several stores open one database
+    with backend.open(encryption=MASTER) as store:
+        store.create_session("s", events=[MessageAppended(role="user", content="x")])
+    with backend.open() as plain, pytest.raises(EncryptionKeyError, match="key provider"):
+        plain.read("s")
+    with backend.open() as plain, pytest.raises(EncryptionKeyError, match="key provider"):
+        plain.append("s", [MessageAppended(role="user", content="in the clear?")], expected_seq="any")
+    other = LocalKeyProvider(os.urandom(32))
+    with backend.open(encryption=other) as wrong, pytest.raises(EncryptionKeyError, match="master key"):
+        wrong.read("s")
+    # Erasing needs no key: destroying it is the point.
+    with backend.open() as plain:
+        assert plain.erase("s", reason="r")[0].method == "shredded"
+
+
+# --- retention -------------------------------------------------------------------------------
+
+
+def _between(store: SessionStore, before: str, after: str) -> Any:
+    """A moment after ``before``'s last activity and before ``after``'s first event."""
+    older, newer = store.read(before)[-1].created_at, store.read(after)[0].created_at
+    assert older < newer
+    return older + (newer - older) / 2
+
+
+def test_retention_erases_what_the_policy_selects(estore: SessionStore) -> None:
+    estore.create_session("old", events=[SessionStarted()])
+    estore.create_session("old-parent", events=[SessionStarted()])
+    estore.create_session("old-fork", parent_session_id="old-parent", events=[SessionStarted()])
+    estore.create_session("fresh", events=[SessionStarted()])
+    now = _between(estore, "old-fork", "fresh") + timedelta(days=30)
+
+    plan = estore.retention_plan(timedelta(days=30), now=now)
+    assert plan.expired == ("old", "old-fork", "old-parent") and plan.kept == {}
+
+    dry = estore.purge_expired(timedelta(days=30), reason="30-day policy", dry_run=True, now=now)
+    assert dry.expired == plan.expired and dry.receipts == () and estore.erasures() == []
+
+    done = estore.purge_expired(timedelta(days=30), reason="30-day policy", now=now)
+    assert sorted(r.session_id for r in done.receipts) == ["old", "old-fork", "old-parent"]
+    assert all(r.reason == "30-day policy" for r in done.receipts)
+    assert [r.session_id for r in estore.erasures()] == ["old", "old-fork", "old-parent"]
+    assert estore.retention_plan(timedelta(days=30), now=now).expired == ()
+    estore.read("fresh")
+
+
+def test_retention_keeps_a_parent_whose_fork_is_still_active(estore: SessionStore) -> None:
+    estore.create_session("parent", events=[SessionStarted()])
+    estore.create_session("fork", parent_session_id="parent", fork_seq=1, events=[SessionStarted()])
+    now = _between(estore, "parent", "fork") + timedelta(days=30)
+
+    plan = estore.retention_plan(timedelta(days=30), now=now)
+
+    assert plan.expired == () and plan.kept == {"parent": ("fork",)}
+    assert estore.purge_expired(timedelta(days=30), reason="r", now=now).receipts == ()
+    assert len(estore.read("parent")) == 1
+    with pytest.raises(ValidationError, match="older_than"):
+        estore.retention_plan(timedelta(0))
+
+
+def test_a_purge_keeps_blobs_another_session_references(backend: Backend) -> None:
+    with backend.open() as store:
+        shared = store.put_blob(b"shared output " * 50, session_id=None)
+        own = store.put_blob(b"only mine " * 50)
+        for sid, refs in (("a", (shared, own)), ("b", (shared,))):
+            store.create_session(sid)
+            store.append(
+                sid,
+                [
+                    ToolResultPersisted(
+                        tool_use_id=f"t{i}", blob_sha256=ref.sha256, original_chars=ref.size,
+                        preview="p", reason="size", location="l",
+                    )
+                    for i, ref in enumerate(refs)
+                ],
+                expected_seq=0,
+            )
+
+        (receipt,) = store.erase("a", reason="r")
+
+        assert receipt.blobs_removed == 1
+        assert store.get_blob(shared.sha256) == b"shared output " * 50
+        with pytest.raises(KeyError):
+            store.get_blob(own.sha256)
+
+
+async def _async_round(url: str) -> None:
+    from sessionstore.store import open_async_store
+
+    store = await open_async_store(url, migrate=True, encryption=MASTER)
+    try:
+        await store.create_session("a", events=[MessageAppended(role="user", content="ASYNC-SECRET")])
+        ref = await store.put_blob(b"ASYNC-BLOB", session_id="a")
+        assert "ASYNC-SECRET" in (await store.read("a"))[0].payload
+        assert await store.get_blob(ref.sha256, session_id="a") == b"ASYNC-BLOB"
+        (receipt,) = await store.erase("a", reason="async request")
+        assert receipt.method == "shredded" and await store.erasure("a") == receipt
+        with pytest.raises(SessionErasedError):
+            await store.read("a")
+        assert (await store.verify("a")).ok
+    finally:
+        await store.close()
+
+
+def test_the_async_store_encrypts_and_erases_the_same_way(shared_backend: Backend) -> None:
+    import asyncio
+
+    asyncio.run(_async_round(shared_backend.url))
+
+
+def test_erasure_works_on_prefixed_tables(shared_backend: Backend, mode: str) -> None:
+    """The guard, the receipts and the keys live beside a store's own (prefixed) tables."""
+    encryption = MASTER if mode == "encrypted" else None
+    with shared_backend.open(table_prefix="ss_", encryption=encryption) as store:
+        _conversation(store, "s", "PREFIXED")
+        store.create_session("other", events=[SessionStarted()])
+
+        (receipt,) = store.erase("s", reason="r")
+
+        assert receipt.method == ("shredded" if encryption else "purged")
+        assert store.verify("s").ok and store.verify("other").ok
+        with pytest.raises(SessionErasedError):
+            store.read("s")
+        with pytest.raises(AppendOnlyViolation):
+            _raw(store, "DELETE FROM ss_events WHERE session_id = 'other'")
