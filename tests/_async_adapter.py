@@ -181,13 +181,23 @@ class AsyncStoreOnThread(SessionStore):
     def descendants(self, session_id: str) -> list[str]:
         return self._wait(self.inner.descendants(session_id))
 
-    def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
-        return self._wait(self.inner.retention_plan(older_than, now=now))
+    def retention_plan(
+        self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
+    ) -> RetentionPlan:
+        return self._wait(self.inner.retention_plan(older_than, now=now, tenant=tenant))
 
     def purge_expired(
-        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+        self,
+        older_than: timedelta,
+        *,
+        reason: str,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        tenant: str | None = None,
     ) -> RetentionPlan:
-        return self._wait(self.inner.purge_expired(older_than, reason=reason, dry_run=dry_run, now=now))
+        return self._wait(
+            self.inner.purge_expired(older_than, reason=reason, dry_run=dry_run, now=now, tenant=tenant)
+        )
 
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         self._wait(self.inner.put_snapshot(snapshot))

@@ -35,6 +35,8 @@ from ..pipeline import collapse, compact, default_summarizer, microcompact, reve
 from ..projections import Session, SessionConfig, WindowConfig
 from ..store import (
     ANY,
+    MASTER_KEY_ENV,
+    EnvKeyProvider,
     ExpectedSeq,
     SessionInfo,
     SessionStore,
@@ -47,6 +49,8 @@ from ..store import (
     upgrade,
 )
 from ._demo import run_demo
+from ._erasure import add_commands as _add_erasure_commands
+from ._erasure import run_erase, run_purge
 from ._render import render_audit
 from ._rls import add_commands as _add_rls_commands
 from ._rls import run_command as _run_rls
@@ -154,6 +158,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="heads kept elsewhere (the output of `heads`): each must still be there",
     )
+
+    _add_erasure_commands(commands, _add_db)
 
     heads = commands.add_parser(
         "heads", help="print each session's chain head (last seq and hash) to keep outside the database"
@@ -467,6 +473,10 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         return run_verify(args, store, out)  # chain + snapshots (sessionstore/cli/_verify.py)
     elif args.command == "heads":
         return run_heads(args, store, out)
+    elif args.command == "erase":
+        return run_erase(args, store, out)
+    elif args.command == "purge":
+        return run_purge(args, store, out)
     return 0
 
 
@@ -743,6 +753,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         create=args.command in _CREATING_COMMANDS,
         table_prefix=args.table_prefix,
         schema=args.schema,
+        # Encrypted sessions are read (and created) with the master key in the environment.
+        encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
     ) as store:
         return _run_with_store(args, store, out)
 

@@ -28,6 +28,7 @@ from ._contract import (
     VerifyReport,
 )
 from ._crypto import (
+    MASTER_KEY_ENV,
     EnvKeyProvider,
     FileKeyProvider,
     KeyProvider,
@@ -87,6 +88,7 @@ __all__ = [
     "FileKeyProvider",
     "KeyProvider",
     "LocalKeyProvider",
+    "MASTER_KEY_ENV",
     "PostgresSessionStore",
     "RecordedEvent",
     "RetentionPlan",

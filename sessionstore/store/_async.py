@@ -313,9 +313,11 @@ class AsyncSessionStore:
         """See ``SessionStore.descendants``."""
         return await self.run_sync(SqlSessionStore.descendants, session_id)
 
-    async def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+    async def retention_plan(
+        self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
+    ) -> RetentionPlan:
         """See ``SessionStore.retention_plan``."""
-        return await self.run_sync(SqlSessionStore.retention_plan, older_than, now=now)
+        return await self.run_sync(SqlSessionStore.retention_plan, older_than, now=now, tenant=tenant)
 
     async def read_stored(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None
@@ -324,11 +326,17 @@ class AsyncSessionStore:
         return await self.run_sync(SqlSessionStore.read_stored, session_id, from_seq, to_seq)
 
     async def purge_expired(
-        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+        self,
+        older_than: timedelta,
+        *,
+        reason: str,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        tenant: str | None = None,
     ) -> RetentionPlan:
         """See ``SessionStore.purge_expired``."""
         return await self.run_sync(
-            SqlSessionStore.purge_expired, older_than, reason=reason, dry_run=dry_run, now=now
+            SqlSessionStore.purge_expired, older_than, reason=reason, dry_run=dry_run, now=now, tenant=tenant
         )
 
     # -- lifetime --

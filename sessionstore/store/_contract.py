@@ -877,13 +877,21 @@ class SessionStore(abc.ABC):
         """The session's forks and children, and theirs, nearest first."""
 
     @abc.abstractmethod
-    def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+    def retention_plan(
+        self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
+    ) -> RetentionPlan:
         """Which sessions a retention of ``older_than`` (since their last activity) erases, and
         which it keeps because a fork or child of theirs is still active."""
 
     @abc.abstractmethod
     def purge_expired(
-        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+        self,
+        older_than: timedelta,
+        *,
+        reason: str,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        tenant: str | None = None,
     ) -> RetentionPlan:
         """Erase what ``retention_plan`` selects (nothing with ``dry_run``), with receipts."""
 

@@ -36,6 +36,7 @@ __all__ = [
     "EnvKeyProvider",
     "FileKeyProvider",
     "KeyProvider",
+    "MASTER_KEY_ENV",
     "LocalKeyProvider",
     "SessionCipher",
     "is_sealed_payload",
@@ -50,7 +51,7 @@ SNAPSHOT_MAGIC = b"\x00sessionstore-sealed-snapshot:v1\x00"
 _NONCE = 12
 _KEY_BYTES = 32
 #: The environment variable ``EnvKeyProvider`` reads by default (base64 of 32 bytes).
-KEY_ENV = "SESSIONSTORE_MASTER_KEY"
+MASTER_KEY_ENV = "SESSIONSTORE_MASTER_KEY"
 
 
 def _aesgcm(key: bytes) -> AESGCM:
@@ -150,7 +151,7 @@ def _decode_master_key(text: str, where: str) -> bytes:
 class EnvKeyProvider(LocalKeyProvider):
     """The master key from an environment variable (base64), ``SESSIONSTORE_MASTER_KEY`` by default."""
 
-    def __init__(self, variable: str = KEY_ENV) -> None:
+    def __init__(self, variable: str = MASTER_KEY_ENV) -> None:
         value = os.environ.get(variable)
         if not value:
             raise EncryptionKeyError(f"the environment variable {variable} holds no master key")

@@ -194,10 +194,13 @@ class ErasureMixin:
 
     # -- retention --
 
-    def retention_plan(self, older_than: timedelta, *, now: datetime | None = None) -> RetentionPlan:
+    def retention_plan(
+        self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
+    ) -> RetentionPlan:
         """What ``purge_expired`` would erase: sessions whose last activity (their newest event,
         or their creation when empty) is older than ``older_than``. A session is erased with its
         forks and children only when they are all expired too; otherwise it is kept and listed.
+        ``tenant``: only that tenant's sessions (forks and children share their parent's).
         """
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise ValidationError("older_than must be a positive timedelta", field="older_than")
@@ -205,7 +208,7 @@ class ErasureMixin:
 
         def attempt() -> tuple[set[str], dict[str, str | None]]:
             with self._read() as conn:
-                return _expired(conn, self.tables, cutoff), _parents(conn, self.tables)
+                return _expired(conn, self.tables, cutoff, tenant), _parents(conn, self.tables)
 
         expired, parents = self._retrying("retention_plan", attempt)
         children: dict[str, list[str]] = {}
@@ -221,13 +224,19 @@ class ErasureMixin:
         return RetentionPlan(cutoff=cutoff, expired=chosen, kept=kept)
 
     def purge_expired(
-        self, older_than: timedelta, *, reason: str, dry_run: bool = False, now: datetime | None = None
+        self,
+        older_than: timedelta,
+        *,
+        reason: str,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        tenant: str | None = None,
     ) -> RetentionPlan:
         """Erase what ``retention_plan`` selects, each tree in its own transaction, receipts
         recorded as for ``erase``. With ``dry_run`` nothing changes and no receipts are returned.
         """
         reason = _check_reason(reason)
-        plan = self.retention_plan(older_than, now=now)
+        plan = self.retention_plan(older_than, now=now, tenant=tenant)
         if dry_run:
             return plan
         done: list[ErasureReceipt] = []
@@ -269,7 +278,7 @@ def _parents(conn: Connection, t: StoreTables) -> dict[str, str | None]:
     return {sid: parent for sid, parent in conn.execute(select(sessions.c.id, sessions.c.parent_session_id))}
 
 
-def _expired(conn: Connection, t: StoreTables, cutoff: datetime) -> set[str]:
+def _expired(conn: Connection, t: StoreTables, cutoff: datetime, tenant: str | None) -> set[str]:
     """Sessions, not yet erased, with no activity since ``cutoff``."""
     sessions, events, erasures = t.sessions, t.events, t.erasures
     last_event = (
@@ -278,6 +287,8 @@ def _expired(conn: Connection, t: StoreTables, cutoff: datetime) -> set[str]:
     last_activity = func.coalesce(last_event, sessions.c.created_at)
     not_erased = ~select(erasures.c.session_id).where(erasures.c.session_id == sessions.c.id).exists()
     query = select(sessions.c.id).where(not_erased, last_activity < cutoff)
+    if tenant is not None:
+        query = query.where(sessions.c.tenant_id == tenant)
     return {sid for (sid,) in conn.execute(query)}
 
 
