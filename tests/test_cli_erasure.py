@@ -40,6 +40,9 @@ def test_erase_prints_a_receipt_and_verify_shows_the_session_as_ok(db: str) -> N
     assert receipt["event_count"] == 1
     status, out = _run("verify", "alone", "--db", db, "--json")
     assert status == EXIT_OK and json.loads(out)["chain_ok"]
+    assert json.loads(out)["erasure"] == receipt
+    status, out = _run("verify", "alone", "--db", db)
+    assert status == EXIT_OK and "erased (purged" in out and "user request" in out
 
 
 def test_erase_refuses_a_parent_with_forks_unless_asked(db: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -129,6 +129,7 @@ class SessionVerification:
             "identity_bound": chain.identity_bound,
             "checked_seq": self.checked_seq,
             "projections": [check.to_dict() for check in self.projections],
+            "erasure": None if chain.erasure is None else chain.erasure.to_dict(),
             "ok": self.ok,
         }
 
@@ -147,6 +148,8 @@ class SessionVerification:
         checked = [c for c in self.projections if c.status != "none"]
         if checked:
             head += "; snapshots: " + ", ".join(_describe(c) for c in checked)
+        if chain.erasure is not None:  # the receipt explains what is (no longer) there
+            head += f"; {chain.erasure.summary()}"
         return head
 
 
