@@ -86,3 +86,17 @@ def test_ages() -> None:
     assert parse_age("30d").days == 30 and parse_age("12h").seconds == 12 * 3600
     with pytest.raises(ValidationError, match="not an age"):
         parse_age("30 days")
+
+
+def test_verify_all_with_kept_heads_explains_a_purged_session(db: str, tmp_path: Path) -> None:
+    heads = tmp_path / "heads.txt"
+    status, out = _run("heads", "--db", db)
+    heads.write_text(out)
+    assert _run("erase", "alone", "--reason", "gone for good", "--db", db)[0] == EXIT_OK
+
+    status, out = _run("verify", "--heads", str(heads), "--db", db)
+
+    assert status == EXIT_OK, out
+    line = next(line for line in out.splitlines() if line.startswith("alone"))
+    assert "ok" in line and "erased (purged" in line and "gone for good" in line
+    assert out.splitlines()[-1].endswith("0 failed")

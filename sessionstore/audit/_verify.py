@@ -323,8 +323,8 @@ def verify_all(
     store: SessionStore, *, page_size: int = 100, heads: Mapping[str, ChainHead] | None = None
 ) -> Iterator[SessionVerification]:
     """``verify_session`` for every session in the store, in id order, a page at a time; then
-    every id whose events have no sessions row, and every anchored session that is gone (each a
-    failure).
+    every id whose events have no sessions row (a failure), every purged session (its erasure
+    receipt), and every anchored session that is gone without a receipt (a failure).
 
     ``heads``: anchors kept outside the database (``heads`` command), by session id.
     """
@@ -339,6 +339,13 @@ def verify_all(
         after = page[-1].id
     for orphan in store.orphaned_sessions():
         yield verify_session(store, orphan, head=anchors.pop(orphan, None))
+    # Purged sessions have no row left: their receipts explain them (a gap, not a failure).
+    after = None
+    while receipts := store.erasures(limit=page_size, after=after):
+        for receipt in receipts:
+            if receipt.method == "purged":
+                yield verify_session(store, receipt.session_id, head=anchors.pop(receipt.session_id, None))
+        after = receipts[-1].session_id
     for anchor in sorted(anchors.values(), key=lambda a: a.session_id):
         yield missing_session(anchor)
 
