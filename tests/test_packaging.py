@@ -98,6 +98,29 @@ def test_the_command_line_says_which_extra_postgresql_needs() -> None:
     assert "Traceback" not in done.stderr
 
 
+_WITHOUT_EXTRAS = (
+    "import sys\n"
+    "for name in ('greenlet', 'aiosqlite', 'psycopg', 'opentelemetry', 'cryptography'):\n"
+    "    sys.modules[name] = None  # as if no extra were installed\n"
+)
+
+
+def test_the_main_job_runs_without_any_extra() -> None:
+    """The README's first command installs no extra: the demo's whole run must not need one."""
+    code = _WITHOUT_EXTRAS + "from sessionstore.cli import main\nraise SystemExit(main())\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "demo", "--db", ":memory:", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["ok"] is True and all(summary["checks"].values())
+    # The run reached the summarizer, which once asked SQLAlchemy for greenlet.
+    assert summary["stages"]["compact_boundary"] >= 1
+
+
 def test_the_error_type_is_in_the_error_tree() -> None:
     error = MissingDependencyError("otel", "tracing", "opentelemetry")
     assert isinstance(error, sessionstore.SessionStoreError)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sys
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import datetime, timedelta
@@ -374,6 +375,8 @@ def blocking_call(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> 
     Inside an async store's greenlet it runs in a worker thread while the greenlet awaits it,
     so the event loop keeps serving other tasks; anywhere else it is a plain call.
     """
-    if in_greenlet():
+    # Without greenlet (the async extra) there is no async store, so no call runs in its
+    # greenlets; asking SQLAlchemy would raise ImportError on an install without the extra.
+    if sys.modules.get("greenlet") is not None and in_greenlet():
         return await_only(asyncio.to_thread(fn, *args, **kwargs))
     return fn(*args, **kwargs)
