@@ -6,11 +6,13 @@ event that arrives was delivered by the notification, never by a poll.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -274,3 +276,100 @@ def test_the_async_store_s_appends_wake_subscribers_too(pg_backend: Any) -> None
         reader.close()
 
     assert live.position == position
+
+
+async def _first_live_event(
+    store: Any, stop: asyncio.Event, after_history: Callable[[], Awaitable[None]], **options: Any
+) -> list[Any]:
+    """Subscribe from 0 with a minute's poll interval; after the history event, run ``after_history``."""
+    received: list[Any] = []
+    async for recorded in store.subscribe(0, stop=stop, poll_interval=POLL_NEVER, **options):
+        received.append(recorded)
+        if len(received) == 1:
+            await after_history()
+        if len(received) == 2:
+            stop.set()
+    return received
+
+
+@pytest.mark.timeout(30)
+def test_an_async_subscriber_wakes_when_another_process_commits(pg_backend: Any) -> None:
+    """The async store LISTENs on an AsyncConnection of its own; it polls once a minute."""
+    from sessionstore.store import open_async_store
+
+    writer = pg_backend.open(token_counter=None)
+    sid = writer.create_session(events=[MessageAppended(role="user", content="history")]).id
+    writer.close()
+    written: list[int] = []
+
+    async def append_from_another_process() -> None:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _WRITER, pg_backend.url, sid, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await process.communicate()
+        assert process.returncode == 0
+        written.append(int(out))
+
+    async def run() -> list[Any]:
+        store = await open_async_store(pg_backend.url, token_counter=None)
+        try:
+            return await _first_live_event(store, asyncio.Event(), append_from_another_process)
+        finally:
+            await store.close()
+
+    history, live = asyncio.run(run())
+
+    assert history.session_id == live.session_id == sid
+    assert live.position == written[0]
+    assert live.event.content == "from another process"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("listen", [True, False])
+def test_an_async_subscriber_listens_on_a_connection_of_its_own_unless_told_not_to(
+    pg_backend: Any, listen: bool
+) -> None:
+    """While it waits, the server shows its LISTEN connection; ``listen=False`` opens none and
+    still receives appends by polling."""
+    from sessionstore.store import open_async_store
+
+    pg_backend.open(token_counter=None).close()
+
+    async def run() -> tuple[list[Any], int]:
+        store = await open_async_store(pg_backend.url, token_counter=None)
+        other = await open_async_store(pg_backend.url, token_counter=None, migrate=False)
+        listening: list[int] = []
+        try:
+            sid = (await store.create_session(events=[MessageAppended(role="user", content="1")])).id
+
+            async def count_listeners_then_append() -> None:
+                async with other.engine.connect() as conn:
+                    channel_query = f"SELECT {channel_sql(store._store.tables)}"
+                    channel = (await conn.exec_driver_sql(channel_query)).scalar()
+                    rows = await conn.exec_driver_sql(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN %%' "
+                        "AND position(%s in query) > 0",
+                        (channel,),
+                    )
+                    listening.append(int(rows.scalar_one()))
+                await other.append(sid, [MessageAppended(role="user", content="2")], "any")
+
+            options: dict[str, Any] = {"listen": listen}
+            if not listen:
+                options["poll_interval"] = 0.05
+            received: list[Any] = []
+            stop = asyncio.Event()
+            async for recorded in store.subscribe(0, stop=stop, **options):
+                received.append(recorded)
+                if len(received) == 1:
+                    await count_listeners_then_append()
+                if len(received) == 2:
+                    stop.set()
+            return received, listening[0]
+        finally:
+            await other.close()
+            await store.close()
+
+    received, listeners = asyncio.run(run())
+    assert [r.event.content for r in received] == ["1", "2"]
+    assert listeners == (1 if listen else 0)

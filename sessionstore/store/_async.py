@@ -216,22 +216,32 @@ class AsyncSessionStore:
         """See ``SessionStore.subscribe``: history, then live events, exactly once each.
 
         Ends when ``stop`` is set: an ``asyncio.Event`` wakes a waiting subscriber at once, a
-        ``threading.Event`` is checked every ``poll_interval``. The async subscriber polls on
-        every backend: ``listen`` is accepted for the contract's signature, and PostgreSQL's
-        LISTEN/NOTIFY wake-up is the sync store's only (the async store's appends do notify).
+        ``threading.Event`` is checked every ``poll_interval`` (every 0.1 s while it LISTENs).
+        With ``listen`` on PostgreSQL it LISTENs on a psycopg ``AsyncConnection`` of its own,
+        opened before the first read, and wakes as soon as an append commits; it polls alone
+        while that connection is down. ``listen=False`` and SQLite poll only.
         """
-        position = after_position
-        while stop is None or not stop.is_set():
-            batch = await self.read_all(position, batch_size)
-            for recorded in batch:
-                yield recorded
-                position = recorded.position
-            if len(batch) < batch_size:
-                if isinstance(stop, asyncio.Event):
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), poll_interval)
-                else:
-                    await asyncio.sleep(poll_interval)
+        listener = self._store._async_change_listener() if listen else None
+        try:
+            if listener is not None:
+                await listener.listen()  # before the first read: no commit after it goes unheard
+            position = after_position
+            while stop is None or not stop.is_set():
+                batch = await self.read_all(position, batch_size)
+                for recorded in batch:
+                    yield recorded
+                    position = recorded.position
+                if len(batch) < batch_size:
+                    if listener is not None and await listener.listen():
+                        await listener.wait(poll_interval, stop)
+                    elif isinstance(stop, asyncio.Event):
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), poll_interval)
+                    else:
+                        await asyncio.sleep(poll_interval)
+        finally:
+            if listener is not None:
+                await listener.close()
 
     # -- a fork's visible history (``SessionStore.visible_log``) --
 

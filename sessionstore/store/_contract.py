@@ -26,7 +26,7 @@ from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_poi
 if TYPE_CHECKING:
     from ._crypto import KeyProvider
     from ._lineage import SessionLog
-    from ._listen import ChangeListener
+    from ._listen import AsyncChangeListener, ChangeListener
     from ._receipts import ErasureReceipt, RetentionPlan
     from ._tokens import TokenCounter
 
@@ -674,6 +674,10 @@ class SessionStore(abc.ABC):
 
     def _change_listener(self) -> ChangeListener | None:
         """A listener for this store's commit notifications, None where the database has none."""
+        return None
+
+    def _async_change_listener(self) -> AsyncChangeListener | None:
+        """The async store's listener for them (``AsyncSessionStore.subscribe``), or None."""
         return None
 
     @abc.abstractmethod

@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL, make_url
 
 from ..errors import MissingDependencyError
 from ._driver import DriverSQL
-from ._listen import ChangeListener
+from ._listen import AsyncChangeListener, ChangeListener
 from ._sql import SqlSessionStore
 
 if TYPE_CHECKING:
@@ -126,6 +126,10 @@ class PostgresSessionStore(SqlSessionStore):
     def _change_listener(self) -> ChangeListener:
         """LISTEN/NOTIFY: subscribers wake when an append commits (``_listen.py``)."""
         return ChangeListener(self.engine, self.tables)
+
+    def _async_change_listener(self) -> AsyncChangeListener:
+        """The same for the async store (``self.engine`` is its async engine's ``sync_engine``)."""
+        return AsyncChangeListener(self.engine, self.tables)
 
     def _read_snapshot(self, conn: Connection, newest: Select[Any]) -> tuple[int, bytes] | None:
         # In psycopg's default text format a bytea arrives hex-encoded, twice its size, and is
