@@ -373,3 +373,63 @@ def test_an_async_subscriber_listens_on_a_connection_of_its_own_unless_told_not_
     received, listeners = asyncio.run(run())
     assert [r.event.content for r in received] == ["1", "2"]
     assert listeners == (1 if listen else 0)
+
+
+@pytest.mark.timeout(30)
+def test_an_async_subscriber_whose_listen_connection_is_lost_polls_and_listens_again(
+    pg_backend: Any,
+) -> None:
+    """Its LISTEN connection killed, the async subscriber polls (every 50 ms) and reconnects."""
+    from sessionstore.store import open_async_store
+
+    application = f"alisten-{uuid.uuid4().hex[:10]}"
+    writer = pg_backend.open(token_counter=None)
+    writer.create_session("s", events=[MessageAppended(role="user", content="1")])
+    listen_connections = (
+        "FROM pg_stat_activity "
+        f"WHERE application_name = '{application}' AND query LIKE 'LISTEN%%'"
+    )
+
+    def sql_count(statement: str) -> int:
+        with writer.engine.begin() as conn:
+            return int(conn.exec_driver_sql(statement).scalar_one())
+
+    async def run() -> tuple[list[int], int, int]:
+        reader = await open_async_store(
+            f"{pg_backend.url}&application_name={application}", token_counter=None, migrate=False
+        )
+        received: list[int] = []
+        killed = listening = 0
+        try:
+            stop = asyncio.Event()
+            async for recorded in reader.subscribe(0, stop=stop, poll_interval=0.05):
+                received.append(recorded.position)
+                if len(received) == 1:
+                    # Only the connection this test's reader opened to LISTEN (its application name).
+                    killed = await asyncio.to_thread(
+                        sql_count, f"SELECT count(pg_terminate_backend(pid)) {listen_connections}"
+                    )
+                    await asyncio.to_thread(
+                        writer.append, "s", [MessageAppended(role="user", content="2")], 1
+                    )
+                elif len(received) == 2:
+                    await asyncio.to_thread(
+                        writer.append, "s", [MessageAppended(role="user", content="3")], 2
+                    )
+                else:
+                    # It listens again: it reconnected before the wait that ended in this read.
+                    listening = await asyncio.to_thread(sql_count, f"SELECT count(*) {listen_connections}")
+                    stop.set()
+            return received, killed, listening
+        finally:
+            await reader.close()
+
+    try:
+        received, killed, listening = asyncio.run(run())
+    finally:
+        writer.close()
+
+    assert killed == 1
+    assert received == sorted(received)
+    assert len(set(received)) == 3
+    assert listening == 1
