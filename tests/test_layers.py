@@ -1,8 +1,9 @@
 """The package's folders are its layers, and no module imports from a layer above its own.
 
 errors <- _paths <- events <- store <- projections <- pipeline <- agent, checkpoints, claude_code,
-audit <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling layers (agent,
-checkpoints, claude_code, audit) do not import each other. docs/architecture.md draws the same picture.
+audit, bridges <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling layers (agent,
+checkpoints, claude_code, audit, bridges) do not import each other. docs/architecture.md draws the
+same picture.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ RANK = {
     "checkpoints": 6,
     "claude_code": 6,
     "audit": 6,
+    "bridges": 6,  # other frameworks' session backends; each imports its framework lazily
     "cli": 7,
     "__init__": 8,  # the facade
     "__main__": 8,  # python -m sessionstore: runs the cli
@@ -90,7 +92,7 @@ def _violations(source: str, module: str, is_package: bool = False) -> list[str]
 @pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_imports_from_a_layer_above_or_beside_it(path: Path) -> None:
     """errors <- _paths <- events <- store <- projections <- pipeline <- the siblings (agent,
-    checkpoints, claude_code, audit) <- cli."""
+    checkpoints, claude_code, audit, bridges) <- cli."""
     assert _violations(path.read_text(), _module_of(path), path.name == "__init__.py") == []
 
 
