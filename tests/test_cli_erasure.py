@@ -43,6 +43,10 @@ def test_erase_prints_a_receipt_and_verify_shows_the_session_as_ok(db: str) -> N
     assert json.loads(out)["erasure"] == receipt
     status, out = _run("verify", "alone", "--db", db)
     assert status == EXIT_OK and "erased (purged" in out and "user request" in out
+    status, out = _run("audit", "alone", "--db", db, "--json")
+    assert status == EXIT_OK and json.loads(out)["erasure"] == receipt and json.loads(out)["entries"] == []
+    status, out = _run("audit", "alone", "--db", db)
+    assert status == EXIT_OK and out.startswith("audit of alone: erased (purged") and "user request" in out
 
 
 def test_erase_refuses_a_parent_with_forks_unless_asked(db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,6 +84,18 @@ def test_an_encrypted_session_is_read_with_the_master_key_from_the_environment(
     assert _run("events", "secret", "--db", db)[0] == EXIT_ERROR
     assert "encrypted" in capsys.readouterr().err
     assert b"hidden words" not in Path(db).read_bytes()
+
+
+def test_the_audit_of_a_shredded_session_shows_its_receipt(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SESSIONSTORE_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
+    assert _run("new", "--id", "secret", "--db", db)[0] == EXIT_OK
+    assert _run("append", "secret", "--text", "hidden words", "--db", db)[0] == EXIT_OK
+    assert _run("erase", "secret", "--reason", "gdpr", "--db", db)[0] == EXIT_OK
+
+    status, out = _run("audit", "secret", "--db", db, "--json")
+
+    assert status == EXIT_OK
+    assert json.loads(out)["erasure"]["method"] == "shredded" and "hidden words" not in out
 
 
 def test_ages() -> None:

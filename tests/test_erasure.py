@@ -8,6 +8,7 @@ checkpoint; a pg_dump of the test schema).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -22,6 +23,7 @@ import pytest
 from sqlalchemy import text
 
 from sessionstore import SessionStore
+from sessionstore.audit import audit
 from sessionstore.errors import (
     AppendOnlyViolation,
     EncryptionKeyError,
@@ -142,6 +144,24 @@ def test_an_erased_session_reads_as_erased_and_verifies_with_its_receipt(
     # The id is not reused.
     with pytest.raises(SessionExistsError):
         estore.create_session("s1")
+
+
+def test_the_audit_of_an_erased_session_is_its_receipt(estore: SessionStore, mode: str) -> None:
+    _conversation(estore, "s1", "MARK-A")
+    _conversation(estore, "keep", "MARK-KEEP")
+    (receipt,) = estore.erase("s1", reason="user request #7")
+
+    report = audit(estore, "s1")
+
+    assert report.erasure == receipt and report.entries == [] and report.requests_served == 0
+    assert report.to_dict()["erasure"] == receipt.to_dict()
+    assert "MARK-A" not in json.dumps(report.to_dict())
+    kept = audit(estore, "keep")
+    assert kept.erasure is None and kept.to_dict()["erasure"] is None
+    assert [entry.kind for entry in kept.entries] == ["tool_result_persisted"]
+    assert kept == audit(Session(estore, "keep"))
+    with pytest.raises(SessionErasedError):
+        Session(estore, "s1")
 
 
 def test_no_plaintext_of_an_erased_session_is_left_in_the_database(

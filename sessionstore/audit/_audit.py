@@ -25,6 +25,7 @@ from ..projections._api_records import CollapseEdit
 from ..projections._base import fold
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
+from ..store import ErasureReceipt, SessionStore
 
 __all__ = [
     "AuditEntry",
@@ -80,13 +81,18 @@ class AuditEntry:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """The timeline, the breaker's state and how many requests were served."""
+    """The timeline, the breaker's state and how many requests were served.
+
+    For an erased session the log is gone (purged) or unreadable (shredded): ``erasure`` holds
+    its receipt, the one record of what was there, and the timeline is empty.
+    """
 
     session_id: str
     entries: list[AuditEntry]
     requests_served: int
     consecutive_auto_compact_failures: int
     breaker_open: bool
+    erasure: ErasureReceipt | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -98,6 +104,7 @@ class AuditReport:
                 "open": self.breaker_open,
             },
             "entries": [dataclasses.asdict(entry) for entry in self.entries],
+            "erasure": None if self.erasure is None else self.erasure.to_dict(),
         }
 
 
@@ -177,8 +184,20 @@ def _describe(entry: TranscriptEntry) -> AuditEntry:
     return AuditEntry(entry.seq, entry.event_id, kind, what, freed, before, None, None, details)
 
 
-def audit(session: Session) -> AuditReport:
-    """Every context operation of the session, oldest first, with the breaker's state."""
+def audit(session: Session | SessionStore, session_id: str | None = None) -> AuditReport:
+    """Every context operation of the session, oldest first, with the breaker's state.
+
+    Pass a live ``Session``, or a store and a session id: then an erased session answers with
+    its erasure receipt and no timeline, rather than SessionErasedError, since the receipt is
+    what an auditor of an erased session has to see.
+    """
+    if not isinstance(session, Session):
+        if session_id is None:
+            raise TypeError("audit(store, session_id): the session id is missing")
+        receipt = session.erasure(session_id)
+        if receipt is not None:
+            return AuditReport(session_id, [], 0, 0, False, erasure=receipt)
+        session = Session(session, session_id)
     transcript = session.transcript
     entries = [e for e in transcript if e.type in AUDITED]
     reverted = {str(e.payload["target_event_id"]): e for e in entries if e.type == "context_edit_reverted"}

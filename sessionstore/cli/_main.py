@@ -393,8 +393,10 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         return _run_interchange(args, store, out)
     elif args.command in ("checkpoints", "rewind"):
         return _run_file_history(args, store, out)
-    elif args.command in ("audit", "served", "diff"):
-        return _run_audit(args, Session(store, args.session_id), out)
+    elif args.command == "audit":
+        return _run_audit(args, store, out)
+    elif args.command in ("served", "diff"):
+        return _run_replay(args, Session(store, args.session_id), out)
     elif args.command == "compact":
         session = Session(store, args.session_id, _session_config())
         summarizer = default_summarizer(model=session.api_state.model)
@@ -671,7 +673,7 @@ def _print_rewind(result: RewindResult, out: TextIO, *, as_json: bool) -> None:
         )
 
 
-def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
+def _run_replay(args: argparse.Namespace, session: Session, out: TextIO) -> int:
     if args.command == "served" and args.as_sent:
         comparison = compare_sent(session, args.turn)
         if args.json:
@@ -706,12 +708,20 @@ def _run_audit(args: argparse.Namespace, session: Session, out: TextIO) -> int:
         else:
             print(diff or "(no change)", file=out)
         return 0
-    report = audit(session)
+    raise AssertionError(args.command)
+
+
+def _run_audit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    # An erased session cannot be opened: its audit is its receipt, with no requests to rebuild.
+    erased = store.erasure(args.session_id) is not None
+    session = None if erased else Session(store, args.session_id)
+    report = audit(store, args.session_id) if session is None else audit(session)
+    recorded = []
     try:
-        recorded = _sent_summary(session)
+        if session is not None:
+            recorded = _sent_summary(session)
     except ValidationError as e:  # a malformed api-request line: the audit itself still stands
         print(f"sessionstore: requests Claude Code recorded cannot be rebuilt: {e}", file=sys.stderr)
-        recorded = []
     if args.json:
         _print_json(out, {**report.to_dict(), **({"claude_code_requests": recorded} if recorded else {})})
         return 0

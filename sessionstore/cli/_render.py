@@ -10,7 +10,11 @@ __all__ = ["render_audit"]
 
 
 def render_audit(report: AuditReport, out: TextIO) -> None:
-    """Print the timeline as a table, then the served-request count and the breaker's state."""
+    """Print the timeline as a table, then the served-request count and the breaker's state;
+    for an erased session, its receipt."""
+    if report.erasure is not None:
+        print(f"audit of {report.session_id}: {report.erasure.summary()}", file=out)
+        return
     from rich.console import Console  # imported here: only the terminal views need rich
     from rich.table import Table
 
