@@ -18,74 +18,82 @@ The facade offers the names a user needs (``__all__``, listed by layer in docs/a
 
 from __future__ import annotations
 
-from .agent import (
-    AsyncConversation,
-    Conversation,
-    TokenBudget,
-    spawn_subagent,
-)
-from .audit import (
-    AuditReport,
-    audit,
-    served_request,
-)
-from .checkpoints import (
-    FileHistory,
-)
-from .claude_code import (
-    export_claude_code,
-    import_claude_code,
-    write_claude_code,
-)
-from .errors import (
-    ConcurrencyError,
-    DataCorruptionError,
-    PromptTooLongError,
-    SchemaOutOfDateError,
-    SessionExistsError,
-    SessionNotFoundError,
-    SessionStoreError,
-    StoreUnavailableError,
-    SubagentSpawnRefusedError,
-    ValidationError,
-)
-from .events import (
-    CompactBoundary,
-    Event,
-    MessageAppended,
-    SessionStarted,
-    ToolResultPersisted,
-    UsageRecorded,
-    register_event,
-    register_upcaster,
-)
-from .pipeline import (
-    AnthropicSummarizer,
-    BudgetConfig,
-    CollapseConfig,
-    CompactConfig,
-    MicrocompactConfig,
-    OfflineSummarizer,
-    Pipeline,
-    PipelineConfig,
-    PreparedRequest,
-    SnipConfig,
-    revert,
-)
-from .projections import (
-    Session,
-    SessionConfig,
-    validate_request,
-)
-from .store import (
-    ANY,
-    AsyncSessionStore,
-    RecordedEvent,
-    RetryPolicy,
-    SessionStore,
-    open_async_store,
-    open_store,
-)
+import importlib
+import sys
+import types
+import typing
+
+# The layers are imported on first use (PEP 562 ``__getattr__`` below), so ``import sessionstore``
+# and the command line's ``--help`` do not pay for SQLAlchemy, Pydantic and the SDK up front.
+if typing.TYPE_CHECKING:
+    from .agent import (
+        AsyncConversation,
+        Conversation,
+        TokenBudget,
+        spawn_subagent,
+    )
+    from .audit import (
+        AuditReport,
+        audit,
+        served_request,
+    )
+    from .checkpoints import (
+        FileHistory,
+    )
+    from .claude_code import (
+        export_claude_code,
+        import_claude_code,
+        write_claude_code,
+    )
+    from .errors import (
+        ConcurrencyError,
+        DataCorruptionError,
+        PromptTooLongError,
+        SchemaOutOfDateError,
+        SessionExistsError,
+        SessionNotFoundError,
+        SessionStoreError,
+        StoreUnavailableError,
+        SubagentSpawnRefusedError,
+        ValidationError,
+    )
+    from .events import (
+        CompactBoundary,
+        Event,
+        MessageAppended,
+        SessionStarted,
+        ToolResultPersisted,
+        UsageRecorded,
+        register_event,
+        register_upcaster,
+    )
+    from .pipeline import (
+        AnthropicSummarizer,
+        BudgetConfig,
+        CollapseConfig,
+        CompactConfig,
+        MicrocompactConfig,
+        OfflineSummarizer,
+        Pipeline,
+        PipelineConfig,
+        PreparedRequest,
+        SnipConfig,
+        revert,
+    )
+    from .projections import (
+        Session,
+        SessionConfig,
+        validate_request,
+    )
+    from .store import (
+        ANY,
+        AsyncSessionStore,
+        RecordedEvent,
+        RetryPolicy,
+        SessionStore,
+        open_async_store,
+        open_store,
+    )
 
 __version__ = "0.1.0"
 
@@ -143,10 +151,88 @@ __all__ = [
 ]
 
 
+#: Where each facade name lives: ``sessionstore.X`` imports that layer package on first use.
+_LAYER_OF: dict[str, str] = {
+    "AsyncConversation": "agent",
+    "Conversation": "agent",
+    "TokenBudget": "agent",
+    "spawn_subagent": "agent",
+    "AuditReport": "audit",
+    "audit": "audit",
+    "served_request": "audit",
+    "FileHistory": "checkpoints",
+    "export_claude_code": "claude_code",
+    "import_claude_code": "claude_code",
+    "write_claude_code": "claude_code",
+    "ConcurrencyError": "errors",
+    "DataCorruptionError": "errors",
+    "PromptTooLongError": "errors",
+    "SchemaOutOfDateError": "errors",
+    "SessionExistsError": "errors",
+    "SessionNotFoundError": "errors",
+    "SessionStoreError": "errors",
+    "StoreUnavailableError": "errors",
+    "SubagentSpawnRefusedError": "errors",
+    "ValidationError": "errors",
+    "CompactBoundary": "events",
+    "Event": "events",
+    "MessageAppended": "events",
+    "SessionStarted": "events",
+    "ToolResultPersisted": "events",
+    "UsageRecorded": "events",
+    "register_event": "events",
+    "register_upcaster": "events",
+    "AnthropicSummarizer": "pipeline",
+    "BudgetConfig": "pipeline",
+    "CollapseConfig": "pipeline",
+    "CompactConfig": "pipeline",
+    "MicrocompactConfig": "pipeline",
+    "OfflineSummarizer": "pipeline",
+    "Pipeline": "pipeline",
+    "PipelineConfig": "pipeline",
+    "PreparedRequest": "pipeline",
+    "SnipConfig": "pipeline",
+    "revert": "pipeline",
+    "Session": "projections",
+    "SessionConfig": "projections",
+    "validate_request": "projections",
+    "ANY": "store",
+    "AsyncSessionStore": "store",
+    "RecordedEvent": "store",
+    "RetryPolicy": "store",
+    "SessionStore": "store",
+    "open_async_store": "store",
+    "open_store": "store",
+}
+
+
 def __getattr__(name: str) -> object:
-    """Error names renamed in 0.2.0 still resolve here (with a DeprecationWarning); not in __all__."""
+    """A facade name, imported from its layer on first use; error names renamed in 0.2.0 still
+    resolve here (with a DeprecationWarning) and are not in __all__."""
+    layer = _LAYER_OF.get(name)
+    if layer is not None:
+        value = getattr(importlib.import_module(f".{layer}", __name__), name)
+        globals()[name] = value  # the next lookup is an ordinary attribute
+        return value
     from . import errors
 
     if name in errors.DEPRECATED_NAMES:
         return getattr(errors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Facade(types.ModuleType):
+    """The package module: importing the ``sessionstore.audit`` package must not rebind the facade's
+    ``audit`` function to it (the import system sets a loaded subpackage on its parent)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _LAYER_OF and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Facade

@@ -10,10 +10,12 @@ import argparse
 import json
 import re
 from datetime import timedelta
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import EXIT_OK, ValidationError
-from ..store import ErasureReceipt, SessionStore
+
+if TYPE_CHECKING:  # the parser is built without the store (a fast --help)
+    from ..store import ErasureReceipt, SessionStore
 
 __all__ = ["add_commands", "parse_age", "run_erase", "run_purge"]
 

@@ -1,90 +1,77 @@
-"""The ``sessionstore`` command line.
+"""The ``sessionstore`` command line: the parser and the one place errors become output.
 
-Every command takes ``--db URL`` (default: ``SESSIONSTORE_URL``, else the embedded SQLite
-file). Errors print one ``sessionstore: ...`` line to stderr, never a traceback; the exit
-status says what happened (``EXIT_*`` in ``sessionstore.errors``): 1 an error, 2 a malformed
-command line, 3 a failed integrity check, 130 interrupted, 141 the reader closed the pipe.
+Every command takes ``--db URL`` (default: ``SESSIONSTORE_URL``, else the embedded SQLite file),
+before or after the command's name. Errors print one ``sessionstore: ...`` line to stderr, never
+a traceback; the exit status says what happened (``EXIT_*`` in ``sessionstore.errors``): 1 an
+error, 2 a malformed command line, 3 a failed integrity check, 130 interrupted, 141 the reader
+closed the pipe.
+
+Building the parser imports nothing heavy (``--help`` stays fast): a command module's
+``add_commands`` only declares arguments, and what runs a command is imported by ``main`` after
+parsing (``_commands.run``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
-from ..audit import audit, served_request, view_diff
-from ..checkpoints import FileHistory, RewindResult
-from ..claude_code import compare_all_sent, compare_sent
 from ..errors import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
     EXIT_INTEGRITY,
     EXIT_INTERRUPTED,
-    EXIT_OK,
     DataCorruptionError,
     SessionStoreError,
-    ValidationError,
 )
-from ..events import MessageAppended
-from ..pipeline import collapse, compact, default_summarizer, microcompact, revert, snip
-from ..projections import Session, SessionConfig, WindowConfig
-from ..store import (
-    ANY,
-    MASTER_KEY_ENV,
-    EnvKeyProvider,
-    ExpectedSeq,
-    SessionInfo,
-    SessionStore,
-    create_engine_for_url,
-    current_revision,
-    downgrade,
-    open_store,
-    resolve_url,
-    tables_for,
-    upgrade,
-)
-from ._demo import run_demo
 from ._erasure import add_commands as _add_erasure_commands
-from ._erasure import run_erase, run_purge
-from ._render import render_audit
 from ._rls import add_commands as _add_rls_commands
-from ._rls import run_command as _run_rls
 from ._transcripts import add_commands as _add_interchange_commands
-from ._transcripts import run_command as _run_interchange
-from ._verify import run_heads, run_verify
 
 __all__ = ["main"]
 
-#: Commands that may create a missing database (with ``db upgrade`` and ``demo``); every other
-#: command only opens an existing one, so a mistyped ``--db`` is an error, not a new empty file.
-_CREATING_COMMANDS = frozenset({"new", "append", "import"})
+_DESCRIPTION = "The durable, event-sourced session store for agents: its databases, sessions and audits."
+_EPILOG = (
+    "Options --db, --table-prefix and --schema go before or after the command. "
+    "`sessionstore COMMAND --help` shows a command's options; docs/cli.md has examples."
+)
 
 
-def _add_db(parser: argparse.ArgumentParser) -> None:
+def _add_db(parser: argparse.ArgumentParser, *, default: object = argparse.SUPPRESS) -> None:
+    """The database options, on the top-level parser and on every command.
+
+    On a command they default to ``SUPPRESS`` (absent from the namespace), so ``--db`` given before
+    the command is not reset by the command's parser; given after, it wins.
+    """
     parser.add_argument(
         "--db",
         metavar="URL",
+        default=default,
         help="database URL or SQLite path (default: $SESSIONSTORE_URL, else the embedded SQLite file)",
     )
     parser.add_argument(
         "--table-prefix",
         metavar="PREFIX",
+        default=default,
         help="sessionstore's tables carry this prefix (default: none, or the URL's table_prefix=)",
     )
     parser.add_argument(
         "--schema",
         metavar="NAME",
+        default=default,
         help="PostgreSQL schema of sessionstore's tables (default: the connection's, or the URL's schema=)",
     )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sessionstore", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="sessionstore", description=_DESCRIPTION, epilog=_EPILOG)
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
+    _add_db(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     db = commands.add_parser("db", help="schema migrations")
@@ -133,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(append)
     append.add_argument("session_id")
     append.add_argument(
-        "--expected", type=_expected, default=ANY, help="expected last seq, or 'any' (default)"
+        "--expected", type=_expected, default="any", help="expected last seq, or 'any' (default)"
     )
     append.add_argument("--text", help="append one message with this text instead of reading stdin")
     append.add_argument("--role", choices=("user", "assistant"), default="user")
@@ -273,500 +260,42 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--json", action="store_true", help="one JSON object per session")
     new.add_argument("--json", action="store_true", help="print the session as JSON")
     append.add_argument("--json", action="store_true", help="print the result as JSON")
+    _describe_commands(parser)
     return parser
 
 
-def _expected(value: str) -> ExpectedSeq:
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import version
+
+        print(f"{parser.prog} {version('sessionstore')}")
+        parser.exit()
+
+
+def _describe_commands(parser: argparse.ArgumentParser) -> None:
+    """Give each command's own ``--help`` the one-line description the command list shows."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None:
+                    sub.description = helps.get(name)
+                _describe_commands(sub)
+
+
+def _expected(value: str) -> int | str:
     """``--expected``: a seq or ``any`` (argparse turns the error into a usage error)."""
     if value == "any":
-        return ANY
+        return value  # sessionstore.store.ANY
     try:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer or 'any', not {value!r}") from None
-
-
-def _read_json_lines(stream: TextIO) -> list[dict[str, Any]]:
-    """The events on ``stream``, one JSON value a line (blank lines skipped).
-
-    Raises:
-        ValidationError: a line is not valid UTF-8 or not JSON; names the line.
-    """
-    batch: list[dict[str, Any]] = []
-    number = 0
-    try:
-        for line in stream:
-            number += 1
-            if line.strip():
-                batch.append(_json_line(line, number))
-    except UnicodeDecodeError as e:  # decoded a chunk ahead: the line number is approximate
-        msg = f"stdin is not UTF-8 after line {number}: {e.reason}"
-        raise ValidationError(msg, field="stdin", index=number + 1) from None
-    return batch
-
-
-def _json_line(line: str, number: int) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        msg = f"stdin line {number}: invalid JSON: {e.msg}"
-        raise ValidationError(msg, field="stdin", index=number) from None
-    except RecursionError:
-        msg = f"stdin line {number}: JSON nested too deeply"
-        raise ValidationError(msg, field="stdin", index=number) from None
-
-
-def _run_db(args: argparse.Namespace, out: TextIO) -> int:
-    url = resolve_url(args.db)
-    tables = tables_for(url, table_prefix=args.table_prefix, schema=args.schema)
-    engine = create_engine_for_url(url, create=args.db_command == "upgrade")
-    where = engine.url.render_as_string(hide_password=True)
-    try:
-        if args.db_command == "upgrade":
-            upgrade(engine, args.revision, tables=tables)
-        elif args.db_command == "downgrade":
-            downgrade(engine, args.revision, drop_events=args.yes, tables=tables)
-        with engine.connect().execution_options(sessionstore_read=True) as conn:
-            current = current_revision(conn, tables)
-    finally:
-        engine.dispose()
-    if args.json:
-        _print_json(out, {"database": where, "revision": current})
-    elif args.db_command == "current":
-        print(current or "none", file=out)
-    else:
-        print(f"{where}: at {current or 'base'}", file=out)
-    return 0
-
-
-#: Set (to anything but "" or "0") to disable all compaction, as ``WindowConfig(disable_compaction=True)``
-#: does for a program: ``sessionstore compact`` then refuses and records nothing.
-DISABLE_COMPACTION_ENV = "SESSIONSTORE_DISABLE_COMPACTION"
-
-
-def _session_config() -> SessionConfig:
-    """The CLI's session config: the defaults, with the compaction switch from the environment."""
-    disabled = os.environ.get(DISABLE_COMPACTION_ENV, "") not in ("", "0")
-    return SessionConfig(window=WindowConfig(disable_compaction=disabled))
-
-
-def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    # Every seq the CLI takes or prints is in the visible numbering (a fork's count through its
-    # parent's prefix), never the storage numbering of store.read/append.
-    if args.command == "sessions":
-        listed = store.list_sessions(limit=args.limit, after=args.after, tenant=args.tenant, user=args.user)
-        for info in listed:
-            last_seq = store.visible_log(info.id).last_seq()
-            if args.json:
-                _print_json(out, {**_session_json(info), "last_seq": last_seq})
-                continue
-            lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
-            owner = "".join(
-                f" {name}={value}"
-                for name, value in (
-                    ("tenant", info.tenant),
-                    ("user", info.user),
-                    ("external_id", info.external_id),
-                )
-                if value is not None
-            )
-            print(f"{info.id}  {info.created_at.isoformat()}  last_seq={last_seq}{lineage}{owner}", file=out)
-    elif args.command == "new":
-        if args.external_id is not None:
-            info, _ = store.get_or_create_session(
-                args.tenant,
-                args.user,
-                args.external_id,
-                metadata=args.metadata,
-                session_id=args.session_id,
-            )
-        else:
-            info = store.create_session(
-                args.session_id, metadata=args.metadata, tenant=args.tenant, user=args.user
-            )
-        print(json.dumps(_session_json(info)) if args.json else info.id, file=out)
-    elif args.command in ("context", "show"):
-        return _run_views(args, store, out)
-    elif args.command in ("snip", "microcompact", "revert"):
-        return _run_edit(args, store, out)
-    elif args.command in ("import", "export"):
-        return _run_interchange(args, store, out)
-    elif args.command in ("checkpoints", "rewind"):
-        return _run_file_history(args, store, out)
-    elif args.command == "audit":
-        return _run_audit(args, store, out)
-    elif args.command in ("served", "diff"):
-        return _run_replay(args, Session(store, args.session_id), out)
-    elif args.command == "compact":
-        session = Session(store, args.session_id, _session_config())
-        summarizer = default_summarizer(model=session.api_state.model)
-        compacted = compact(
-            session,
-            summarizer,
-            custom_instructions=args.instructions,
-            up_to_uuid=args.up_to_uuid,
-            from_uuid=args.from_uuid,
-        )
-        if args.json:
-            _print_json(out, dataclasses.asdict(compacted))
-        elif compacted.ok:
-            print(
-                f"compact ({compacted.strategy}, {summarizer.name}): {compacted.tokens_before} -> "
-                f"{compacted.tokens_after} tokens, boundary {compacted.event_id}",
-                file=out,
-            )
-        else:
-            print(f"compact failed ({compacted.reason}); recorded as {compacted.event_id}", file=out)
-        return 0 if compacted.ok else 1
-    elif args.command == "collapse":
-        session = Session(store, args.session_id)
-        collapsed = collapse(
-            session, default_summarizer(model=session.api_state.model), args.from_uuid, args.to_uuid
-        )
-        outcome = {
-            "staged_event_id": collapsed.event_ids[0],
-            "event_id": collapsed.event_ids[1],
-            "tokens_before": collapsed.tokens_before,
-            "tokens_after": collapsed.tokens_after,
-        }
-        if args.json:
-            _print_json(out, outcome)
-        else:
-            print(
-                f"collapse: {collapsed.tokens_before} -> {collapsed.tokens_after} tokens; undo with "
-                f"`sessionstore revert {args.session_id} {collapsed.event_ids[1]}`",
-                file=out,
-            )
-    elif args.command == "append":
-        batch: list[Any]
-        if args.text is not None:
-            batch = [MessageAppended(role=args.role, content=args.text)]
-        else:
-            batch = _read_json_lines(sys.stdin)
-        result = store.visible_log(args.session_id).append(batch, args.expected)
-        if args.json:
-            _print_json(out, dataclasses.asdict(result))
-        else:
-            note = " (already stored: nothing written)" if result.deduplicated else ""
-            print(f"seqs {list(result.seqs)} positions {list(result.positions)}{note}", file=out)
-    elif args.command == "events":
-        for recorded in store.visible_log(args.session_id).read():
-            if args.json:
-                line = {
-                    "seq": recorded.seq,
-                    "session_id": recorded.session_id,
-                    "position": recorded.position,
-                    "event_id": recorded.event_id,
-                    "type": recorded.type,
-                    "schema_version": recorded.schema_version,
-                    "token_count": recorded.token_count,
-                    "created_at": recorded.created_at.isoformat(),
-                    "hash": recorded.hash,
-                    "payload": recorded.payload_dict(),
-                }
-                print(json.dumps(line, ensure_ascii=False), file=out)
-            else:
-                tokens = "-" if recorded.token_count is None else recorded.token_count
-                print(
-                    f"{recorded.seq:>6}  {recorded.type:<20} tokens={tokens:<6} {recorded.payload[:80]}",
-                    file=out,
-                )
-    elif args.command == "verify":
-        return run_verify(args, store, out)  # chain + snapshots (sessionstore/cli/_verify.py)
-    elif args.command == "heads":
-        return run_heads(args, store, out)
-    elif args.command == "erase":
-        return run_erase(args, store, out)
-    elif args.command == "purge":
-        return run_purge(args, store, out)
-    return 0
-
-
-def _print_json(out: TextIO, value: object) -> None:
-    print(json.dumps(value, ensure_ascii=False), file=out)
-
-
-def _session_json(info: SessionInfo) -> dict[str, Any]:
-    return {**dataclasses.asdict(info), "created_at": info.created_at.isoformat()}
-
-
-def _describe(payload: dict[str, Any]) -> str:
-    """One line for a transcript entry's payload."""
-    content = payload.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            kind = block.get("type")
-            if kind == "text":
-                parts.append(str(block.get("text", "")))
-            elif kind == "tool_use":
-                parts.append(f"[tool_use {block.get('name')} {json.dumps(block.get('input'))}]")
-            elif kind == "tool_result":
-                inner = block.get("content")
-                size = len(inner) if isinstance(inner, str) else len(json.dumps(inner))
-                parts.append(f"[tool_result {block.get('tool_use_id')}: {size} chars]")
-            else:
-                parts.append(f"[{kind}]")
-        return " ".join(parts)
-    return json.dumps({k: v for k, v in payload.items() if v not in (None, [], {})}, ensure_ascii=False)
-
-
-def _run_views(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    session = Session(store, args.session_id)
-    if args.command == "context":
-        request = session.request(cache_control=args.cache_control)
-        tokens = session.token_state().to_dict()
-        if args.json:
-            _print_json(out, {"request": request, "tokens": tokens})
-        else:
-            print(json.dumps(request, ensure_ascii=False, indent=2), file=out)
-            print(
-                f"\nused {tokens['used']} of {tokens['effective_window']} tokens "
-                f"({tokens['percent_left']}% left before auto-compact)",
-                file=out,
-            )
-        return 0
-    for entry in session.transcript:
-        if args.json:
-            _print_json(
-                out,
-                {
-                    "seq": entry.seq,
-                    "type": entry.type,
-                    "token_count": entry.token_count,
-                    "payload": entry.payload,
-                },
-            )
-            continue
-        role = entry.payload.get("role", "")
-        flags = "".join(f" ({f})" for f in ("is_meta", "is_sidechain") if entry.payload.get(f))
-        line = _describe(entry.payload).replace("\n", " ")
-        print(f"{entry.seq:>6}  {entry.type:<18} {role:<9}{flags} {line[:160]}", file=out)
-    return 0
-
-
-def _run_edit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    session = Session(store, args.session_id)
-    if args.command == "snip":
-        report = snip(session, args.rounds)
-    elif args.command == "microcompact":
-        report = microcompact(session, keep_recent=args.keep, tool_use_ids=args.tool_use_ids)
-    else:
-        report = revert(session, args.event_id)
-    event_id = report.event_ids[0] if report.event_ids else None
-    if args.json:
-        _print_json(
-            out,
-            {
-                "stage": report.stage,
-                "tokens_freed": report.tokens_freed,
-                "event_id": event_id,
-                "note": report.note,
-            },
-        )
-    elif event_id is None:
-        print(f"{report.stage}: {report.note}", file=out)
-    elif args.command == "revert":
-        print(
-            f"reverted {args.event_id}: {-report.tokens_freed} tokens back in the context (event {event_id})",
-            file=out,
-        )
-    else:
-        print(
-            f"{report.stage}: freed {report.tokens_freed} tokens; undo with "
-            f"`sessionstore revert {args.session_id} {event_id}`",
-            file=out,
-        )
-    return 0
-
-
-def _run_file_history(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    session = Session(store, args.session_id)
-    # rewind restores under --root, else the current directory: never under the root in the log.
-    root = args.root if args.command == "checkpoints" else args.root or os.getcwd()
-    history = FileHistory(session, root)
-    if args.command == "checkpoints":
-        listed = history.checkpoints()
-        pending = history.pending_changes() if args.root and listed else None
-        for checkpoint in listed:
-            changed = pending if checkpoint is listed[-1] else checkpoint.changed
-            if args.json:
-                files = {p: dataclasses.asdict(v) for p, v in checkpoint.files.items()}
-                row = {k: v for k, v in dataclasses.asdict(checkpoint).items() if k != "files"}
-                _print_json(out, {**row, "files": files, "changed": changed})
-                continue
-            what = "(turn in progress: --root DIR reads it)" if changed is None else ", ".join(changed) or "-"
-            print(
-                f"{checkpoint.number:>4}  seq {checkpoint.seq:<6} {checkpoint.message_uuid}  "
-                f"{len(checkpoint.files)} tracked  changed: {what}",
-                file=out,
-            )
-        unfinished = history.state.unfinished_rewind
-        if unfinished is not None:
-            print(f"sessionstore: warning: {unfinished.describe()}", file=sys.stderr)
-        return 0
-    restore_files = bool(args.files or not args.conversation)
-    if restore_files:
-        _check_rewind_root(history, args.message_uuid, explicit=args.root is not None)
-    result = history.rewind(
-        args.message_uuid,
-        files=restore_files,
-        conversation=args.conversation or not args.files,
-        dry_run=args.dry_run,
-        fork_session_id=args.fork_id,
-    )
-    _print_rewind(result, out, as_json=args.json)
-    return 0
-
-
-def _check_rewind_root(history: FileHistory, message_uuid: str, *, explicit: bool) -> None:
-    """Refuse to restore into the current directory when the checkpoint names another root.
-
-    The recorded root is a free string any appender controls, so it is never used by itself;
-    a different root is only used when the user names it with ``--root`` (then a note says so).
-    """
-    checkpoint = history.state.checkpoint(message_uuid)
-    recorded = checkpoint.root if checkpoint is not None else None
-    if recorded is None or os.path.realpath(recorded) == os.path.realpath(history.root):
-        return
-    if explicit:
-        print(
-            f"sessionstore: note: the checkpoint was recorded under {recorded}; "
-            f"restoring under {history.root}",
-            file=sys.stderr,
-        )
-        return
-    msg = (
-        f"the checkpoint of {message_uuid} was recorded under {recorded}, not the current directory "
-        f"{history.root}: pass --root DIR to name the project to restore (nothing was changed)"
-    )
-    raise ValidationError(msg, field="root")
-
-
-def _print_rewind(result: RewindResult, out: TextIO, *, as_json: bool) -> None:
-    plan = result.files
-    if as_json:
-        files = None
-        if plan is not None:
-            files = {"snapshot_seq": plan.snapshot_seq, "restored": plan.restored, "deleted": plan.deleted}
-            files |= {"unchanged": plan.unchanged, "diff": plan.diff() if result.dry_run else None}
-        keys = ("message_uuid", "dry_run", "fork_session_id", "fork_seq", "events_dropped")
-        _print_json(out, {**{k: getattr(result, k) for k in keys}, "files": files})
-        return
-    verb = "would " if result.dry_run else ""
-    if plan is not None:
-        if result.dry_run:
-            out.write(plan.diff())
-        print(
-            f"files: {verb}restore {len(plan.restored)}, {verb}delete {len(plan.deleted)}, "
-            f"{len(plan.unchanged)} unchanged (checkpoint at seq {plan.snapshot_seq})",
-            file=out,
-        )
-    if result.fork_seq is not None:
-        fork = "a fork" if result.fork_session_id is None else f"fork {result.fork_session_id}"
-        print(
-            f"conversation: {verb}continue in {fork}, sharing the log up to seq {result.fork_seq} "
-            f"({result.events_dropped} later events left behind)",
-            file=out,
-        )
-
-
-def _run_replay(args: argparse.Namespace, session: Session, out: TextIO) -> int:
-    if args.command == "served" and args.as_sent:
-        comparison = compare_sent(session, args.turn)
-        if args.json:
-            _print_json(out, comparison.to_dict())
-            return 0
-        print(json.dumps(comparison.sent.request, ensure_ascii=False, indent=2), file=out)
-        sent = comparison.sent
-        print(f"\nturn {sent.turn}: request {sent.request_id} (line {sent.line}, seq {sent.seq})", file=out)
-        if comparison.same_messages:
-            print("the log rebuilds the same messages", file=out)
-        else:
-            print("the log's rebuild differs (what the transcript alone does not carry):", file=out)
-            for difference in comparison.differences:
-                print(f"  {difference}", file=out)
-        return 0
-    if args.command == "served":
-        replay = served_request(session, args.turn)
-        if args.json:
-            _print_json(out, dataclasses.asdict(replay))
-        else:
-            print(json.dumps(replay.request, ensure_ascii=False, indent=2), file=out)
-            verdict = "matches" if replay.matches else "DOES NOT MATCH"
-            print(
-                f"\nturn {replay.turn} (through seq {replay.through_seq}): {verdict} the recorded fingerprint",  # noqa: E501
-                file=out,
-            )
-        return EXIT_OK if replay.matches else EXIT_INTEGRITY
-    if args.command == "diff":
-        diff = view_diff(session, args.seq_a, args.seq_b)
-        if args.json:
-            _print_json(out, {"from_seq": args.seq_a, "to_seq": args.seq_b, "diff": diff})
-        else:
-            print(diff or "(no change)", file=out)
-        return 0
-    raise AssertionError(args.command)
-
-
-def _run_audit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    # An erased session cannot be opened: its audit is its receipt, with no requests to rebuild.
-    erased = store.erasure(args.session_id) is not None
-    session = None if erased else Session(store, args.session_id)
-    report = audit(store, args.session_id) if session is None else audit(session)
-    recorded = []
-    try:
-        if session is not None:
-            recorded = _sent_summary(session)
-    except ValidationError as e:  # a malformed api-request line: the audit itself still stands
-        print(f"sessionstore: requests Claude Code recorded cannot be rebuilt: {e}", file=sys.stderr)
-    if args.json:
-        _print_json(out, {**report.to_dict(), **({"claude_code_requests": recorded} if recorded else {})})
-        return 0
-    render_audit(report, out)
-    if recorded:
-        differing = [turn for turn in recorded if turn["differences"]]
-        blocks = sum(len(turn["differences"]) for turn in recorded)
-        print(
-            f"Claude Code recorded {len(recorded)} requests; at {len(differing)} of them the log's rebuild "
-            f"differs ({blocks} blocks the transcript alone does not carry, or carries otherwise): "
-            "`served --turn N --as-sent` shows one",
-            file=out,
-        )
-    return 0
-
-
-def _sent_summary(session: Session) -> list[dict[str, Any]]:
-    """Each request Claude Code recorded sending, with how the log's rebuild differs (none: [])."""
-    return [
-        {
-            "turn": c.sent.turn,
-            "request_id": c.sent.request_id,
-            "seq": c.sent.seq,
-            "differences": list(c.differences),
-        }
-        for c in compare_all_sent(session)
-    ]
-
-
-def _run(args: argparse.Namespace, out: TextIO) -> int:
-    if args.command == "db":
-        return _run_db(args, out)
-    if args.command == "rls":
-        return _run_rls(args, out)
-    if args.command == "demo":
-        return run_demo(args.db, out, as_json=args.json, table_prefix=args.table_prefix, schema=args.schema)
-    with open_store(
-        args.db,
-        create=args.command in _CREATING_COMMANDS,
-        table_prefix=args.table_prefix,
-        schema=args.schema,
-        # Encrypted sessions are read (and created) with the master key in the environment.
-        encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
-    ) as store:
-        return _run_with_store(args, store, out)
 
 
 def _fail(message: str, status: int) -> int:
@@ -805,7 +334,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = _parser().parse_args(argv)
     try:
-        status = _run(args, out)
+        from ._commands import run  # the layers load only once the command line parsed
+
+        status = run(args, out)
         out.flush()  # a closed pipe shows up here, not in the interpreter's exit
         return status
     except DataCorruptionError as e:

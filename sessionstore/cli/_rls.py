@@ -6,17 +6,6 @@ import argparse
 from collections.abc import Callable
 from typing import TextIO
 
-from ..store import (
-    create_engine_for_url,
-    disable_row_level_security,
-    enable_row_level_security,
-    grant_tenant_role,
-    resolve_url,
-    revoke_tenant_role,
-    row_level_security_sql,
-    tables_for,
-)
-
 __all__ = ["add_commands", "run_command"]
 
 
@@ -37,9 +26,14 @@ def add_commands(
         sub = actions.add_parser(name, help=help_text)
         if name == "sql":
             sub.add_argument(
-                "--schema", default="public", help="the schema holding the tables (default public)"
+                # SUPPRESS: a --schema given before the command is not reset here
+                "--schema",
+                default=argparse.SUPPRESS,
+                help="the schema holding the tables (default public)",
             )
-            sub.add_argument("--table-prefix", default="", help="the store's table prefix (default none)")
+            sub.add_argument(
+                "--table-prefix", default=argparse.SUPPRESS, help="the store's table prefix (default none)"
+            )
             continue
         add_db(sub)
         if name == "grant":
@@ -50,8 +44,20 @@ def add_commands(
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """Run one ``rls`` action; returns the exit status."""
+    from ..store import (
+        create_engine_for_url,
+        disable_row_level_security,
+        enable_row_level_security,
+        grant_tenant_role,
+        resolve_url,
+        revoke_tenant_role,
+        row_level_security_sql,
+        tables_for,
+    )
+
     if args.rls_command == "sql":
-        for statement in row_level_security_sql(args.schema, table_prefix=args.table_prefix):
+        schema, prefix = args.schema or "public", args.table_prefix or ""
+        for statement in row_level_security_sql(schema, table_prefix=prefix):
             print(f"{statement};", file=out)
         return 0
     url = resolve_url(args.db)

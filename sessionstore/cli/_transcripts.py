@@ -11,17 +11,13 @@ import errno
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..claude_code import (
-    ImportReport,
-    export_claude_code,
-    follow_claude_code,
-    import_claude_code,
-    write_claude_code,
-)
 from ..errors import ValidationError
-from ..store import SessionStore
+
+if TYPE_CHECKING:  # the parser is built without them (a fast --help); the commands import them
+    from ..claude_code import ImportReport
+    from ..store import SessionStore
 
 __all__ = ["add_commands", "run_command"]
 
@@ -122,6 +118,8 @@ def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
         return _run_follow(args, store, out)
     if args.until_idle is not None:
         raise ValidationError("--until-idle needs --follow", field="until_idle")
+    from ..claude_code import import_claude_code
+
     show = args.progress or sys.stderr.isatty()
     progress = _StderrProgress(sys.stderr) if show else None
     try:
@@ -161,6 +159,8 @@ def _print_report(report: ImportReport, as_json: bool, out: TextIO, *, only_writ
 
 def _run_follow(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     """``import --follow``: one report per poll that wrote (a JSON line each), then a summary."""
+    from ..claude_code import ImportReport, follow_claude_code
+
     reported: set[str] = set()
 
     def show(report: ImportReport) -> None:
@@ -192,6 +192,8 @@ def _run_follow(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
 
 
 def _run_export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    from ..claude_code import export_claude_code, write_claude_code
+
     if args.dir is not None:
         files = write_claude_code(store, args.session_id, args.dir, overwrite=args.force)
         rows: list[dict[str, Any]] = [
