@@ -36,3 +36,27 @@ def test_the_claude_code_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert namespace["main_session"] == "257a4592-7adc-457b-93a7-b8b7d3494930"
     assert namespace["sub_agents"] == ["257a4592-7adc-457b-93a7-b8b7d3494930.agent-aab1c5ae568a10797"]
     namespace["store"].close()  # type: ignore[attr-defined]
+
+
+# google-adk 2.7 warns about its own deprecated config class and experimental features.
+@pytest.mark.filterwarnings("ignore:BaseAgentConfig is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature:UserWarning")
+def test_the_adk_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/bridges/adk.md: two turns through ADK's Runner, then verify and erasure, as printed."""
+    pytest.importorskip("google.adk")
+    monkeypatch.chdir(tmp_path)
+    blocks = _blocks(DOCS / "adk.md")
+    assert len(blocks) == 2
+    namespace: dict[str, object] = {}
+    for code in blocks:
+        exec(compile(code, "adk.md", "exec"), namespace)
+    session = namespace["session"]
+    report = namespace["report"]
+    receipts = namespace["receipts"]
+
+    assert namespace["replies"] == ["You said: Still there?"]
+    assert len(session.events) == 4  # type: ignore[attr-defined]
+    assert session.state == {"user:plan": "pro", "last_reply": "You said: Still there?"}  # type: ignore[attr-defined]
+    assert (report.ok, report.events_checked) == (True, 5)  # type: ignore[attr-defined]
+    assert (receipts[0].reason, receipts[0].event_count) == ("ticket closed, customer asked", 5)  # type: ignore[index]
+    assert namespace["gone"] is None

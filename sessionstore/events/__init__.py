@@ -6,6 +6,11 @@ it is defined), so any log decodes without importing the layers that write those
 
 from __future__ import annotations
 
+from ._adk import (
+    AdkEventRecorded,
+    AdkSessionCreated,
+    AdkStateChanged,
+)
 from ._agent import (
     BudgetDecision,
     ReactiveRecovery,
@@ -55,6 +60,9 @@ from ._source import (
 )
 
 __all__ = [
+    "AdkEventRecorded",
+    "AdkSessionCreated",
+    "AdkStateChanged",
     "AnyEvent",
     "BudgetDecision",
     "CollapseCommitted",
