@@ -1,4 +1,5 @@
-"""Auditing: the timeline of context operations, served-request replay, diffs and verify."""
+"""Auditing: the timeline of context operations, served-request replay, diffs, verify, and the
+token timeline and context breakdown."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from ._audit import (
     audit,
     served_request,
     view_diff,
+)
+from ._tokens import (
+    BREAKDOWN_CATEGORIES,
+    BreakdownRow,
+    ContextBreakdown,
+    StageMarker,
+    TokenTimeline,
+    TurnTokens,
+    context_breakdown,
+    token_timeline,
 )
 from ._verify import (
     MAX_HEADS_FILE_BYTES,
@@ -25,16 +36,24 @@ from ._verify import (
 __all__ = [
     "AuditEntry",
     "AuditReport",
+    "BREAKDOWN_CATEGORIES",
+    "BreakdownRow",
+    "ContextBreakdown",
     "MAX_HEADS_FILE_BYTES",
     "ProjectionCheck",
     "ServedReplay",
     "SessionVerification",
+    "StageMarker",
+    "TokenTimeline",
+    "TurnTokens",
     "all_heads",
     "audit",
+    "context_breakdown",
     "format_head",
     "missing_session",
     "read_heads",
     "served_request",
+    "token_timeline",
     "verify_all",
     "verify_session",
     "view_diff",
