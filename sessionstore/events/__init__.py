@@ -53,6 +53,13 @@ from ._files import (
     FilesRewindStarted,
     FilesRewound,
 )
+from ._langgraph import (
+    LangGraphChannelValue,
+    LangGraphCheckpointSaved,
+    LangGraphValue,
+    LangGraphWrite,
+    LangGraphWritesSaved,
+)
 from ._source import (
     FileHistoryRecorded,
     ImportedEntry,
@@ -83,6 +90,11 @@ __all__ = [
     "FilesRewindStarted",
     "FilesRewound",
     "ImportedEntry",
+    "LangGraphChannelValue",
+    "LangGraphCheckpointSaved",
+    "LangGraphValue",
+    "LangGraphWrite",
+    "LangGraphWritesSaved",
     "MessageAppended",
     "MicrocompactApplied",
     "OpaqueEntry",

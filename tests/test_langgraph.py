@@ -1,0 +1,234 @@
+"""The LangGraph bridge: LangGraph's own checkpointer conformance suite, and a real StateGraph with
+an interrupt, resume, time travel and a fork, on SQLite and PostgreSQL, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import operator
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, interrupt
+
+from sessionstore import SessionStore, audit, open_async_store
+from sessionstore.bridges.langgraph import AsyncSessionStoreSaver, SessionStoreSaver, thread_session_id
+from sessionstore.errors import ValidationError
+from sessionstore.events import LangGraphCheckpointSaved
+
+from .conftest import Backend
+
+#: The conformance suite's base checks (langgraph-checkpoint-conformance 0.0.2): put 17,
+#: put_writes 10, get_tuple 10, list 16, delete_thread 5 (58 in all).
+BASE_CAPABILITIES = ("put", "put_writes", "get_tuple", "list", "delete_thread")
+
+
+def _conformance(backend: Backend, api: str) -> Any:
+    """Run LangGraph's conformance suite against a fresh saver per capability: each has a
+    tenant of its own, so the suite's fixed thread ids ("thread-0") never meet."""
+    tenants = (f"conformance-{n}" for n in itertools.count())
+
+    async def run() -> Any:
+        if api == "sync":
+            store = backend.open()
+
+            @checkpointer_test(name=f"SessionStoreSaver-{backend.name}")
+            async def saver() -> AsyncIterator[SessionStoreSaver]:
+                yield SessionStoreSaver(store, tenant=next(tenants), user="suite")
+
+            try:
+                return await validate(saver)
+            finally:
+                store.close()
+        astore = await open_async_store(backend.url, migrate=True)
+
+        @checkpointer_test(name=f"AsyncSessionStoreSaver-{backend.name}")
+        async def async_saver() -> AsyncIterator[AsyncSessionStoreSaver]:
+            yield AsyncSessionStoreSaver(astore, tenant=next(tenants), user="suite")
+
+        try:
+            return await validate(async_saver)
+        finally:
+            await astore.close()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_the_savers_pass_langgraphs_conformance_suite(shared_backend: Backend, api: str) -> None:
+    """Every base check of langgraph-checkpoint-conformance passes, sync and async."""
+    report = _conformance(shared_backend, api)
+    results = {name: report.results[name] for name in BASE_CAPABILITIES}
+    failures = [f for r in results.values() for f in r.failures]
+
+    assert failures == []
+    assert report.passed_all_base()
+    assert sum(r.tests_passed for r in results.values()) == 58
+
+
+# -- a real graph: draft, a human review (interrupt), publish --
+
+
+class Draft(TypedDict):
+    messages: Annotated[list[str], operator.add]
+    approved: bool
+
+
+def _draft(state: Draft) -> dict[str, Any]:
+    return {"messages": [f"draft {len(state['messages'])}"]}
+
+
+def _review(state: Draft) -> dict[str, Any]:
+    answer = interrupt({"question": "publish this draft?", "draft": state["messages"][-1]})
+    return {"messages": [f"review: {answer}"], "approved": answer == "yes"}
+
+
+def _publish(state: Draft) -> dict[str, Any]:
+    return {"messages": ["published" if state["approved"] else "discarded"]}
+
+
+def _graph(saver: Any) -> CompiledStateGraph[Any, Any, Any, Any]:
+    builder = StateGraph(Draft)
+    builder.add_node("draft", _draft)
+    builder.add_node("review", _review)
+    builder.add_node("publish", _publish)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "review")
+    builder.add_edge("review", "publish")
+    builder.add_edge("publish", END)
+    return builder.compile(checkpointer=saver)
+
+
+CONFIG: Any = {"configurable": {"thread_id": "order-42"}}
+
+
+def _check_bridged_session(store: SessionStore) -> str:
+    """The thread's session verifies and audits like any other; returns its id."""
+    sid = thread_session_id("order-42", None, None)
+
+    assert store.verify(sid).ok
+    assert audit(store, sid).erasure is None
+    return sid
+
+
+def test_a_graph_interrupts_resumes_travels_back_and_forks(shared_backend: Backend) -> None:
+    """Run to the human review, resume, fork from before the review with another answer; a new
+    saver on the same database sees it all; delete_thread erases the session with a receipt."""
+    store = shared_backend.open()
+    graph = _graph(SessionStoreSaver(store))
+
+    first = graph.invoke({"messages": ["brief"]}, CONFIG)
+    waiting = graph.get_state(CONFIG)
+    done = graph.invoke(Command(resume="yes"), CONFIG)
+
+    assert first["__interrupt__"][0].value == {"question": "publish this draft?", "draft": "draft 1"}
+    assert waiting.next == ("review",)
+    assert done["messages"] == ["brief", "draft 1", "review: yes", "published"]
+
+    history = list(graph.get_state_history(CONFIG))
+    before_review = next(s for s in history if s.next == ("review",))
+    fork = graph.update_state(before_review.config, {"messages": ["draft 1, edited"]}, as_node="draft")
+    asked = graph.invoke(None, fork)
+    forked = graph.invoke(Command(resume="no"), CONFIG)
+
+    assert asked["__interrupt__"][0].value["draft"] == "draft 1, edited"
+    assert forked["messages"] == ["brief", "draft 1", "draft 1, edited", "review: no", "discarded"]
+    assert graph.get_state(CONFIG).values["messages"][-1] == "discarded"
+    assert graph.get_state(history[0].config).values["messages"][-1] == "published"
+
+    reopened = shared_backend.open()
+    again = _graph(SessionStoreSaver(reopened))
+
+    assert again.get_state(CONFIG).values == graph.get_state(CONFIG).values
+    assert len(list(again.get_state_history(CONFIG))) == len(list(graph.get_state_history(CONFIG)))
+
+    sid = _check_bridged_session(store)
+    again.checkpointer.delete_thread("order-42")  # type: ignore[union-attr]
+    receipt = store.erasure(sid)
+
+    assert receipt is not None and receipt.reason == "LangGraph delete_thread"
+    assert graph.get_state(CONFIG).values == {}
+    assert store.verify(sid).erasure == receipt
+
+    reused = graph.invoke({"messages": ["new brief"]}, CONFIG)
+
+    assert reused["messages"] == ["new brief", "draft 1"]
+    reopened.close()
+    store.close()
+
+
+def test_the_async_saver_runs_the_same_graph(shared_backend: Backend) -> None:
+    """ainvoke to the interrupt, resume, fork from before the review; then delete_thread."""
+
+    async def run() -> tuple[list[str], list[str], list[str], Any]:
+        astore = await open_async_store(shared_backend.url, migrate=True)
+        try:
+            graph = _graph(AsyncSessionStoreSaver(astore))
+            await graph.ainvoke({"messages": ["brief"]}, CONFIG)
+            done = await graph.ainvoke(Command(resume="yes"), CONFIG)
+            history = [s async for s in graph.aget_state_history(CONFIG)]
+            before_review = next(s for s in history if s.next == ("review",))
+            fork = await graph.aupdate_state(
+                before_review.config, {"messages": ["draft 1, edited"]}, as_node="draft"
+            )
+            await graph.ainvoke(None, fork)
+            forked = await graph.ainvoke(Command(resume="no"), CONFIG)
+            original = (await graph.aget_state(history[0].config)).values["messages"]
+            await graph.checkpointer.adelete_thread("order-42")  # type: ignore[union-attr]
+            after = (await graph.aget_state(CONFIG)).values
+            return done["messages"], forked["messages"], original, after
+        finally:
+            await astore.close()
+
+    done, forked, original, after = asyncio.run(run())
+
+    assert done == ["brief", "draft 1", "review: yes", "published"]
+    assert forked == ["brief", "draft 1", "draft 1, edited", "review: no", "discarded"]
+    assert original == done
+    assert after == {}
+
+
+def test_a_growing_list_stores_only_the_appended_items(tmp_path: Any) -> None:
+    """Each step's checkpoint event holds the messages added since its parent, not the whole list."""
+    from sessionstore import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}", migrate=True)
+    graph = _graph(SessionStoreSaver(store))
+    graph.invoke({"messages": ["brief"]}, CONFIG)
+    graph.invoke(Command(resume="yes"), CONFIG)
+    sid = thread_session_id("order-42", None, None)
+    saved = [r.event for r in store.read(sid) if r.type == "langgraph_checkpoint"]
+    lists = [
+        e.channels["messages"]
+        for e in saved
+        if isinstance(e, LangGraphCheckpointSaved) and "messages" in e.channels
+    ]
+
+    assert [len(c.items or ()) for c in lists] == [1, 1, 1, 1]
+    assert [c.base_version is None for c in lists] == [True, False, False, False]
+    assert graph.get_state(CONFIG).values["messages"] == ["brief", "draft 1", "review: yes", "published"]
+    store.close()
+
+
+class TestBadInput:
+    def test_a_config_without_a_thread_id_is_refused(self, store: SessionStore) -> None:
+        """LangGraph needs a thread id; the error names the config key."""
+        saver = SessionStoreSaver(store)
+
+        with pytest.raises(ValidationError, match="thread_id") as caught:
+            saver.get_tuple({"configurable": {}})
+
+        assert caught.value.field == "configurable.thread_id"
+
+    def test_writes_without_a_checkpoint_id_are_refused(self, store: SessionStore) -> None:
+        """Pending writes belong to a checkpoint: without its id nothing is written."""
+        saver = SessionStoreSaver(store)
+
+        with pytest.raises(ValidationError, match="checkpoint_id"):
+            saver.put_writes({"configurable": {"thread_id": "t"}}, [("messages", "x")], "task-1")
+
+        assert store.list_sessions() == []
