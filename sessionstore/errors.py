@@ -15,6 +15,7 @@ The tree::
     │   └── SummaryPromptTooLongError        the summarization request itself was over the limit
     │                                        (not the agent loop's PromptTooLongError)
     ├── CompactionDisabledError              the session disables all compaction (_compaction)
+    ├── CompactionRevertTooLargeError        a compaction's history would not fit back (_revert)
     ├── SessionNotFoundError (LookupError)
     │   └── SessionErasedError               the session was erased: its receipt says when and why
     ├── SessionExistsError
@@ -59,6 +60,7 @@ __all__ = [
     "AppendOnlyViolation",
     "BlockingLimitError",
     "CompactionDisabledError",
+    "CompactionRevertTooLargeError",
     "ConcurrencyError",
     "DataCorruptionError",
     "DatabaseError",
@@ -270,6 +272,25 @@ class CompactionDisabledError(SessionStoreError):
             "(WindowConfig.disable_compaction): nothing was summarized or recorded"
         )
         self.session_id = session_id
+
+
+class CompactionRevertTooLargeError(SessionStoreError):
+    """Reverting a compaction would give back more context than the window takes; nothing was recorded.
+
+    Attributes:
+        event_id: the compaction's event id.
+        needed: tokens the request would hold after the revert (estimated as "used" is).
+        limit: the window's blocking limit (requests at or above it are refused).
+    """
+
+    def __init__(self, event_id: str, needed: int, limit: int) -> None:
+        super().__init__(
+            f"reverting compaction {event_id} would need {needed} tokens; the limit is {limit}: "
+            "revert and compact again at once (recompact), or keep it and collapse spans instead"
+        )
+        self.event_id = event_id
+        self.needed = needed
+        self.limit = limit
 
 
 class SessionNotFoundError(SessionStoreError, LookupError):

@@ -459,7 +459,8 @@ _OPS = st.lists(
 def test_edits_keep_requests_valid_and_reverts_restore_bytes(
     events: list[Any], ops: list[tuple[str, int]]
 ) -> None:
-    """Any mix of snips, clears, persistence and reverts: valid requests, exact undo, rebuild == live."""
+    """Any mix of snips, clears, persistence, collapses, compactions and reverts: valid requests,
+    exact undo (newest first), rebuild == live == resumed from a snapshot."""
     store = sessionstore.open_store(":memory:")
     session = Session(store, store.create_session(events=events).id, SessionConfig(snapshot_every=0))
     applied: list[tuple[str, bytes]] = []
@@ -492,12 +493,11 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             committed = commit_collapse(session, str(staged.event_id))
             report = sessionstore.pipeline.StageReport("collapse", 0, (str(committed.event_id),))
         elif op == "compact":
-            compact(session, OfflineSummarizer())
-            applied.clear()  # edits before a boundary no longer shape the request byte for byte
-            request = session.request()
-            if request["messages"]:
-                validate_request(with_tool_definitions(request))
-            continue
+            compacted = compact(session, OfflineSummarizer())
+            if not compacted.ok:
+                continue
+            # Reverted newest first, a compaction gives the bytes before it back like any edit.
+            report = sessionstore.pipeline.StageReport("compact", 0, (compacted.event_id,))
         else:
             if applied:  # undo the latest edit: the request is exactly what it was before it
                 event_id, bytes_before = applied.pop()

@@ -23,7 +23,7 @@ from ..errors import (
     ValidationError,
 )
 from ..events import MessageAppended
-from ..pipeline import collapse, compact, default_summarizer, microcompact, revert, snip
+from ..pipeline import collapse, compact, default_summarizer, microcompact, snip
 from ..projections import Session, SessionConfig, WindowConfig
 from ..store import (
     MASTER_KEY_ENV,
@@ -38,6 +38,7 @@ from ..store import (
     tables_for,
     upgrade,
 )
+from ._compaction import print_preview, run_revert, summarizer_for
 from ._demo import run_demo
 from ._erasure import run_erase, run_purge
 from ._render import render_audit
@@ -165,7 +166,9 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         return _run_replay(args, Session(store, args.session_id), out)
     elif args.command == "compact":
         session = Session(store, args.session_id, _session_config())
-        summarizer = default_summarizer(model=session.api_state.model)
+        summarizer = summarizer_for(args.summarizer, session)
+        if args.dry_run:
+            return print_preview(args, session, summarizer, out)
         compacted = compact(
             session,
             summarizer,
@@ -320,7 +323,7 @@ def _run_edit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int
     elif args.command == "microcompact":
         report = microcompact(session, keep_recent=args.keep, tool_use_ids=args.tool_use_ids)
     else:
-        report = revert(session, args.event_id)
+        return run_revert(args, session, out)
     event_id = report.event_ids[0] if report.event_ids else None
     if args.json:
         _print_json(
@@ -334,11 +337,6 @@ def _run_edit(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int
         )
     elif event_id is None:
         print(f"{report.stage}: {report.note}", file=out)
-    elif args.command == "revert":
-        print(
-            f"reverted {args.event_id}: {-report.tokens_freed} tokens back in the context (event {event_id})",
-            file=out,
-        )
     else:
         print(
             f"{report.stage}: freed {report.tokens_freed} tokens; undo with "

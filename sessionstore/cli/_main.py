@@ -225,14 +225,28 @@ def _parser() -> argparse.ArgumentParser:
     pivot.add_argument(
         "--from", dest="from_uuid", help="summarize from this prompt on, keep what precedes it"
     )
+    compact_cmd.add_argument(
+        "--dry-run", action="store_true", help="show what the compaction would record, recording nothing"
+    )
+    compact_cmd.add_argument(
+        "--summarizer",
+        choices=("auto", "offline", "anthropic"),
+        default="auto",
+        help="auto: the model when ANTHROPIC_API_KEY is set, else offline",
+    )
     compact_cmd.add_argument("--json", action="store_true")
 
     revert_cmd = commands.add_parser(
-        "revert", help="undo a persisted result, snip, micro-compaction or collapse"
+        "revert", help="undo a persisted result, snip, micro-compaction, collapse or compaction"
     )
     _add_db(revert_cmd)
     revert_cmd.add_argument("session_id")
     revert_cmd.add_argument("event_id")
+    revert_cmd.add_argument(
+        "--recompact",
+        action="store_true",
+        help="a compaction whose history no longer fits: revert it and compact again at once",
+    )
     revert_cmd.add_argument("--json", action="store_true")
 
     _add_interchange_commands(commands, _add_db)  # import, export (sessionstore/cli/_transcripts.py)

@@ -1,8 +1,8 @@
 """Events the context-management pipeline records.
 
 Each stage that changes what the model sees appends one of these; the log itself is never
-edited. Persisted results, snips and micro-compactions are undone by ``ContextEditReverted``,
-which names the event it reverts.
+edited. Persisted results, snips, micro-compactions, collapses and compactions are undone by
+``ContextEditReverted``, which names the event it reverts.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class ServerEditsApplied(Event):
 
 @register_event
 class ContextEditReverted(Event):
-    """Undo a persisted result, a snip, a micro-compaction or a collapse commit (by event id)."""
+    """Undo a persisted result, snip, micro-compaction, collapse commit or compaction (by event id)."""
 
     type: Literal["context_edit_reverted"] = "context_edit_reverted"
     target_event_id: str
@@ -239,5 +239,11 @@ class PlanUpdated(Event):
 
 #: Event types a ``ContextEditReverted`` may target.
 REVERTIBLE_TYPES = frozenset(
-    {"tool_result_persisted", "snip_applied", "microcompact_applied", "collapse_committed"}
+    {
+        "tool_result_persisted",
+        "snip_applied",
+        "microcompact_applied",
+        "collapse_committed",
+        "compact_boundary",
+    }
 )

@@ -39,10 +39,12 @@ __all__ = [
     "AutoCompactStage",
     "CompactConfig",
     "CompactHooks",
+    "CompactPreview",
     "CompactReport",
     "autocompact_stage",
     "breaker_open",
     "compact",
+    "compact_preview",
     "compact_session",
     "drop_for_retry",
     "memory_is_empty",
@@ -165,6 +167,27 @@ class CompactReport:
     tokens_after: int
     above_threshold: bool = False
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CompactPreview:
+    """What a compaction would record, without recording it (``compact_preview``).
+
+    ``kept_from_seq`` is the first seq kept verbatim after the summary (0: none);
+    ``kept_before_seq`` the seq before which messages stay before it (a partial "from"; 0: not).
+    """
+
+    strategy: str
+    summarizer: str
+    summary: str
+    tokens_before: int
+    tokens_after: int
+    kept_messages: int
+    kept_from_seq: int
+    kept_before_seq: int
+    #: (kind, name, tokens) of each file, skill or plan put back after the summary.
+    attachments: tuple[tuple[str, str, int], ...]
+    hook_results: tuple[str, ...]
 
 
 def breaker_open(session: Session) -> bool:
@@ -616,42 +639,124 @@ def _compact(
     use_memory: bool,
 ) -> CompactReport:
     """``compact``'s work (see there), without its reporting."""
-    if session.config.window.disable_compaction:
-        raise CompactionDisabledError(session.id)
-    config = config or CompactConfig()
     before = session.used_tokens()
-    instructions = custom_instructions
-    shown: list[str] = []
     try:
-        for hook in config.hooks.pre_compact:
-            extra, message = hook(trigger)
-            if extra:
-                instructions = f"{instructions}\n{extra}" if instructions else extra
-            if message:
-                shown.append(message)
+        boundary, strategy = _planned_boundary(
+            session,
+            summarizer,
+            trigger=trigger,
+            custom_instructions=custom_instructions,
+            up_to_uuid=up_to_uuid,
+            from_uuid=from_uuid,
+            config=config or CompactConfig(),
+            use_memory=use_memory,
+        )
     except SummaryFailedError as e:
         return _failed(session, trigger, e.reason, before)
-    pivot = up_to_uuid is not None or from_uuid is not None
-    plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
-    try:
-        if plan is None:
-            plan = _llm_plan(session, summarizer, instructions, up_to_uuid, from_uuid)
-        hook_results = [*shown]
-        hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
-        hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
-    except SummaryFailedError as e:
-        return _failed(session, trigger, e.reason, before)
-    boundary = _boundary(session, plan, trigger, instructions, hook_results, before)
     session.append([boundary])
     after = session.used_tokens()
     return CompactReport(
         str(boundary.event_id),
         True,
-        plan.strategy,
+        strategy,
         before,
         after,
         above_threshold=after >= session.token_state().window.autocompact_threshold,
     )
+
+
+def _planned_boundary(
+    session: Session,
+    summarizer: Summarizer,
+    *,
+    trigger: Trigger,
+    custom_instructions: str | None,
+    up_to_uuid: str | None,
+    from_uuid: str | None,
+    config: CompactConfig,
+    use_memory: bool,
+) -> tuple[CompactBoundary, str]:
+    """The boundary a compaction would record now (hooks and summary run), and its strategy.
+
+    Raises:
+        CompactionDisabledError: the session's window config disables all compaction.
+        SummaryFailedError: a hook failed or no usable summary came back.
+    """
+    if session.config.window.disable_compaction:
+        raise CompactionDisabledError(session.id)
+    before = session.used_tokens()
+    instructions = custom_instructions
+    shown: list[str] = []
+    for hook in config.hooks.pre_compact:
+        extra, message = hook(trigger)
+        if extra:
+            instructions = f"{instructions}\n{extra}" if instructions else extra
+        if message:
+            shown.append(message)
+    pivot = up_to_uuid is not None or from_uuid is not None
+    plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
+    if plan is None:
+        plan = _llm_plan(session, summarizer, instructions, up_to_uuid, from_uuid)
+    hook_results = [*shown]
+    hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
+    hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
+    return _boundary(session, plan, trigger, instructions, hook_results, before), plan.strategy
+
+
+def compact_preview(
+    session: Session,
+    summarizer: Summarizer,
+    *,
+    custom_instructions: str | None = None,
+    up_to_uuid: str | None = None,
+    from_uuid: str | None = None,
+    config: CompactConfig | None = None,
+    use_memory: bool = False,
+) -> CompactPreview:
+    """What ``compact`` with these arguments would record now, recording nothing (a dry run).
+
+    The summarizer and the hooks run as for a compaction (a model call, with its cost).
+
+    Raises:
+        CompactionDisabledError: the session's window config disables all compaction.
+        SummaryFailedError: a hook failed or no usable summary came back (nothing is recorded).
+        ValidationError: an unknown pivot, or one that would split a tool call from its result.
+    """
+    boundary, strategy = _planned_boundary(
+        session,
+        summarizer,
+        trigger="manual",
+        custom_instructions=custom_instructions,
+        up_to_uuid=up_to_uuid,
+        from_uuid=from_uuid,
+        config=config or CompactConfig(),
+        use_memory=use_memory,
+    )
+    state = session.api_state
+    if boundary.summarized_from_seq:
+        kept = bisect.bisect_left(state.message_first_seq, boundary.summarized_from_seq) - state.first_visible
+    elif boundary.keep_from_seq:
+        kept = len(state.messages) - bisect.bisect_left(state.message_first_seq, boundary.keep_from_seq)
+    else:
+        kept = 0
+    return CompactPreview(
+        strategy=strategy,
+        summarizer=boundary.summarizer,
+        summary=boundary.summary,
+        tokens_before=boundary.pre_compact_tokens,
+        tokens_after=_predicted_used(session, boundary.post_compact_raw_tokens, boundary.post_compact_blocks),
+        kept_messages=kept,
+        kept_from_seq=boundary.keep_from_seq,
+        kept_before_seq=boundary.summarized_from_seq,
+        attachments=tuple(_attachment_line(a) for a in boundary.attachments),
+        hook_results=tuple(boundary.hook_results),
+    )
+
+
+def _attachment_line(attachment: dict[str, object]) -> tuple[str, str, int]:
+    """(kind, name, tokens) of a restored attachment (``select_attachments``'s dict)."""
+    tokens = attachment.get("tokens")
+    return str(attachment.get("kind")), str(attachment.get("name")), tokens if isinstance(tokens, int) else 0
 
 
 def _boundary(

@@ -36,11 +36,17 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
 * ``CompactBoundary``: everything before the latest boundary leaves the request except the
   messages it keeps; the summary opens the request, attachments and hook results follow the
   kept messages (``_with_compaction``).
+* ``ContextEditReverted`` of the latest ``CompactBoundary``: the request is built as it was
+  before that boundary (the messages never left the view; the boundary's record goes, the
+  compaction it superseded, if any, shapes the request again) and the fold's cursor the
+  boundary reset is put back. A later message whose fold depended on the boundary marks it
+  ``diverged_seq`` (``_note_divergence``): the pipeline refuses that revert.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import json
 import zlib
@@ -183,6 +189,9 @@ class ApiContextState:
     removed_blocks_at_usage: int = 0
     #: The latest compact boundary: its seq, what it keeps and adds, and the counts at that point.
     compact: CompactionRecord | None = None
+    #: The unreverted boundaries ``compact`` superseded, oldest first: reverting the latest
+    #: puts the one before it back.
+    earlier_compactions: list[CompactionRecord] = field(default_factory=list)
     #: Messages below this index are behind a compact boundary: nothing new merges into them.
     merge_floor: int = 0
     #: Index of the assistant message holding the latest server-side compaction block (-1: none);
@@ -202,17 +211,28 @@ class ApiContextState:
     @property
     def view_tokens(self) -> int:
         """Raw token count of everything in the view: system, tools and messages."""
-        compact = self.compact
+        return self.view_tokens_under(self.compact)
+
+    @property
+    def visible_blocks(self) -> int:
+        """Content blocks in the view (each costs a fixed overhead beyond its text)."""
+        return self.visible_blocks_under(self.compact)
+
+    @property
+    def compaction_before_latest(self) -> CompactionRecord | None:
+        """The boundary that shapes the request once the latest one is reverted (None: none)."""
+        return self.earlier_compactions[-1] if self.earlier_compactions else None
+
+    def view_tokens_under(self, compact: CompactionRecord | None) -> int:
+        """``view_tokens`` as it would be were ``compact`` the latest boundary (None: no boundary)."""
         if compact is None:
             return self.context_tokens + self.message_tokens_total - self.removed_tokens
         added = self.message_tokens_total - compact.messages_total_at
         removed = self.removed_tokens - compact.removed_at
         return self.context_tokens + compact.base_tokens + added - removed
 
-    @property
-    def visible_blocks(self) -> int:
-        """Content blocks in the view (each costs a fixed overhead beyond its text)."""
-        compact = self.compact
+    def visible_blocks_under(self, compact: CompactionRecord | None) -> int:
+        """``visible_blocks`` as it would be were ``compact`` the latest boundary."""
         if compact is None:
             return self.view_blocks - self.removed_blocks
         added = self.view_blocks - compact.blocks_at
@@ -452,6 +472,8 @@ def _fold_message(state: ApiContextState, event: RecordedEvent, message: Message
     if not blocks:
         return
     tokens = event.token_count or 0
+    if state.compact is not None:
+        _note_divergence(state, message, blocks, event.seq)
     if message.role == "assistant":
         _add_assistant(state, message, blocks, tokens, event.seq)
         moment = message.timestamp or event.created_at
@@ -463,6 +485,48 @@ def _fold_message(state: ApiContextState, event: RecordedEvent, message: Message
     if message.api_message_id is None or message.api_message_id != state.usage_api_id:
         state.tokens_since_usage += tokens
         state.blocks_since_usage += len(blocks)
+
+
+def _depends_on(
+    state: ApiContextState, record: CompactionRecord, message: MessageAppended, blocks: list[Block]
+) -> bool:
+    """True when folding ``message`` now differs from folding it without ``record``'s boundary.
+
+    The boundary reset the merge floor, the open calls and the current API round: a message
+    that would have merged across the floor, a result answering a call the boundary closed, a
+    new round that would have closed those calls, or a chunk of the round the boundary ended.
+    """
+    if not record.cleared:
+        return False
+    count = len(state.messages)
+    if (
+        count
+        and count == record.messages_at > record.merge_floor_at
+        and state.messages.role(-1) == message.role
+    ):
+        return True
+    if message.role == "assistant":
+        same_round = (
+            state.last_assistant_index < 0
+            and message.api_message_id is not None
+            and message.api_message_id == record.last_assistant_api_id_at
+        )
+        return bool(record.open_at) or same_round
+    answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+    return any(tool_id in answered for tool_id in record.open_at)
+
+
+def _note_divergence(state: ApiContextState, message: MessageAppended, blocks: list[Block], seq: int) -> None:
+    """Mark each unreverted boundary this message's fold depends on (its revert is then refused)."""
+    state.earlier_compactions = [
+        dataclasses.replace(r, diverged_seq=seq)
+        if not r.diverged_seq and _depends_on(state, r, message, blocks)
+        else r
+        for r in state.earlier_compactions
+    ]
+    record = state.compact
+    if record is not None and not record.diverged_seq and _depends_on(state, record, message, blocks):
+        state.compact = dataclasses.replace(record, diverged_seq=seq)
 
 
 def _fold_usage(state: ApiContextState, event: RecordedEvent, usage: UsageRecorded) -> None:
@@ -538,12 +602,43 @@ def _fold_collapse_committed(state: ApiContextState, event: RecordedEvent, edit:
 
 
 def _fold_revert(state: ApiContextState, event: RecordedEvent, edit: ContextEditReverted) -> None:
-    _revert(state, edit.target_event_id, event.event_id)
+    if state.compact is not None and edit.target_event_id == state.compact.event_id:
+        _revert_compaction(state, event.event_id)
+    else:
+        _revert(state, edit.target_event_id, event.event_id)
+
+
+def _revert_compaction(state: ApiContextState, reverted_by: str) -> None:
+    """The latest boundary goes: the one it superseded shapes the request, the cursor it reset is back.
+
+    The messages never left the view, so nothing is re-added. Without a divergence (refused
+    before a revert is written) nothing appended since depended on the cursor beyond what is
+    restored here: calls the boundary closed are open again (no result or round came since),
+    the round it ended is current again if no assistant message came since.
+    """
+    record = state.compact
+    assert record is not None
+    state.compact = state.earlier_compactions.pop() if state.earlier_compactions else None
+    state.reverted[record.event_id] = reverted_by
+    state.compact_failures += record.failures_at
+    if state.usage_total is None:  # no usage measured the compacted request
+        state.usage_total = record.usage_at
+    if not record.cleared:
+        return
+    state.merge_floor = record.merge_floor_at
+    state.open_tool_ids = [*record.open_at, *state.open_tool_ids]
+    if state.last_assistant_index < 0:
+        state.last_assistant_index = record.last_assistant_index_at
+        state.last_assistant_api_id = record.last_assistant_api_id_at
 
 
 def _fold_boundary(state: ApiContextState, event: RecordedEvent, edit: CompactBoundary) -> None:
+    if state.compact is not None:
+        state.earlier_compactions.append(state.compact)
+    cleared = not edit.keep_from_seq or bool(edit.summarized_from_seq)
     state.compact = CompactionRecord(
         seq=event.seq,
+        event_id=event.event_id,
         keep_from_seq=edit.keep_from_seq,
         from_seq=edit.summarized_from_seq,
         summary=edit.summary,
@@ -556,10 +651,18 @@ def _fold_boundary(state: ApiContextState, event: RecordedEvent, edit: CompactBo
         removed_at=state.removed_tokens,
         removed_blocks_at=state.removed_blocks,
         blocks_at=state.view_blocks,
+        cleared=cleared,
+        messages_at=len(state.messages),
+        merge_floor_at=state.merge_floor,
+        open_at=tuple(state.open_tool_ids),
+        last_assistant_index_at=state.last_assistant_index,
+        last_assistant_api_id_at=state.last_assistant_api_id,
+        usage_at=state.usage_total,
+        failures_at=state.compact_failures,
     )
-    if not edit.keep_from_seq or edit.summarized_from_seq:
+    if cleared:
         # Calls still open were summarized away with everything else: no result can follow them.
-        state.open_tool_ids.clear()
+        state.open_tool_ids = []
         state.last_assistant_index = -1
         state.last_assistant_api_id = None
         state.merge_floor = len(state.messages)
@@ -644,7 +747,8 @@ class ApiContextProjection(Projection[ApiContextState]):
     name: ClassVar[str] = "api_context"
     #: 2: snapshots keep each message's JSON (MessageList) instead of one JSON document.
     #: 3: edits, replacements, collapses, the compaction and the memory are typed records.
-    version: ClassVar[int] = 3
+    #: 4: compaction records keep the cursor they reset, and the boundaries the latest superseded.
+    version: ClassVar[int] = 4
 
     def initial(self) -> ApiContextState:
         """An empty conversation."""
@@ -707,6 +811,8 @@ def _field_json(value: Any) -> Any:
         return value.to_json()
     if isinstance(value, dict) and value and isinstance(next(iter(value.values())), StateRecord):
         return {key: record.to_json() for key, record in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], StateRecord):
+        return [record.to_json() for record in value]
     return value
 
 
@@ -725,6 +831,9 @@ def _records_from_json(header: dict[str, Any]) -> dict[str, Any]:
         fields_[name] = {key: kind.from_json(data) for key, data in header[name].items()}
     fields_["edits"] = {key: edit_from_json(data) for key, data in header["edits"].items()}
     fields_["compact"] = record_from_json(CompactionRecord, header["compact"])
+    fields_["earlier_compactions"] = [
+        CompactionRecord.from_json(data) for data in header["earlier_compactions"]
+    ]
     fields_["memory"] = record_from_json(MemoryRecord, header["memory"])
     return fields_
 

@@ -134,11 +134,13 @@ def edit_from_json(data: dict[str, Any]) -> ActiveEdit:
 
 @dataclass(frozen=True, slots=True)
 class CompactionRecord(StateRecord):
-    """The latest compact boundary: what it keeps and adds, and the view's counts when it was folded."""
+    """A compact boundary: what it keeps and adds, the view's counts when it was folded, and
+    the fold's cursor it reset (so that a revert can restore it)."""
 
-    _TUPLES: ClassVar[frozenset[str]] = frozenset({"attachments", "hook_results"})
-    #: Seq of the boundary event.
+    _TUPLES: ClassVar[frozenset[str]] = frozenset({"attachments", "hook_results", "open_at"})
+    #: Seq and event id of the boundary event.
     seq: int
+    event_id: str
     #: First seq of the messages kept after the summary (0: none kept).
     keep_from_seq: int
     #: A partial "from" compaction: messages before this seq stay before the summary (0: not partial).
@@ -156,6 +158,20 @@ class CompactionRecord(StateRecord):
     removed_at: int
     removed_blocks_at: int
     blocks_at: int
+    #: What the boundary reset, as it was before: a revert puts it back. ``cleared`` is False
+    #: for a compaction that kept the tail (it reset nothing of the message fold).
+    cleared: bool
+    messages_at: int
+    merge_floor_at: int
+    open_at: tuple[str, ...]
+    last_assistant_index_at: int
+    last_assistant_api_id_at: str | None
+    usage_at: int | None
+    failures_at: int
+    #: First seq whose fold depended on this boundary (a message merged, answered or closed
+    #: differently than without it): a revert could not give the request without it, so it is
+    #: refused (0: none).
+    diverged_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
