@@ -60,3 +60,23 @@ def test_the_adk_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert (report.ok, report.events_checked) == (True, 5)  # type: ignore[attr-defined]
     assert (receipts[0].reason, receipts[0].event_count) == ("ticket closed, customer asked", 5)  # type: ignore[index]
     assert namespace["gone"] is None
+
+
+def test_the_langgraph_page_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/bridges/langgraph.md: interrupt, resume, a fork, verify and delete_thread, printing
+    what its comments say."""
+    monkeypatch.chdir(tmp_path)
+    blocks = _blocks(DOCS / "langgraph.md")
+    assert len(blocks) == 3
+    namespace: dict[str, object] = {}
+    for code in blocks:
+        exec(compile(code, "langgraph.md", "exec", dont_inherit=True), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    promised = [
+        line.split("# ", 1)[1] for code in blocks for line in code.splitlines() if line.startswith("print(")
+    ]
+
+    assert printed == promised
+    assert namespace["waiting"] == ("review",)

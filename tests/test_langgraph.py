@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
@@ -115,36 +116,81 @@ def _check_bridged_session(store: SessionStore) -> str:
     return sid
 
 
-def test_a_graph_interrupts_resumes_travels_back_and_forks(shared_backend: Backend) -> None:
-    """Run to the human review, resume, fork from before the review with another answer; a new
-    saver on the same database sees it all; delete_thread erases the session with a receipt."""
-    store = shared_backend.open()
-    graph = _graph(SessionStoreSaver(store))
-
+def _story(graph: CompiledStateGraph[Any, Any, Any, Any]) -> list[Any]:
+    """Run to the review, resume with "yes", fork from before the review with an edited draft and
+    answer "no"; what LangGraph showed at each point."""
     first = graph.invoke({"messages": ["brief"]}, CONFIG)
-    waiting = graph.get_state(CONFIG)
+    waiting = graph.get_state(CONFIG).next
     done = graph.invoke(Command(resume="yes"), CONFIG)
-
-    assert first["__interrupt__"][0].value == {"question": "publish this draft?", "draft": "draft 1"}
-    assert waiting.next == ("review",)
-    assert done["messages"] == ["brief", "draft 1", "review: yes", "published"]
-
     history = list(graph.get_state_history(CONFIG))
     before_review = next(s for s in history if s.next == ("review",))
     fork = graph.update_state(before_review.config, {"messages": ["draft 1, edited"]}, as_node="draft")
     asked = graph.invoke(None, fork)
     forked = graph.invoke(Command(resume="no"), CONFIG)
+    original = graph.get_state(history[0].config).values
+    nexts = [s.next for s in graph.get_state_history(CONFIG)]
+    return [
+        first["__interrupt__"][0].value,
+        waiting,
+        done,
+        asked["__interrupt__"][0].value,
+        forked,
+        original,
+        nexts,
+    ]
 
-    assert asked["__interrupt__"][0].value["draft"] == "draft 1, edited"
-    assert forked["messages"] == ["brief", "draft 1", "draft 1, edited", "review: no", "discarded"]
-    assert graph.get_state(CONFIG).values["messages"][-1] == "discarded"
-    assert graph.get_state(history[0].config).values["messages"][-1] == "published"
+
+async def _astory(graph: CompiledStateGraph[Any, Any, Any, Any]) -> list[Any]:
+    """``_story`` through the async API."""
+    first = await graph.ainvoke({"messages": ["brief"]}, CONFIG)
+    waiting = (await graph.aget_state(CONFIG)).next
+    done = await graph.ainvoke(Command(resume="yes"), CONFIG)
+    history = [s async for s in graph.aget_state_history(CONFIG)]
+    before_review = next(s for s in history if s.next == ("review",))
+    fork = await graph.aupdate_state(before_review.config, {"messages": ["draft 1, edited"]}, as_node="draft")
+    asked = await graph.ainvoke(None, fork)
+    forked = await graph.ainvoke(Command(resume="no"), CONFIG)
+    original = (await graph.aget_state(history[0].config)).values
+    nexts = [s.next async for s in graph.aget_state_history(CONFIG)]
+    return [
+        first["__interrupt__"][0].value,
+        waiting,
+        done,
+        asked["__interrupt__"][0].value,
+        forked,
+        original,
+        nexts,
+    ]
+
+
+def _check_story(story: list[Any]) -> None:
+    question, waiting, done, asked, forked, original, _ = story
+
+    assert question == {"question": "publish this draft?", "draft": "draft 1"}
+    assert waiting == ("review",)
+    assert done["messages"] == ["brief", "draft 1", "review: yes", "published"]
+    assert asked["draft"] == "draft 1, edited"
+    assert forked["messages"][-3:] == ["draft 1, edited", "review: no", "discarded"]
+    assert original["messages"] == done["messages"]
+
+
+def test_a_graph_interrupts_resumes_travels_back_and_forks(shared_backend: Backend) -> None:
+    """Interrupt, resume, time travel and a fork show exactly what LangGraph's InMemorySaver
+    shows; a new saver on the same database sees it all; delete_thread erases the session with
+    a receipt, and the thread id starts afresh."""
+    store = shared_backend.open()
+    graph = _graph(SessionStoreSaver(store))
+
+    story = _story(graph)
+
+    _check_story(story)
+    assert story == _story(_graph(InMemorySaver()))
 
     reopened = shared_backend.open()
     again = _graph(SessionStoreSaver(reopened))
 
     assert again.get_state(CONFIG).values == graph.get_state(CONFIG).values
-    assert len(list(again.get_state_history(CONFIG))) == len(list(graph.get_state_history(CONFIG)))
+    assert [s.next for s in again.get_state_history(CONFIG)] == story[-1]
 
     sid = _check_bridged_session(store)
     again.checkpointer.delete_thread("order-42")  # type: ignore[union-attr]
@@ -162,33 +208,23 @@ def test_a_graph_interrupts_resumes_travels_back_and_forks(shared_backend: Backe
 
 
 def test_the_async_saver_runs_the_same_graph(shared_backend: Backend) -> None:
-    """ainvoke to the interrupt, resume, fork from before the review; then delete_thread."""
+    """The same story through ainvoke and AsyncSessionStoreSaver; then adelete_thread."""
 
-    async def run() -> tuple[list[str], list[str], list[str], Any]:
+    async def run() -> tuple[list[Any], list[Any], Any]:
         astore = await open_async_store(shared_backend.url, migrate=True)
         try:
             graph = _graph(AsyncSessionStoreSaver(astore))
-            await graph.ainvoke({"messages": ["brief"]}, CONFIG)
-            done = await graph.ainvoke(Command(resume="yes"), CONFIG)
-            history = [s async for s in graph.aget_state_history(CONFIG)]
-            before_review = next(s for s in history if s.next == ("review",))
-            fork = await graph.aupdate_state(
-                before_review.config, {"messages": ["draft 1, edited"]}, as_node="draft"
-            )
-            await graph.ainvoke(None, fork)
-            forked = await graph.ainvoke(Command(resume="no"), CONFIG)
-            original = (await graph.aget_state(history[0].config)).values["messages"]
+            story = await _astory(graph)
+            reference = await _astory(_graph(InMemorySaver()))
             await graph.checkpointer.adelete_thread("order-42")  # type: ignore[union-attr]
-            after = (await graph.aget_state(CONFIG)).values
-            return done["messages"], forked["messages"], original, after
+            return story, reference, (await graph.aget_state(CONFIG)).values
         finally:
             await astore.close()
 
-    done, forked, original, after = asyncio.run(run())
+    story, reference, after = asyncio.run(run())
 
-    assert done == ["brief", "draft 1", "review: yes", "published"]
-    assert forked == ["brief", "draft 1", "draft 1, edited", "review: no", "discarded"]
-    assert original == done
+    _check_story(story)
+    assert story == reference
     assert after == {}
 
 

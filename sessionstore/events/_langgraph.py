@@ -3,7 +3,7 @@ pending writes of a LangGraph thread, one session per thread.
 
 They live here, not in the bridge, so every log decodes without LangGraph installed: ``verify``,
 ``audit`` and the command line read a bridged session like any other. A serialized value of up
-to 256 bytes is kept inline (base64); a larger one is a content-addressed blob (``put_blob``)
+to 4 KiB is kept inline (base64); a larger one is a content-addressed blob (``put_blob``)
 the event names by SHA-256, so erasing the session removes the blobs only it references.
 """
 

@@ -46,8 +46,9 @@ from ._index import ThreadIndex
 
 __all__ = ["ERASE_REASON", "SESSION_PREFIX", "CheckpointLog", "thread_session_id"]
 
-#: Serialized values up to this size stay inline in the event; larger ones are blobs.
-INLINE_MAX = 256
+#: Serialized values up to this size stay inline in the event; larger ones are blobs. A chat
+#: message fits, so a step costs one append, and reading a thread back one read, not a blob each.
+INLINE_MAX = 4096
 #: Every bridged session's id starts with this.
 SESSION_PREFIX = "langgraph-"
 #: The reason ``delete_thread`` gives its erasure (the receipt keeps it).
