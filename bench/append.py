@@ -94,6 +94,7 @@ SEED = 20240601
 PG_ENV = "SESSIONSTORE_TEST_PG_URL"
 TARGET_RAW_OVER_OURS = 2.5
 TARGET_OURS_OVER_SQLITESESSION = 1.0
+TARGET_READ_OVER_RAW = 1.3
 
 # --- the workload --------------------------------------------------------------------------
 
@@ -247,6 +248,8 @@ class Run:
     problems: list[str] = field(default_factory=list)
     settings: str = ""  # durability settings read back from a live connection
     counter_cpu_seconds: float = 0.0  # CPU inside the token counter (counting-on runs)
+    read_seconds: float = float("nan")  # one full read of what was appended (median of READS)
+    disk_bytes: int = 0  # the database file after a checkpoint (WAL emptied)
 
 
 @dataclass
@@ -269,6 +272,14 @@ class Contender:
         """This process's CPU milliseconds per message (all its threads), median over the runs."""
         return 1000 * statistics.median(r.cpu_seconds for r in self.runs) / count
 
+    def read_ms(self) -> float:
+        """Milliseconds for one full read of the session, median over the runs."""
+        return 1000 * statistics.median(r.read_seconds for r in self.runs)
+
+    def disk(self) -> int:
+        """Bytes on disk after the run (every run writes the same messages: the last one's)."""
+        return self.runs[-1].disk_bytes
+
 
 class Stopwatch:
     """Wall-clock and this process's CPU time (all threads) since creation; collects garbage first."""
@@ -280,6 +291,41 @@ class Stopwatch:
 
     def read(self) -> tuple[float, float]:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+#: Full reads timed per run (the median is kept).
+READS = 3
+
+
+def timed_read(read: Callable[[], Any]) -> float:
+    """Median wall seconds of ``READS`` full reads; each must return every message."""
+    times = []
+    for _ in range(READS):
+        gc.collect()
+        start = time.perf_counter()
+        read()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def disk_bytes(path: Path) -> int:
+    """The database file's size once its WAL is checkpointed into it (what the data takes)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def payload_bytes(messages: list[Message]) -> int:
+    """UTF-8 bytes of the messages as JSON (role and content): the data every contender stores."""
+    return sum(len(_message_json(m).encode()) for m in messages)
+
+
+def _message_json(message: Message) -> str:
+    return json.dumps({"role": message.role, "content": message.content}, ensure_ascii=False)
 
 
 def _sqlite_pragmas(conn: sqlite3.Connection) -> str:
@@ -296,11 +342,23 @@ def _store_pragmas(store: Any) -> str:
 
 def _timed_store_appends(
     store: sessionstore.SessionStore, messages: list[Message], batch: int
-) -> tuple[float, float]:
+) -> tuple[float, float, str]:
+    """(wall, CPU) seconds of appending every message to a new session, and the session's id."""
     session_id = store.create_session().id
     watch = Stopwatch()
     _append_all(store, session_id, messages, batch)
-    return watch.read()
+    return (*watch.read(), session_id)
+
+
+def _store_read(store: sessionstore.SessionStore, session_id: str, count: int) -> Callable[[], Any]:
+    """A full read of the session, as a caller does it: every event, decoded on first use."""
+
+    def read() -> list[Any]:
+        found = store.read(session_id)
+        assert len(found) == count, (len(found), count)
+        return found
+
+    return read
 
 
 def _append_all(
@@ -337,13 +395,16 @@ def sessionstore_sqlite(
             folder / "store.db", migrate=True, token_counter=counter, durability=durability
         )
         try:
-            result = Run(*_timed_store_appends(store, messages, batch), settings=_store_pragmas(store))
+            seconds, cpu, session_id = _timed_store_appends(store, messages, batch)
+            result = Run(seconds, cpu, settings=_store_pragmas(store))
+            result.read_seconds = timed_read(_store_read(store, session_id, len(messages)))
             if counter is not None:
                 result.problems = _audit(counter, store, messages)
                 result.counter_cpu_seconds = counter.cpu_seconds
-            return result
         finally:
             store.close()
+        result.disk_bytes = disk_bytes(folder / "store.db")
+        return result
 
     return run
 
@@ -360,13 +421,17 @@ CREATE TABLE events (
     UNIQUE (session_id, seq)
 )
 """
+_RAW_SELECT = (
+    "SELECT position, session_id, seq, event_id, type, payload, created_at FROM events "
+    "WHERE session_id = ? ORDER BY seq"
+)
 _RAW_INSERT = (
     "INSERT INTO events (session_id, seq, event_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
 
 
 def _raw_row(session_id: str, seq: int, message: Message) -> tuple[Any, ...]:
-    payload = json.dumps({"role": message.role, "content": message.content}, ensure_ascii=False)
+    payload = _message_json(message)
     return (session_id, seq, str(uuid.uuid4()), "message_appended", payload, datetime.now(UTC).isoformat())
 
 
@@ -385,9 +450,18 @@ def raw_sqlite(*, durability: str, batch: int) -> Callable[[list[Message], Path]
                 conn.executemany(_RAW_INSERT, rows)
                 conn.execute("COMMIT")
                 seq += len(rows)
-            return Run(*watch.read(), settings=_sqlite_pragmas(conn))
+            result = Run(*watch.read(), settings=_sqlite_pragmas(conn))
+
+            def read() -> list[Any]:  # the floor: every column of every row, nothing decoded
+                rows = conn.execute(_RAW_SELECT, ("s1",)).fetchall()
+                assert len(rows) == len(messages)
+                return rows
+
+            result.read_seconds = timed_read(read)
         finally:
             conn.close()
+        result.disk_bytes = disk_bytes(folder / "raw.db")
+        return result
 
     return run
 
@@ -401,14 +475,21 @@ def sqlite_session(*, batch: int) -> Callable[[list[Message], Path], Run]:
             await session.add_items([to_openai_item(m) for m in group])
         return watch.read()
 
+    def read(session: Any, count: int) -> None:
+        items = asyncio.run(session.get_items())  # its own read: every item, JSON-decoded
+        assert len(items) == count
+
     def run(messages: list[Message], folder: Path) -> Run:
         session = SQLiteSession("s1", folder / "agents.db")
         try:
             times = asyncio.run(append_all(session, messages))
             # Its connections are configured alike (per thread); ask one of them.
-            return Run(*times, settings=_sqlite_pragmas(session._get_connection()))
+            result = Run(*times, settings=_sqlite_pragmas(session._get_connection()))
+            result.read_seconds = timed_read(lambda: read(session, len(messages)))
         finally:
             session.close()
+        result.disk_bytes = disk_bytes(folder / "agents.db")
+        return result
 
     return run
 
@@ -444,10 +525,10 @@ def sessionstore_pg(base_url: str, *, batch: int) -> Callable[[list[Message], Pa
         with pg_schema(base_url) as (url, _schema):
             store = sessionstore.open_store(url, migrate=True, token_counter=None)
             try:
-                return Run(
-                    *_timed_store_appends(store, messages, batch),
-                    settings="synchronous_commit=" + _pg_sync(store),
-                )
+                seconds, cpu, session_id = _timed_store_appends(store, messages, batch)
+                result = Run(seconds, cpu, settings="synchronous_commit=" + _pg_sync(store))
+                result.read_seconds = timed_read(_store_read(store, session_id, len(messages)))
+                return result
             finally:
                 store.close()
 
@@ -495,7 +576,10 @@ def raw_psycopg(base_url: str, *, batch: int) -> Callable[[list[Message], Path],
                 seq += len(rows)
             times = watch.read()
             sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-            return Run(*times, settings=f"synchronous_commit={sync}")
+            result = Run(*times, settings=f"synchronous_commit={sync}")
+            select = _RAW_SELECT.replace("?", "%s")
+            result.read_seconds = timed_read(lambda: conn.execute(select, ("s1",)).fetchall())
+            return result
 
     return run
 
@@ -639,12 +723,13 @@ def describe_workload(messages: list[Message]) -> str:
     return line
 
 
-def print_table(contenders: list[Contender], count: int) -> None:
+def print_table(contenders: list[Contender], count: int, payload: int) -> None:
     header = (
         f"{'contender':<34} {'durability':<11} {'batch':>5} {'msg/s':>8} {'ms/msg':>7} {'cpu ms/msg':>10}"
+        f" {'read ms':>8} {'disk/payload':>12}"
     )
     print(f"\n{header}  settings (read back)")
-    print("-" * 118)
+    print("-" * 140)
     for c in contenders:
         if not c.runs:
             print(f"{c.label:<34} {c.durability:<11} {c.batch:>5} {'failed':>8}  {c.failures[-1]}")
@@ -654,11 +739,17 @@ def print_table(contenders: list[Contender], count: int) -> None:
         if c.durability in ("full", "sdk default") and "synchronous=FULL" not in settings:
             settings += "  ** NOT synchronous=FULL: not at equal durability **"
         failed = f"  ({len(c.failures)} failed attempt(s))" if c.failures else ""
+        disk = f"{c.disk() / payload:.2f}" if c.disk() else "-"
         print(
             f"{c.label:<34} {c.durability:<11} {c.batch:>5} {rate:>8.0f} {1000 / rate:>7.3f} "
-            f"{c.cpu_ms(count):>10.3f}  {settings}{failed}"
+            f"{c.cpu_ms(count):>10.3f} {c.read_ms():>8.1f} {disk:>12}  {settings}{failed}"
         )
     print("(msg/s and ms/msg: wall clock; cpu ms/msg: this process's CPU, all threads; medians of the runs)")
+    print(
+        f"(read ms: one full read of the {count} messages, wall clock, median of {READS} per run and of "
+        f"the runs; disk/payload: the database file after a checkpoint over the {payload / 1e6:.1f} MB of "
+        "message JSON)"
+    )
 
 
 def _verdict(ok: bool) -> str:
@@ -691,15 +782,28 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
             f"  batch   1, synchronous=NORMAL: sessionstore(off)/raw sqlite3 = {rate(ours) / rate(raw):.2f}"
             f"   raw/ours = {rate(raw) / rate(ours):.2f} [cpu {cpu(ours) / cpu(raw):.2f}]"
         )
-    for batch in (1, BATCH):
-        ours, theirs = f"off-{batch}", f"agents-{batch}"
-        if {ours, theirs} <= by_key.keys():
-            ratio = rate(ours) / rate(theirs)
-            print(
-                f"  batch {batch:>3}: sessionstore(off)/SQLiteSession = {ratio:.2f} "
-                f"[cpu {cpu(theirs) / cpu(ours):.2f}]  (target >= {TARGET_OURS_OVER_SQLITESESSION}: "
-                f"{_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
-            )
+    for counting in ("on", "off"):
+        for batch in (1, BATCH):
+            ours, theirs = f"{counting}-{batch}", f"agents-{batch}"
+            if {ours, theirs} <= by_key.keys():
+                ratio = rate(ours) / rate(theirs)
+                print(
+                    f"  batch {batch:>3}: sessionstore({counting})/SQLiteSession = {ratio:.2f} "
+                    f"[cpu {cpu(theirs) / cpu(ours):.2f}]  (target >= {TARGET_OURS_OVER_SQLITESESSION}: "
+                    f"{_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
+                )
+    if "raw-1" in by_key:
+        floor = by_key["raw-1"].read_ms()
+        for key in ("off-1", "on-1", "agents-1"):
+            if key in by_key:
+                ratio = by_key[key].read_ms() / floor
+                print(
+                    f"  full read: {by_key[key].label} / raw sqlite3 = {ratio:.2f}  "
+                    f"(target <= {TARGET_READ_OVER_RAW}: {_verdict(ratio <= TARGET_READ_OVER_RAW)})"
+                )
+    if {"pg-1", "pg-raw-1"} <= by_key.keys():
+        ratio = by_key["pg-1"].read_ms() / by_key["pg-raw-1"].read_ms()
+        print(f"  full read: sessionstore on PostgreSQL / raw psycopg = {ratio:.2f}")
 
     for batch in (1, BATCH):
         if not {f"on-{batch}", f"off-{batch}"} <= by_key.keys():
@@ -836,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = run_all(contenders, messages, args.repeats, workdir)
         tok_wall, tok_cpu = tokenization_seconds(messages, max(3, args.repeats))
         print_load("end")
-        print_table(contenders, len(messages))
+        print_table(contenders, len(messages), payload_bytes(messages))
         print(f"\nNOTE: {sqlite_session_note(by_key, import_note)}")
         if not args.pg:
             print(f"NOTE: PostgreSQL rows skipped (pass --pg URL or set {PG_ENV}).")

@@ -284,29 +284,53 @@ def json_problem(
     if not _is_container(value):
         problem = _scalar_problem(value, strict=strict, strings=strings)
         return None if problem is None else f"value: {problem}"
-    containers: list[tuple[object, int, tuple[str, ...]]] = [(value, 0, ())]
+    # Each entry: (container, depth, where) with where = (parent's where, key) or None for the
+    # root; the dotted path is spelled out only for a problem. Plain strings, dicts and lists are
+    # recognised by exact type first: this walk runs over every event appended.
+    containers: list[tuple[object, int, _Where]] = [(value, 0, None)]
     while containers:
-        item, depth, path = containers.pop()
+        item, depth, where = containers.pop()
         if depth >= max_depth:
-            return f"{_dotted(path)}: nested deeper than {max_depth} levels"
+            return f"{_dotted(_path(where))}: nested deeper than {max_depth} levels"
         children: Iterable[tuple[object, object]]
         if isinstance(item, list | tuple):
             children = enumerate(item)
         else:  # an object, or a model's fields (extra="forbid": its __dict__ holds only those)
             fields: dict[Any, Any] = item if isinstance(item, dict) else vars(item)
             for key in fields:
+                if type(key) is str and key.isascii():
+                    continue
                 problem = _key_problem(key)
                 if problem is not None:
-                    return f"{_dotted(path)}: {problem}"
+                    return f"{_dotted(_path(where))}: {problem}"
             children = fields.items()
         for key, child in children:
-            if _is_container(child):
-                containers.append((child, depth + 1, (*path, str(key))))
+            if isinstance(child, str):
+                problem = _surrogate_problem(child) if strings and not child.isascii() else None
+                if problem is not None:
+                    return f"{_dotted((*_path(where), str(key)))}: {problem}"
+                continue
+            kind = type(child)
+            if kind is dict or kind is list or (kind not in _PLAIN_SCALARS and _is_container(child)):
+                containers.append((child, depth + 1, (where, str(key))))
                 continue
             problem = _scalar_problem(child, strict=strict, strings=strings)
             if problem is not None:
-                return f"{_dotted((*path, str(key)))}: {problem}"
+                return f"{_dotted((*_path(where), str(key)))}: {problem}"
     return None
+
+
+#: Where a container sits in the value ``json_problem`` walks: (its parent's, its key), or None.
+_Where = tuple[Any, str] | None
+
+
+def _path(where: _Where) -> tuple[str, ...]:
+    """The keys leading to ``where``, from the root."""
+    keys: list[str] = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    return tuple(reversed(keys))
 
 
 _EVENT_TYPES: dict[str, type[Event]] = {}

@@ -45,6 +45,7 @@ __all__ = [
     "check_int",
     "check_owner_key",
     "check_session_id",
+    "stored_event",
 ]
 
 #: ``expected_seq`` value that skips the concurrency check (idempotency still holds).
@@ -199,6 +200,47 @@ class RecordedEvent:
             self.created_at,
             self.payload if self.stored_payload is None else self.stored_payload,
         )
+
+
+_new_object = object.__new__
+
+
+def stored_event(
+    session_id: str,
+    seq: int,
+    position: int,
+    event_id: str,
+    type_name: str,
+    schema_version: int,
+    payload: str,
+    token_count: int | None,
+    prev_hash: str,
+    digest: str,
+    created_at: datetime,
+) -> RecordedEvent:
+    """The ``RecordedEvent`` of a stored row, equal to ``RecordedEvent(...)`` of the same values.
+
+    Reads build one per event: filling the instance's ``__dict__`` at once costs half of the
+    frozen dataclass's ``__init__``, which sets each of its 13 fields through
+    ``object.__setattr__`` (tests/test_read_path.py holds the two equal, field for field).
+    """
+    event: RecordedEvent = _new_object(RecordedEvent)
+    event.__dict__.update(
+        session_id=session_id,
+        seq=seq,
+        position=position,
+        event_id=event_id,
+        type=type_name,
+        schema_version=schema_version,
+        payload=payload,
+        token_count=token_count,
+        prev_hash=prev_hash,
+        hash=digest,
+        created_at=created_at,
+        stored_payload=None,
+        erased=False,
+    )
+    return event
 
 
 @dataclass(frozen=True)
@@ -810,7 +852,11 @@ class SessionStore(abc.ABC):
                     f"{anchored[:16]}: events were appended after the anchor, or the receipt was changed"
                 )
         return VerifyReport(
-            receipt.session_id, 0, None, reason, head=receipt.head_hash if reason is None else None,
+            receipt.session_id,
+            0,
+            None,
+            reason,
+            head=receipt.head_hash if reason is None else None,
             erasure=receipt,
         )
 

@@ -1,10 +1,13 @@
-"""The write path on the driver's own connection: the few statements every append runs.
+"""The hot paths on the driver's own connection: the few statements every append runs, and
+the event reads.
 
 SQLAlchemy Core builds, caches and executes a statement for ~0.3 ms of CPU; an append runs
 three of them, which made single appends several times slower than the database itself. The
 write path therefore runs its fixed statements as plain SQL on the pooled driver connection
-(``engine.raw_connection()``), in the dialect's parameter style. Reads, migrations and
-everything else stay on SQLAlchemy Core. Statements here touch only the columns defined in
+(``engine.raw_connection()``), in the dialect's parameter style. Event reads run their one
+SELECT on the driver cursor of their SQLAlchemy connection (its transaction, its settings):
+SQLAlchemy's per-row result processing cost as much as the database's own fetch. Migrations
+and everything else stay on SQLAlchemy Core. Statements here touch only the columns defined in
 ``sessionstore.store._schema``, under the table names of the store's ``StoreTables``.
 """
 
@@ -17,17 +20,30 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
-from ._contract import AppendResult
+from ._contract import AppendResult, RecordedEvent, stored_event
 from ._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
 from ._listen import channel_sql
 from ._schema import StoreTables
 
-__all__ = ["DriverSQL", "DriverTransaction", "Prepared", "chain_rows", "sqlite_timestamp"]
+__all__ = [
+    "DriverSQL",
+    "DriverTransaction",
+    "Prepared",
+    "chain_rows",
+    "recorded_events",
+    "sqlite_datetime",
+    "sqlite_timestamp",
+]
 
 #: Event ids looked up per statement when checking a batch for an idempotent retry.
 _LOOKUP_CHUNK = 1000
 _EVENT_COLUMNS = (
     "session_id, seq, event_id, type, schema_version, payload, token_count, prev_hash, hash, created_at"
+)
+#: What a read selects, in ``RecordedEvent``'s field order.
+_READ_COLUMNS = (
+    "session_id, seq, position, event_id, type, schema_version, payload, token_count, prev_hash, hash, "
+    "created_at"
 )
 
 
@@ -47,6 +63,54 @@ def sqlite_timestamp(moment: datetime) -> str:
     return moment.replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+def sqlite_datetime(stored: str) -> datetime:
+    """The aware UTC datetime of a SQLite timestamp (``sqlite_timestamp``'s text, which is UTC).
+
+    Parsed with the offset appended: ``fromisoformat`` then ``replace(tzinfo=...)`` costs five
+    times as much, once per event read.
+    """
+    return datetime.fromisoformat(stored + "+00:00")
+
+
+def recorded_events(
+    cursor: Any, statement: str, params: Sequence[Any], to_datetime: Callable[[Any], datetime]
+) -> list[RecordedEvent]:
+    """The events a ``DriverSQL`` read statement selects, as ``RecordedEvent``s.
+
+    Nothing is decoded beyond the envelope: the payload stays text until ``event`` is asked for.
+    """
+    cursor.execute(statement, params)
+    rows = cursor.fetchall()
+    return [
+        stored_event(
+            session_id,
+            int(seq),
+            int(position),
+            event_id,
+            type_name,
+            int(schema_version),
+            payload,
+            token_count,
+            prev_hash,
+            digest,
+            to_datetime(created_at),
+        )
+        for (
+            session_id,
+            seq,
+            position,
+            event_id,
+            type_name,
+            schema_version,
+            payload,
+            token_count,
+            prev_hash,
+            digest,
+            created_at,
+        ) in rows
+    ]
+
+
 @dataclass(frozen=True)
 class DriverSQL:
     """A dialect's write-path statements.
@@ -57,6 +121,7 @@ class DriverSQL:
             other event writer (see the backend modules for why each is what it is);
             ``{events}`` in it stands for the events table.
         to_timestamp: turns an aware UTC datetime into the driver's parameter.
+        to_datetime: turns a timestamp column as the driver returns it into an aware UTC datetime.
         many_returning: the driver returns RETURNING rows from ``executemany``.
         last_rowid: a query for the last inserted position, when positions in one batch are
             consecutive by construction (a single writer with AUTOINCREMENT).
@@ -65,6 +130,7 @@ class DriverSQL:
     mark: str
     begin_write: str
     to_timestamp: Callable[[datetime], Any]
+    to_datetime: Callable[[Any], datetime]
     many_returning: bool
     #: A query for the last inserted position, where batches may rely on it (SQLite).
     last_rowid: str | None = None
@@ -90,6 +156,20 @@ class DriverSQL:
             begin_write=self.begin_write.format(events=events),
             notify=None if self.notify is None else self.notify.format(channel=channel_sql(tables)),
         )
+
+    def session_events(self, *, upper_bound: bool) -> str:
+        """A session's events from a seq (and up to one, with ``upper_bound``), in seq order."""
+        m = self.mark
+        bound = f" AND seq <= {m}" if upper_bound else ""
+        return (
+            f"SELECT {_READ_COLUMNS} FROM {self.events} "
+            f"WHERE session_id = {m} AND seq >= {m}{bound} ORDER BY seq"
+        )
+
+    def events_after(self) -> str:
+        """Events after a global position, in position order, at most a limit of them."""
+        m = self.mark
+        return f"SELECT {_READ_COLUMNS} FROM {self.events} WHERE position > {m} ORDER BY position LIMIT {m}"
 
     def head(self) -> str:
         """The session's last seq and hash."""

@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 
 from ..errors import MissingDependencyError
 from ._driver import DriverSQL
+from ._hashing import as_utc
 from ._listen import AsyncChangeListener, ChangeListener
 from ._sql import SqlSessionStore
 
@@ -115,6 +116,7 @@ class PostgresSessionStore(SqlSessionStore):
         # psycopg opens the transaction implicitly; the lock is its first statement.
         begin_write="LOCK TABLE {events} IN EXCLUSIVE MODE",
         to_timestamp=lambda moment: moment,
+        to_datetime=as_utc,  # psycopg returns timestamptz aware, in the connection's time zone
         many_returning=True,
         # Sent inside the append's transaction: listeners hear of it on COMMIT, never before,
         # and never for a transaction that rolled back.

@@ -70,7 +70,7 @@ from ._crypto import (
     is_sealed_payload,
     new_data_key,
 )
-from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows
+from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows, recorded_events
 from ._erasure import ErasureMixin, erased_error
 from ._hashing import SessionIdentity, as_utc
 from ._observed import log_append, observe_append, observe_read
@@ -84,19 +84,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SqlSessionStore", "translate_errors"]
 
-_EVENT_COLUMNS = (
-    "session_id",
-    "seq",
-    "position",
-    "event_id",
-    "type",
-    "schema_version",
-    "payload",
-    "token_count",
-    "prev_hash",
-    "hash",
-    "created_at",
-)
 _T = TypeVar("_T")
 # Blobs smaller than this are stored uncompressed: zlib's header would not pay for itself.
 _COMPRESS_MIN_BYTES = 256
@@ -313,7 +300,6 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         #: Where this store's tables are (prefix, schema); every statement takes its names from it.
         self.tables = tables
         self._write_sql = self.driver_sql.for_tables(tables)
-        self._event_columns = tuple(tables.events.c[name] for name in _EVENT_COLUMNS)
         self.token_counter = token_counter
         self.retry = retry
         #: True when ``engine`` is an ``AsyncEngine``'s ``sync_engine``: ``AsyncSessionStore``
@@ -1058,21 +1044,13 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         verify: bool = False,
     ) -> list[RecordedEvent]:
         """See ``SessionStore.read``."""
-        events = self.tables.events
         check_int("from_seq", from_seq)
         if to_seq is not None:
             check_int("to_seq", to_seq)
-        query = (
-            select(*self._event_columns)
-            .where(events.c.session_id == session_id, events.c.seq >= from_seq)
-            .order_by(events.c.seq)
-        )
-        if to_seq is not None:
-            query = query.where(events.c.seq <= to_seq)
 
         def attempt() -> list[RecordedEvent]:
             with self._read() as conn:
-                found = [_recorded(row) for row in conn.execute(query)]
+                found = self._session_events(conn, session_id, from_seq, to_seq)
                 if not found:
                     self._require_session(conn, session_id)
                     # A shredded session without events still reads as erased.
@@ -1098,21 +1076,34 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 raise DataCorruptionError(msg, session_id=session_id, seq=seq)
         return result
 
+    def _session_events(
+        self, conn: Connection, session_id: str, from_seq: int, to_seq: int | None
+    ) -> list[RecordedEvent]:
+        """The session's own events from ``from_seq`` (to ``to_seq``), as stored (sealed ones too)."""
+        sql = self._write_sql
+        if to_seq is None:
+            return self._select_events(conn, sql.session_events(upper_bound=False), (session_id, from_seq))
+        return self._select_events(conn, sql.session_events(upper_bound=True), (session_id, from_seq, to_seq))
+
+    def _select_events(self, conn: Connection, statement: str, params: Sequence[Any]) -> list[RecordedEvent]:
+        """Events a read statement of ``DriverSQL`` selects, on ``conn``'s driver cursor (in its
+        transaction, with its settings: row-level security sees the same connection)."""
+        cursor = conn.connection.cursor()
+        try:
+            return recorded_events(cursor, statement, params, self._write_sql.to_datetime)
+        finally:
+            cursor.close()
+
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """See ``SessionStore.read_all``."""
-        events = self.tables.events
         check_int("after_position", after_position)
         check_int("limit", limit, minimum=0)
-        query = (
-            select(*self._event_columns)
-            .where(events.c.position > after_position)
-            .order_by(events.c.position)
-            .limit(limit)
-        )
+        statement = self._write_sql.events_after()
 
         def attempt() -> list[RecordedEvent]:
             with self._read() as conn:
-                return self._opened(conn, [_recorded(row) for row in conn.execute(query)], strict=False)
+                found = self._select_events(conn, statement, (after_position, limit))
+                return self._opened(conn, found, strict=False)
 
         with observe_read(self.db_system, "read_all", after_position=after_position, limit=limit) as done:
             found = self._retrying("read_all", attempt)
@@ -1124,18 +1115,12 @@ class SqlSessionStore(ErasureMixin, SessionStore):
     ) -> list[RecordedEvent]:
         """See ``SessionStore.read_stored``."""
         check_int("from_seq", from_seq)
-        events = self.tables.events
-        query = (
-            select(*self._event_columns)
-            .where(events.c.session_id == session_id, events.c.seq >= from_seq)
-            .order_by(events.c.seq)
-        )
         if to_seq is not None:
-            query = query.where(events.c.seq <= check_int("to_seq", to_seq))
+            check_int("to_seq", to_seq)
 
         def attempt() -> list[RecordedEvent]:
             with self._read() as conn:
-                found = [_recorded(row) for row in conn.execute(query)]
+                found = self._session_events(conn, session_id, from_seq, to_seq)
                 if not found:
                     self._require_session(conn, session_id)
                 return found
@@ -1413,20 +1398,4 @@ def _info_of(identity: SessionIdentity) -> SessionInfo:
         i.tenant,
         i.user,
         i.external_id,
-    )
-
-
-def _recorded(row: Any) -> RecordedEvent:
-    return RecordedEvent(
-        session_id=row.session_id,
-        seq=int(row.seq),
-        position=int(row.position),
-        event_id=row.event_id,
-        type=row.type,
-        schema_version=int(row.schema_version),
-        payload=row.payload,
-        token_count=row.token_count,
-        prev_hash=row.prev_hash,
-        hash=row.hash,
-        created_at=as_utc(row.created_at),
     )

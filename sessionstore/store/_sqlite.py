@@ -24,6 +24,7 @@ lost with it. A file this process cannot write is opened read-only (``mode=ro``,
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import weakref
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import DatabaseFileGoneError, ValidationError
-from ._driver import DriverSQL, sqlite_timestamp
+from ._driver import DriverSQL, sqlite_datetime, sqlite_timestamp
 from ._sql import SqlSessionStore, translate_errors
 
 __all__ = [
@@ -250,17 +251,23 @@ class SQLiteSessionStore(SqlSessionStore):
         mark="?",
         begin_write="BEGIN IMMEDIATE",  # see the module docstring: no SQLITE_BUSY under contention
         to_timestamp=sqlite_timestamp,
+        to_datetime=sqlite_datetime,
         many_returning=False,  # sqlite3's executemany returns no rows ...
         # ... but BEGIN IMMEDIATE makes the positions of one batch consecutive.
         last_rowid="SELECT last_insert_rowid()",
     )
+
+    @functools.cached_property
+    def _file(self) -> Path | None:
+        """The database file (None: in memory, or a URI), parsed once: every write checks it."""
+        return sqlite_file(str(self.engine.url))
 
     def _check_file(self, info: Mapping[str, Any]) -> None:
         """Raise unless the path still names the file this connection writes to."""
         opened = info.get(_FILE_ID)
         if opened is None:  # in-memory, read-only, or a URI the store does not manage
             return
-        path = sqlite_file(str(self.engine.url))
+        path = self._file
         assert path is not None
         current = _file_id(path)
         if current != opened:

@@ -1,0 +1,137 @@
+"""Event reads on the driver cursor return exactly what the stored rows hold.
+
+``read``, ``read_stored`` and ``read_all`` build their records straight from the driver's rows
+(store/_driver.py). Each is compared here, field for field, with records built independently
+from the same rows through SQLAlchemy Core, on every backend and through the async store too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from sessionstore import MessageAppended, RecordedEvent, SessionStarted, SessionStore, UsageRecorded
+from sessionstore.store import store_tables
+from sessionstore.store._contract import stored_event
+from sessionstore.store._crypto import LocalKeyProvider
+from sessionstore.store._hashing import as_utc
+
+pytestmark = pytest.mark.store_contract
+
+MASTER = LocalKeyProvider(bytes(range(32)))
+
+
+def _rows_through_core(store: SessionStore) -> list[RecordedEvent]:
+    """Every stored row as a ``RecordedEvent``, read through SQLAlchemy Core (the reference)."""
+    events = store_tables().events
+    engine = store.engine  # type: ignore[attr-defined]
+    with engine.connect() as conn:
+        rows = conn.execute(select(events).order_by(events.c.position)).all()
+    return [
+        RecordedEvent(
+            session_id=row.session_id,
+            seq=row.seq,
+            position=row.position,
+            event_id=row.event_id,
+            type=row.type,
+            schema_version=row.schema_version,
+            payload=row.payload,
+            token_count=row.token_count,
+            prev_hash=row.prev_hash,
+            hash=row.hash,
+            created_at=as_utc(row.created_at),
+        )
+        for row in rows
+    ]
+
+
+def _fill(store: SessionStore) -> tuple[str, str]:
+    """Two sessions with interleaved events of several kinds, some text beyond ASCII."""
+    first = store.create_session(events=[SessionStarted(model="claude-sonnet-4-5")]).id
+    second = store.create_session().id
+    for i in range(6):
+        store.append(first, [MessageAppended(role="user", content=f"café → {i} ✓")], expected_seq="any")
+        store.append(second, [MessageAppended(role="assistant", content="x" * (i * 700))], expected_seq="any")
+    store.append(first, [UsageRecorded(input_tokens=10, output_tokens=2)], expected_seq="any")
+    return first, second
+
+
+def _same(found: list[RecordedEvent], expected: list[RecordedEvent]) -> None:
+    assert [dataclasses.astuple(e) for e in found] == [dataclasses.astuple(e) for e in expected]
+    for event in found:
+        assert event.created_at.tzinfo is not None
+        assert event.created_at.utcoffset() == UTC.utcoffset(None)
+
+
+class TestReadsMatchTheStoredRows:
+    def test_read_returns_every_row_of_the_session_as_stored(self, store: SessionStore) -> None:
+        """A full read equals the session's rows read through SQLAlchemy Core, field for field."""
+        first, second = _fill(store)
+        rows = _rows_through_core(store)
+
+        for session_id in (first, second):
+            _same(store.read(session_id), [r for r in rows if r.session_id == session_id])
+
+    def test_read_bounds_and_stored_reads_match_the_rows(self, store: SessionStore) -> None:
+        """from_seq/to_seq select the same rows; read_stored equals read for a plaintext session."""
+        first, _ = _fill(store)
+        mine = [r for r in _rows_through_core(store) if r.session_id == first]
+
+        _same(store.read(first, from_seq=3, to_seq=5), [r for r in mine if 3 <= r.seq <= 5])
+        _same(store.read(first, from_seq=4), [r for r in mine if r.seq >= 4])
+        _same(store.read_stored(first, from_seq=2, to_seq=2), [r for r in mine if r.seq == 2])
+        assert store.read(first, from_seq=99) == []
+
+    def test_read_all_pages_through_every_row_in_position_order(self, store: SessionStore) -> None:
+        """read_all pages return all rows of all sessions, in global position order."""
+        _fill(store)
+        rows = _rows_through_core(store)
+        paged: list[RecordedEvent] = []
+        after = 0
+        while page := store.read_all(after_position=after, limit=4):
+            paged += page
+            after = page[-1].position
+
+        _same(paged, rows)
+
+    def test_decoded_events_and_verification_are_unchanged(self, store: SessionStore) -> None:
+        """Payloads decode on first use to the appended events, and the chain verifies."""
+        first, _ = _fill(store)
+        read = store.read(first, verify=True)
+
+        assert isinstance(read[1].event, MessageAppended)
+        assert str(read[1].event.event_id) == read[1].event_id
+        assert read[1].event.content == "café → 0 ✓"
+        assert store.verify(first).ok
+
+
+def test_an_encrypted_session_reads_decrypted_with_its_sealed_text_kept(
+    open_store: Any,
+) -> None:
+    """Through the driver read, sealed payloads open, and ``stored_payload`` is the stored row's text."""
+    store = open_store(encryption=MASTER)
+    first, _ = _fill(store)
+    rows = {r.event_id: r for r in _rows_through_core(store)}
+
+    read = store.read(first, verify=True)
+
+    assert [r.stored_payload for r in read] == [rows[r.event_id].payload for r in read]
+    assert read[1].event.content == "café → 0 ✓"
+
+
+def test_stored_event_equals_the_dataclass_built_from_the_same_values() -> None:
+    """The read path's fast constructor gives the very record ``RecordedEvent(...)`` gives."""
+    created = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    values: tuple[Any, ...] = ("s", 2, 7, "e", "message_appended", 1, "{}", 3, "p" * 64, "h" * 64, created)
+
+    fast, built = stored_event(*values), RecordedEvent(*values)
+
+    assert fast == built
+    assert dataclasses.astuple(fast) == dataclasses.astuple(built)
+    assert vars(fast) == vars(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.seq = 3  # type: ignore[misc]
