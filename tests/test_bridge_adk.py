@@ -36,6 +36,7 @@ from sessionstore.bridges.adk import (
     user_stream_id,
 )
 from sessionstore.errors import SessionErasedError, ValidationError
+from sessionstore.store import LocalKeyProvider
 
 from .conftest import Backend
 
@@ -805,6 +806,85 @@ class TestTheStoreUnderneath:
             assert await service.get_user_state(app_name=APP, user_id="u2") == {"x": 2}
 
         run(body)
+
+    def test_a_user_erased_can_come_back_with_new_user_state(self, run: Callable[[Body], None]) -> None:
+        """After erase_user, the same user id starts afresh: new sessions and user: state work, none
+        of the erased state shows, and the new state stream verifies."""
+
+        async def body(service: SessionStoreSessionService) -> None:
+            await service.create_session(app_name=APP, user_id="u", session_id="old", state={"user:x": 1})
+            await service.erase_user(app_name=APP, user_id="u")
+            back = await service.create_session(
+                app_name=APP, user_id="u", session_id="new", state={"user:y": 2}
+            )
+            created_with = dict(back.state)
+            await service.append_event(back, _state_event("inv", {"user:z": 3}))
+            other = SessionStoreSessionService(service.store)  # another process: nothing cached
+
+            assert created_with == {"user:y": 2}
+            assert await other.get_user_state(app_name=APP, user_id="u") == {"y": 2, "z": 3}
+            assert (await service.store.verify(user_stream_id(APP, "u", 1))).events_checked == 2
+
+        run(body)
+
+    def test_an_encrypted_store_shreds_a_deleted_session(self, shared_backend: Backend) -> None:
+        """In an encrypting store the session's events are sealed; delete destroys its key: the
+        ciphertext stays and still verifies against the receipt, and nothing decrypts it."""
+
+        async def main() -> None:
+            store = await sessionstore.open_async_store(
+                shared_backend.url, migrate=True, token_counter=None, encryption=LocalKeyProvider(bytes(32))
+            )
+            try:
+                service = SessionStoreSessionService(store)
+                session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+                await service.append_event(session, _state_event("inv", {"secret": "s3cret"}))
+                sid = session_store_id(APP, "u", "s")
+                stored = await store.read_stored(sid)
+                sealed = [e.stored_payload or e.payload for e in stored]
+                hashes = [e.hash for e in stored]
+                await service.delete_session(app_name=APP, user_id="u", session_id="s")
+                left = await store.read_stored(sid)
+                report = await store.verify(sid)
+                with pytest.raises(SessionErasedError):
+                    await store.read(sid)
+
+                assert len(sealed) == 2
+                assert all("s3cret" not in p for p in sealed)
+                assert [e.hash for e in left] == hashes
+                assert report.ok
+                assert report.erasure is not None
+                assert report.erasure.method == "shredded"
+                assert await service.get_session(app_name=APP, user_id="u", session_id="s") is None
+            finally:
+                await store.close()
+
+        asyncio.run(main())
+
+    def test_two_services_create_the_first_sessions_of_a_user_at_once(self, shared_backend: Backend) -> None:
+        """Two processes' services racing to make a new app's and user's state streams both succeed."""
+
+        async def main() -> None:
+            stores = [
+                await sessionstore.open_async_store(shared_backend.url, migrate=True, token_counter=None)
+                for _ in range(2)
+            ]
+            try:
+                a, b = (SessionStoreSessionService(s) for s in stores)
+                made = await asyncio.gather(
+                    a.create_session(app_name="new_app", user_id="u", session_id="x", state={"user:k": 1}),
+                    b.create_session(app_name="new_app", user_id="u", session_id="y", state={"app:k": 2}),
+                )
+                listed = (await a.list_sessions(app_name="new_app", user_id="u")).sessions
+
+                assert [s.id for s in made] == ["x", "y"]
+                assert sorted(s.id for s in listed) == ["x", "y"]
+                assert all(s.state == {"user:k": 1, "app:k": 2} for s in listed)
+            finally:
+                for store in stores:
+                    await store.close()
+
+        asyncio.run(main())
 
     def test_the_service_needs_an_async_store(self, tmp_path: Any) -> None:
         """A sync store is refused with a clear error (ADK's service is async)."""

@@ -58,9 +58,15 @@ def app_stream_id(app_name: str) -> str:
     return f"adk-app-{_digest('app', app_name)}"
 
 
-def user_stream_id(app_name: str, user_id: str) -> str:
-    """The store's session that holds the user's ``user:`` state changes in this app."""
-    return f"adk-user-{_digest('user', app_name, user_id)}"
+def user_stream_id(app_name: str, user_id: str, generation: int = 0) -> str:
+    """The store's session that holds the user's ``user:`` state changes in this app.
+
+    ``generation`` counts the user's earlier state streams that were erased (``erase_user``): an
+    erased session's id is never used again, so the user's next state starts a new stream.
+    """
+    if generation == 0:
+        return f"adk-user-{_digest('user', app_name, user_id)}"
+    return f"adk-user-{_digest('user', app_name, user_id, str(generation))}"
 
 
 def json_safe(state: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ each write is one transaction: ``append_event`` writes the ADK event to the sess
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import json
@@ -141,14 +142,6 @@ def _load(store: SessionStore, key: _Key) -> _Loaded | None:
         return None
 
 
-def _scope(store: SessionStore, stream_id: str) -> dict[str, Any]:
-    """An app or user state stream folded; empty when there is none (or it was erased)."""
-    try:
-        return fold_scope(store.read(stream_id))
-    except SessionNotFoundError:
-        return {}
-
-
 def _adk_event(payload: dict[str, Any]) -> AdkEvent:
     data = dict(payload["event"])
     data["actions"] = {**data.get("actions", {}), "state_delta": payload["state_delta"]}
@@ -228,6 +221,10 @@ class SessionStoreSessionService(BaseSessionService):
         self.store = store
         self.erasure_reason = erasure_reason
         self._streams: set[str] = set()  # state streams known to exist
+        # (app, user) -> the generation of the user's state stream (see user_stream_id)
+        self._generations: dict[tuple[str, str], int] = {}
+        # stream id -> (seq, state) folded so far: streams only grow, so a read folds what is new
+        self._folded: dict[str, tuple[int, dict[str, Any]]] = {}
 
     # -- sessions --
 
@@ -271,7 +268,7 @@ class SessionStoreSessionService(BaseSessionService):
                     user=key.user_id,
                     external_id=key.session_id,
                 ),
-                *self._scope_writes(key, app, user, None, None),
+                *self._scope_writes(store, key, app, user, None, None),
             ]
             try:
                 store.write_sessions(writes)
@@ -305,8 +302,8 @@ class SessionStoreSessionService(BaseSessionService):
         loaded = _load(store, key)
         if loaded is None:
             return None
-        app = _scope(store, app_stream_id(key.app_name))
-        user = _scope(store, user_stream_id(key.app_name, key.user_id))
+        app = self._scope(store, app_stream_id(key.app_name))
+        user = self._scope(store, self._user_stream(store, key.app_name, key.user_id))
         return _session(key, loaded, app, user, [_adk_event(p) for p in _recent(loaded.events, config)])
 
     @override
@@ -321,7 +318,7 @@ class SessionStoreSessionService(BaseSessionService):
             check_owner_key("user_id", user_id)
 
         def listing(store: SessionStore) -> list[Session]:
-            app = _scope(store, app_stream_id(app_name))
+            app = self._scope(store, app_stream_id(app_name))
             users: dict[str, dict[str, Any]] = {}
             found: list[Session] = []
             after: str | None = None
@@ -335,7 +332,8 @@ class SessionStoreSessionService(BaseSessionService):
                     if loaded is None:
                         continue
                     if info.user not in users:
-                        users[info.user] = _scope(store, user_stream_id(app_name, info.user))
+                        stream = self._user_stream(store, app_name, info.user)
+                        users[info.user] = self._scope(store, stream)
                     found.append(_session(key, loaded, app, users[info.user], []))
                 if len(page) < _PAGE:
                     break
@@ -407,7 +405,7 @@ class SessionStoreSessionService(BaseSessionService):
                 if len(page) < _PAGE:
                     break
                 after = page[-1].id
-            self._streams.discard(user_stream_id(app_name, user_id))
+            self._generations.pop((app_name, user_id), None)
             return receipts
 
         return await self.store.run_sync(erase)
@@ -415,8 +413,11 @@ class SessionStoreSessionService(BaseSessionService):
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's ``user:`` state in the app, keys without the prefix ({} when none)."""
-        stream = user_stream_id(check_owner_key("app_name", app_name), check_owner_key("user_id", user_id))
-        return await self.store.run_sync(_scope, stream)
+        check_owner_key("app_name", app_name)
+        check_owner_key("user_id", user_id)
+        return await self.store.run_sync(
+            lambda store: self._scope(store, self._user_stream(store, app_name, user_id))
+        )
 
     # -- events --
 
@@ -449,7 +450,7 @@ class SessionStoreSessionService(BaseSessionService):
             if app or user:
                 self._ensure_streams(store, key)
             writes = [SessionWrite(key.store_id, [recorded], expected_seq=expected)]
-            writes += self._scope_writes(key, app, user, event.id, str(recorded.event_id))
+            writes += self._scope_writes(store, key, app, user, event.id, str(recorded.event_id))
             try:
                 try:
                     result = store.write_sessions(writes)[0]
@@ -499,11 +500,37 @@ class SessionStoreSessionService(BaseSessionService):
 
     # -- state streams --
 
+    def _user_stream(self, store: SessionStore, app_name: str, user_id: str) -> str:
+        """The id of the user's current state stream: the first generation not erased (another
+        process may have erased the one this service used last)."""
+        generation = self._generations.get((app_name, user_id), 0)
+        while store.erasure(user_stream_id(app_name, user_id, generation)) is not None:
+            generation += 1
+        self._generations[(app_name, user_id)] = generation
+        return user_stream_id(app_name, user_id, generation)
+
+    def _scope(self, store: SessionStore, stream_id: str) -> dict[str, Any]:
+        """An app or user state stream folded (a copy); {} when there is none (or it was erased).
+
+        Only the events after the ones folded earlier are read: a stream is append-only.
+        """
+        seq, state = self._folded.get(stream_id, (0, {}))
+        try:
+            new = store.read(stream_id, seq + 1)
+        except SessionNotFoundError:
+            self._folded.pop(stream_id, None)
+            return {}
+        if new:
+            state = {**state, **fold_scope(new)}
+            if new[-1].seq > self._folded.get(stream_id, (0, {}))[0]:  # a concurrent read may be ahead
+                self._folded[stream_id] = (new[-1].seq, state)
+        return copy.deepcopy(state)
+
     def _ensure_streams(self, store: SessionStore, key: _Key) -> None:
         """Create the app's and the user's state streams unless they exist."""
         streams = (
             (app_stream_id(key.app_name), {KIND: "app_state"}, None),
-            (user_stream_id(key.app_name, key.user_id), {KIND: "user_state"}, key.user_id),
+            (self._user_stream(store, key.app_name, key.user_id), {KIND: "user_state"}, key.user_id),
         )
         for stream, metadata, user in streams:
             if stream in self._streams:
@@ -512,8 +539,9 @@ class SessionStoreSessionService(BaseSessionService):
                 store.create_session(stream, metadata=metadata, tenant=key.app_name, user=user)
             self._streams.add(stream)
 
-    @staticmethod
     def _scope_writes(
+        self,
+        store: SessionStore,
         key: _Key,
         app: dict[str, Any],
         user: dict[str, Any],
@@ -523,12 +551,13 @@ class SessionStoreSessionService(BaseSessionService):
         """Appends of ``app:`` and ``user:`` changes to their streams (after any seq: they commute
         with other sessions' changes key by key, in commit order)."""
         writes = []
-        for scope, delta, stream in (
-            ("app", app, app_stream_id(key.app_name)),
-            ("user", user, user_stream_id(key.app_name, key.user_id)),
-        ):
+        for scope, delta in (("app", app), ("user", user)):
             if not delta:
                 continue
+            if scope == "app":
+                stream = app_stream_id(key.app_name)
+            else:
+                stream = self._user_stream(store, key.app_name, key.user_id)
             change = AdkStateChanged(
                 scope=scope,  # type: ignore[arg-type]
                 delta=delta,
