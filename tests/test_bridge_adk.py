@@ -827,6 +827,37 @@ class TestTheStoreUnderneath:
 
         run(body)
 
+    def test_state_stays_right_when_the_caches_are_full(
+        self, run: Callable[[Body], None], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With room for two entries per cache, three users' and two apps' state still reads right."""
+        monkeypatch.setattr("sessionstore.bridges.adk._service._CACHED", 2)
+
+        async def body(service: SessionStoreSessionService) -> None:
+            for round_ in range(2):
+                for app in ("a1", "a2"):
+                    for user in ("u1", "u2", "u3"):
+                        session = await service.create_session(
+                            app_name=app,
+                            user_id=user,
+                            state={"app:n": round_, "user:who": f"{app}/{user}/{round_}"},
+                        )
+                        await service.append_event(session, _state_event("i", {"user:seen": round_}))
+            states = [
+                await service.get_user_state(app_name=app, user_id=user)
+                for app in ("a1", "a2")
+                for user in ("u1", "u2", "u3")
+            ]
+            listed = (await service.list_sessions(app_name="a2", user_id="u3")).sessions
+
+            assert states == [
+                {"who": f"{app}/{user}/1", "seen": 1} for app in ("a1", "a2") for user in ("u1", "u2", "u3")
+            ]
+            assert [s.state for s in listed] == [{"app:n": 1, "user:who": "a2/u3/1", "user:seen": 1}] * 2
+            assert len(service._folded) <= 2
+
+        run(body)
+
     def test_an_encrypted_store_shreds_a_deleted_session(self, shared_backend: Backend) -> None:
         """In an encrypting store the session's events are sealed; delete destroys its key: the
         ciphertext stays and still verifies against the receipt, and nothing decrypts it."""

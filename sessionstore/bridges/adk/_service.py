@@ -14,8 +14,9 @@ import hashlib
 import json
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic_core
 from google.adk.errors import StaleSessionError
@@ -68,6 +69,9 @@ _MARKER = "sessionstore:"
 #: Names the event ids the bridge derives (uuid5), so a re-delivered ADK event is deduplicated.
 _EVENT_IDS = uuid.UUID("4d1c5a52-7f0e-5d3b-9a55-0a8d2b6f1e7c")
 _PAGE = 500
+#: Entries each cache of the service keeps (streams known to exist, user stream generations,
+#: folded state): a service of many users keeps the most recently used ones.
+_CACHED = 4096
 
 _STALE = (
     "The session has been modified in storage since it was loaded (session {id!r}: expected "
@@ -105,6 +109,18 @@ class _Loaded:
     events: list[dict[str, Any]]  # adk_event_recorded payloads, in seq order
     last_seq: int
     last_update_time: float
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(cache: OrderedDict[_K, _V], key: _K, value: _V) -> None:
+    """Keep ``key`` as the most recently used entry; drop the least recently used past _CACHED."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _CACHED:
+        cache.popitem(last=False)
 
 
 def _owns(info: SessionInfo, key: _Key) -> bool:
@@ -220,11 +236,12 @@ class SessionStoreSessionService(BaseSessionService):
             raise ValidationError(msg, field="store")
         self.store = store
         self.erasure_reason = erasure_reason
-        self._streams: set[str] = set()  # state streams known to exist
+        # Caches, each of at most _CACHED entries (the least recently used go first):
+        self._streams: OrderedDict[str, None] = OrderedDict()  # state streams known to exist
         # (app, user) -> the generation of the user's state stream (see user_stream_id)
-        self._generations: dict[tuple[str, str], int] = {}
+        self._generations: OrderedDict[tuple[str, str], int] = OrderedDict()
         # stream id -> (seq, state) folded so far: streams only grow, so a read folds what is new
-        self._folded: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._folded: OrderedDict[str, tuple[int, dict[str, Any]]] = OrderedDict()
 
     # -- sessions --
 
@@ -506,7 +523,7 @@ class SessionStoreSessionService(BaseSessionService):
         generation = self._generations.get((app_name, user_id), 0)
         while store.erasure(user_stream_id(app_name, user_id, generation)) is not None:
             generation += 1
-        self._generations[(app_name, user_id)] = generation
+        _remember(self._generations, (app_name, user_id), generation)
         return user_stream_id(app_name, user_id, generation)
 
     def _scope(self, store: SessionStore, stream_id: str) -> dict[str, Any]:
@@ -523,7 +540,9 @@ class SessionStoreSessionService(BaseSessionService):
         if new:
             state = {**state, **fold_scope(new)}
             if new[-1].seq > self._folded.get(stream_id, (0, {}))[0]:  # a concurrent read may be ahead
-                self._folded[stream_id] = (new[-1].seq, state)
+                _remember(self._folded, stream_id, (new[-1].seq, state))
+        elif stream_id in self._folded:
+            self._folded.move_to_end(stream_id)
         return copy.deepcopy(state)
 
     def _ensure_streams(self, store: SessionStore, key: _Key) -> None:
@@ -534,10 +553,11 @@ class SessionStoreSessionService(BaseSessionService):
         )
         for stream, metadata, user in streams:
             if stream in self._streams:
+                self._streams.move_to_end(stream)
                 continue
             with contextlib.suppress(SessionExistsError):  # made earlier, or by another writer just now
                 store.create_session(stream, metadata=metadata, tenant=key.app_name, user=user)
-            self._streams.add(stream)
+            _remember(self._streams, stream, None)
 
     def _scope_writes(
         self,
