@@ -827,6 +827,29 @@ class TestTheStoreUnderneath:
 
         run(body)
 
+    def test_a_user_erased_by_another_process_is_seen_as_erased(self, run: Callable[[Body], None]) -> None:
+        """A service that used a user's state stream before another service erased the user writes
+        and reads the user's new state stream afterwards, not the erased one."""
+
+        async def body(service: SessionStoreSessionService) -> None:
+            session = await service.create_session(
+                app_name=APP, user_id="u", session_id="s", state={"user:x": 1}
+            )
+            other = SessionStoreSessionService(service.store)
+            await other.erase_user(app_name=APP, user_id="u")
+            back = await service.create_session(
+                app_name=APP, user_id="u", session_id="t", state={"user:z": 3}
+            )
+            with pytest.raises(AdkSessionNotFoundError):
+                await service.append_event(session, _state_event("inv", {"user:y": 2}))
+            await other.erase_user(app_name=APP, user_id="u")
+            after = await service.get_user_state(app_name=APP, user_id="u")
+
+            assert back.state == {"user:z": 3}
+            assert after == {}
+
+        run(body)
+
     def test_state_stays_right_when_the_caches_are_full(
         self, run: Callable[[Body], None], monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pydantic_core
@@ -42,8 +42,10 @@ from ...errors import (
 from ...events import AdkEventRecorded, AdkSessionCreated, AdkStateChanged
 from ...store import (
     ANY,
+    AppendResult,
     AsyncSessionStore,
     ErasureReceipt,
+    ExpectedSeq,
     RecordedEvent,
     SessionInfo,
     SessionStore,
@@ -148,14 +150,23 @@ def _fold(events: Sequence[RecordedEvent]) -> _Loaded:
 
 
 def _load(store: SessionStore, key: _Key) -> _Loaded | None:
-    """The session folded, or None when it does not exist (or was erased)."""
+    """The session folded, or None when it does not exist (or was erased).
+
+    One read: the session's first event (written with it, in its creation's transaction) says
+    whose it is.
+    """
     try:
-        info = store.get_session(key.store_id)
-        if not _owns(info, key):
-            return None
-        return _fold(store.read(key.store_id))
+        events = store.read(key.store_id)
     except SessionNotFoundError:
         return None
+    first = events[0].payload_dict() if events and events[0].type == "adk_session_created" else {}
+    if (first.get("app_name"), first.get("user_id"), first.get("adk_session_id")) != (
+        key.app_name,
+        key.user_id,
+        key.session_id,
+    ):
+        return None
+    return _fold(events)
 
 
 def _adk_event(payload: dict[str, Any]) -> AdkEvent:
@@ -273,22 +284,22 @@ class SessionStoreSessionService(BaseSessionService):
             created_at=time.time(),
         )
 
-        def create(store: SessionStore) -> Session:
+        def writes(store: SessionStore) -> list[SessionWrite]:
             self._ensure_streams(store, key)
-            writes = [
-                SessionWrite(
-                    key.store_id,
-                    [created],
-                    create=True,
-                    metadata={KIND: "session"},
-                    tenant=key.app_name,
-                    user=key.user_id,
-                    external_id=key.session_id,
-                ),
-                *self._scope_writes(store, key, app, user, None, None),
-            ]
+            own = SessionWrite(
+                key.store_id,
+                [created],
+                create=True,
+                metadata={KIND: "session"},
+                tenant=key.app_name,
+                user=key.user_id,
+                external_id=key.session_id,
+            )
+            return [own, *self._scope_writes(store, key, app, user, None, None)]
+
+        def create(store: SessionStore) -> Session:
             try:
-                store.write_sessions(writes)
+                self._write(store, key, writes)
             except SessionExistsError as e:
                 erased = store.erasure(key.store_id) is not None
                 note = " (it was deleted, and a deleted session's id is not used again)" if erased else ""
@@ -320,7 +331,7 @@ class SessionStoreSessionService(BaseSessionService):
         if loaded is None:
             return None
         app = self._scope(store, app_stream_id(key.app_name))
-        user = self._scope(store, self._user_stream(store, key.app_name, key.user_id))
+        user = self._user_scope(store, key.app_name, key.user_id)
         return _session(key, loaded, app, user, [_adk_event(p) for p in _recent(loaded.events, config)])
 
     @override
@@ -349,8 +360,7 @@ class SessionStoreSessionService(BaseSessionService):
                     if loaded is None:
                         continue
                     if info.user not in users:
-                        stream = self._user_stream(store, app_name, info.user)
-                        users[info.user] = self._scope(store, stream)
+                        users[info.user] = self._user_scope(store, app_name, info.user)
                     found.append(_session(key, loaded, app, users[info.user], []))
                 if len(page) < _PAGE:
                     break
@@ -422,7 +432,7 @@ class SessionStoreSessionService(BaseSessionService):
                 if len(page) < _PAGE:
                     break
                 after = page[-1].id
-            self._generations.pop((app_name, user_id), None)
+            self._forget_user_stream(app_name, user_id)
             return receipts
 
         return await self.store.run_sync(erase)
@@ -432,9 +442,7 @@ class SessionStoreSessionService(BaseSessionService):
         """The user's ``user:`` state in the app, keys without the prefix ({} when none)."""
         check_owner_key("app_name", app_name)
         check_owner_key("user_id", user_id)
-        return await self.store.run_sync(
-            lambda store: self._scope(store, self._user_stream(store, app_name, user_id))
-        )
+        return await self.store.run_sync(lambda store: self._user_scope(store, app_name, user_id))
 
     # -- events --
 
@@ -460,25 +468,30 @@ class SessionStoreSessionService(BaseSessionService):
         recorded = _recorded(key.store_id, event, delta)
         marker = getattr(session, "_storage_update_marker", None)
         last_event_id = session.events[-1].id if session.events else None
+        expected: ExpectedSeq = ANY
 
-        def append(store: SessionStore) -> tuple[int, bool]:
-            expected = self._expected_seq(store, key, marker, last_event_id)
-            _, app, user = split_delta(delta)
+        _, app, user = split_delta(delta)
+
+        def writes(store: SessionStore) -> list[SessionWrite]:
             if app or user:
                 self._ensure_streams(store, key)
-            writes = [SessionWrite(key.store_id, [recorded], expected_seq=expected)]
-            writes += self._scope_writes(store, key, app, user, event.id, str(recorded.event_id))
+            own = SessionWrite(key.store_id, [recorded], expected_seq=expected)
+            return [own, *self._scope_writes(store, key, app, user, event.id, str(recorded.event_id))]
+
+        def append(store: SessionStore) -> tuple[int, bool]:
+            nonlocal expected
+            expected = self._expected_seq(store, key, marker, last_event_id)
             try:
                 try:
-                    result = store.write_sessions(writes)[0]
+                    result = self._write(store, key, writes)[0]
                 except IntegrityError as e:
                     if not str(e.constraint).endswith("_event_id"):
                         raise
                     # An id of the batch is stored though the head matched: a re-delivery at the
                     # current revision. Written after any seq, the store settles it (the original
                     # result, nothing written) or names the conflict (DuplicateEventError).
-                    writes[0] = dataclasses.replace(writes[0], expected_seq=ANY)
-                    result = store.write_sessions(writes)[0]
+                    expected = ANY
+                    result = self._write(store, key, writes)[0]
             except ConcurrencyError as e:
                 raise StaleSessionError(
                     _STALE.format(id=key.session_id, expected=e.expected, actual=e.actual)
@@ -500,14 +513,10 @@ class SessionStoreSessionService(BaseSessionService):
             google.adk SessionNotFoundError: no such session.
             StaleSessionError: the object's last event is not the stored last one.
         """
-        try:
-            info = store.get_session(key.store_id)
-        except SessionNotFoundError:
-            info = None
-        if info is None or not _owns(info, key):
-            raise AdkSessionNotFoundError(f"Session {key.session_id} not found.")
         if isinstance(marker, str) and marker.startswith(_MARKER) and marker[len(_MARKER) :].isdigit():
-            return int(marker[len(_MARKER) :])
+            return int(marker[len(_MARKER) :])  # the write itself finds a missing session
+        if _load(store, key) is None:
+            raise AdkSessionNotFoundError(f"Session {key.session_id} not found.")
         last = store.last_seq(key.store_id)
         stored = [e for e in store.read(key.store_id, max(1, last), last) if e.type == "adk_event_recorded"]
         stored_last = stored[0].payload_dict()["adk_event_id"] if stored else None
@@ -517,25 +526,64 @@ class SessionStoreSessionService(BaseSessionService):
 
     # -- state streams --
 
+    def _write(
+        self, store: SessionStore, key: _Key, writes: Callable[[SessionStore], list[SessionWrite]]
+    ) -> list[AppendResult]:
+        """``store.write_sessions(writes(store))``, once more if the user's state stream this
+        service knew was erased meanwhile (by another process): then to the user's new stream.
+
+        Raises:
+            google.adk SessionNotFoundError: the session does not exist (or was erased).
+        """
+        for attempt in (1, 2):
+            try:
+                return store.write_sessions(writes(store))
+            except SessionNotFoundError as e:
+                if e.session_id == key.store_id:
+                    raise AdkSessionNotFoundError(f"Session {key.session_id} not found.") from e
+                if attempt == 2 or not isinstance(e, SessionErasedError):
+                    raise
+                self._forget_user_stream(key.app_name, key.user_id)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _user_stream(self, store: SessionStore, app_name: str, user_id: str) -> str:
-        """The id of the user's current state stream: the first generation not erased (another
-        process may have erased the one this service used last)."""
-        generation = self._generations.get((app_name, user_id), 0)
-        while store.erasure(user_stream_id(app_name, user_id, generation)) is not None:
-            generation += 1
+        """The id of the user's current state stream: the first generation not erased."""
+        generation = self._generations.get((app_name, user_id))
+        if generation is None:
+            generation = 0
+            while store.erasure(user_stream_id(app_name, user_id, generation)) is not None:
+                generation += 1
         _remember(self._generations, (app_name, user_id), generation)
         return user_stream_id(app_name, user_id, generation)
 
-    def _scope(self, store: SessionStore, stream_id: str) -> dict[str, Any]:
-        """An app or user state stream folded (a copy); {} when there is none (or it was erased).
+    def _forget_user_stream(self, app_name: str, user_id: str) -> None:
+        """Drop what this service knew of the user's state stream (it was erased)."""
+        generation = self._generations.pop((app_name, user_id), None)
+        if generation is not None:
+            self._folded.pop(user_stream_id(app_name, user_id, generation), None)
+
+    def _user_scope(self, store: SessionStore, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's ``user:`` state, from the user's current stream (another process may have
+        erased the one this service read last)."""
+        try:
+            return self._scope(store, self._user_stream(store, app_name, user_id), erased_ok=False)
+        except SessionErasedError:
+            self._forget_user_stream(app_name, user_id)
+            return self._scope(store, self._user_stream(store, app_name, user_id))
+
+    def _scope(self, store: SessionStore, stream_id: str, *, erased_ok: bool = True) -> dict[str, Any]:
+        """An app or user state stream folded (a copy); {} when there is none (or, ``erased_ok``,
+        when it was erased: otherwise that raises ``SessionErasedError``).
 
         Only the events after the ones folded earlier are read: a stream is append-only.
         """
         seq, state = self._folded.get(stream_id, (0, {}))
         try:
             new = store.read(stream_id, seq + 1)
-        except SessionNotFoundError:
+        except SessionNotFoundError as e:
             self._folded.pop(stream_id, None)
+            if isinstance(e, SessionErasedError) and not erased_ok:
+                raise
             return {}
         if new:
             state = {**state, **fold_scope(new)}
