@@ -1,9 +1,9 @@
 """The package's folders are its layers, and no module imports from a layer above its own.
 
 errors <- _paths <- events <- store <- projections <- pipeline <- agent, checkpoints, claude_code,
-audit, bridges <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling layers (agent,
-checkpoints, claude_code, audit, bridges) do not import each other. docs/architecture.md draws the
-same picture.
+audit, bridges <- serve <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling
+layers (agent, checkpoints, claude_code, audit, bridges) do not import each other.
+docs/architecture.md draws the same picture.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ RANK = {
     "claude_code": 6,
     "audit": 6,
     "bridges": 6,  # other frameworks' session backends; each imports its framework lazily
-    "cli": 7,
-    "__init__": 8,  # the facade
-    "__main__": 8,  # python -m sessionstore: runs the cli
+    "serve": 7,  # the HTTP JSON API and viewer: a client of the layers, behind the serve extra
+    "cli": 8,  # the command line, which starts the server too
+    "__init__": 9,  # the facade
+    "__main__": 9,  # python -m sessionstore: runs the cli
 }
 
 
@@ -134,11 +135,13 @@ def _private_imports(source: str, module: str, is_package: bool = False) -> list
 
 
 @pytest.mark.parametrize(
-    "path", sorted((PACKAGE / "cli").glob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+    "path",
+    sorted([*(PACKAGE / "cli").glob("*.py"), *(PACKAGE / "serve").glob("*.py")]),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
 )
 def test_the_cli_uses_only_public_names(path: Path) -> None:
-    """The command line is a client of the library: it imports the layer packages, never their
-    private modules, so what it needs is part of the public API."""
+    """The command line and the server are clients of the library: they import the layer
+    packages, never their private modules, so what they need is part of the public API."""
     assert _private_imports(path.read_text(), _module_of(path), path.name == "__init__.py") == []
 
 

@@ -18,7 +18,10 @@ from sessionstore.store import default_database_path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Imported only when used: drivers, migrations, the SDK, the tokenizer, telemetry, the data folder.
-HEAVY = ("psycopg", "alembic", "anthropic", "tiktoken", "opentelemetry", "platformdirs", "rich")
+HEAVY = (
+    *("psycopg", "alembic", "anthropic", "tiktoken", "opentelemetry", "platformdirs", "rich"),
+    *("fastapi", "starlette", "uvicorn", "jinja2"),  # the serve extra
+)
 
 
 def _imported_after(code: str, *, env: dict[str, str] | None = None) -> dict[str, object]:
@@ -100,7 +103,8 @@ def test_the_command_line_says_which_extra_postgresql_needs() -> None:
 
 _WITHOUT_EXTRAS = (
     "import sys\n"
-    "for name in ('greenlet', 'aiosqlite', 'psycopg', 'opentelemetry', 'cryptography'):\n"
+    "for name in ('greenlet', 'aiosqlite', 'psycopg', 'opentelemetry', 'cryptography', 'fastapi', 'uvicorn', "
+    "'jinja2'):\n"
     "    sys.modules[name] = None  # as if no extra were installed\n"
 )
 
@@ -119,6 +123,23 @@ def test_the_main_job_runs_without_any_extra() -> None:
     assert summary["ok"] is True and all(summary["checks"].values())
     # The run reached the summarizer, which once asked SQLAlchemy for greenlet.
     assert summary["stages"]["compact_boundary"] >= 1
+
+
+def test_the_command_line_without_the_serve_extra_names_it_only_for_serve() -> None:
+    """``--help`` and every other command work without FastAPI; ``serve`` says what to install."""
+    code = _WITHOUT_EXTRAS + "from sessionstore.cli import main\nraise SystemExit(main())\n"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", code, *argv]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    helped, served = run("--help"), run("serve", "--db", ":memory:")
+
+    assert helped.returncode == 0
+    assert "serve" in helped.stdout
+    assert served.returncode == 1
+    assert "pip install 'sessionstore[serve]'" in served.stderr
+    assert "Traceback" not in served.stderr
 
 
 def test_the_error_type_is_in_the_error_tree() -> None:

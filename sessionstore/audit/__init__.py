@@ -9,6 +9,7 @@ from ._audit import (
     ServedReplay,
     audit,
     served_request,
+    turn_diff,
     view_diff,
 )
 from ._tokens import (
@@ -54,6 +55,7 @@ __all__ = [
     "read_heads",
     "served_request",
     "token_timeline",
+    "turn_diff",
     "verify_all",
     "verify_session",
     "view_diff",

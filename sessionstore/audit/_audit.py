@@ -33,6 +33,7 @@ __all__ = [
     "ServedReplay",
     "audit",
     "served_request",
+    "turn_diff",
     "view_diff",
 ]
 
@@ -481,12 +482,28 @@ def served_request(session: Session, turn: int) -> ServedReplay:
     )
 
 
+def _unified(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> str:
+    """A unified diff of two requests as indented JSON."""
+
+    def lines(request: dict[str, Any]) -> list[str]:
+        return json.dumps(request, indent=1, ensure_ascii=False).splitlines()
+
+    return "\n".join(difflib.unified_diff(lines(a), lines(b), name_a, name_b, lineterm=""))
+
+
 def view_diff(session: Session, seq_a: int, seq_b: int) -> str:
     """A unified diff of the request as it was at ``seq_a`` and at ``seq_b`` (indented JSON)."""
+    before = materialize(_api_state_at(session, seq_a))
+    after = materialize(_api_state_at(session, seq_b))
+    return _unified(before, after, f"seq {seq_a}", f"seq {seq_b}")
 
-    def lines(seq: int) -> list[str]:
-        return json.dumps(materialize(_api_state_at(session, seq)), indent=1, ensure_ascii=False).splitlines()
 
-    return "\n".join(
-        difflib.unified_diff(lines(seq_a), lines(seq_b), f"seq {seq_a}", f"seq {seq_b}", lineterm="")
-    )
+def turn_diff(session: Session, turn_a: int, turn_b: int) -> str:
+    """A unified diff of the requests served at ``turn_a`` and ``turn_b``, as they were served
+    (prompt-cache breakpoints and extra keys included), in ``view_diff``'s format.
+
+    Raises:
+        ValidationError: no such turn.
+    """
+    before, after = served_request(session, turn_a), served_request(session, turn_b)
+    return _unified(before.request, after.request, f"turn {turn_a}", f"turn {turn_b}")

@@ -17,7 +17,7 @@ from typing import Any
 from ..projections import Session, TokenWindow, token_state, token_window
 from ..projections._api_context import COLLAPSE_PREFIX, COMPACT_SUMMARY_PREFIX
 from ..store import SessionStore
-from ._audit import audit
+from ._audit import AuditEntry, audit
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",
@@ -55,6 +55,7 @@ class StageMarker:
     """A context operation on the timeline.
 
     ``turn`` is the first turn whose request it shaped (None: no turn after it yet);
+    ``tokens_freed`` for a compaction is the view's size before it minus after it;
     ``reverted_by`` the event id of the revert that undid it, if any.
     """
 
@@ -155,7 +156,7 @@ def token_timeline(source: Session | SessionStore, session_id: str | None = None
         index = bisect.bisect_left(covers, entry.seq)
         turn = index + 1 if index < len(points) else None
         marker = StageMarker(
-            entry.seq, entry.event_id, entry.kind, entry.what, entry.tokens_freed, turn, entry.reverted_by
+            entry.seq, entry.event_id, entry.kind, entry.what, _freed(entry), turn, entry.reverted_by
         )
         markers.setdefault(turn, []).append(marker)
     turns = [
@@ -170,6 +171,13 @@ def token_timeline(source: Session | SessionStore, session_id: str | None = None
         for number, (seq, used, _, kind) in enumerate(points, start=1)
     ]
     return TokenTimeline(session.id, window, turns, markers.get(None, []))
+
+
+def _freed(entry: AuditEntry) -> int | None:
+    """What an operation freed; a compaction records the view's size before and after instead."""
+    if entry.tokens_freed is None and entry.tokens_before is not None and entry.tokens_after is not None:
+        return entry.tokens_before - entry.tokens_after
+    return entry.tokens_freed
 
 
 def _usage_total(payload: dict[str, Any]) -> int:

@@ -43,6 +43,7 @@ from ._demo import run_demo
 from ._erasure import run_erase, run_purge
 from ._render import render_audit
 from ._rls import run_command as _run_rls
+from ._serve import run_serve
 from ._transcripts import run_command as _run_interchange
 from ._verify import run_heads, run_verify
 
@@ -221,19 +222,7 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
     elif args.command == "events":
         for recorded in store.visible_log(args.session_id).read():
             if args.json:
-                line = {
-                    "seq": recorded.seq,
-                    "session_id": recorded.session_id,
-                    "position": recorded.position,
-                    "event_id": recorded.event_id,
-                    "type": recorded.type,
-                    "schema_version": recorded.schema_version,
-                    "token_count": recorded.token_count,
-                    "created_at": recorded.created_at.isoformat(),
-                    "hash": recorded.hash,
-                    "payload": recorded.payload_dict(),
-                }
-                print(json.dumps(line, ensure_ascii=False), file=out)
+                print(json.dumps(recorded.to_dict(), ensure_ascii=False), file=out)
             else:
                 tokens = "-" if recorded.token_count is None else recorded.token_count
                 print(
@@ -521,6 +510,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return _run_db(args, out)
     if args.command == "rls":
         return _run_rls(args, out)
+    if args.command == "serve":  # opens its own store, for the server's lifetime
+        return run_serve(args, out)
     if args.command == "demo":
         return run_demo(args.db, out, as_json=args.json, table_prefix=args.table_prefix, schema=args.schema)
     with open_store(

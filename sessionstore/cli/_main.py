@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ._erasure import add_commands as _add_erasure_commands
 from ._rls import add_commands as _add_rls_commands
+from ._serve import add_command as _add_serve_command
 from ._transcripts import add_commands as _add_interchange_commands
 
 __all__ = ["main"]
@@ -250,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     revert_cmd.add_argument("--json", action="store_true")
 
     _add_interchange_commands(commands, _add_db)  # import, export (sessionstore/cli/_transcripts.py)
+    _add_serve_command(commands, _add_db)  # serve: the JSON API and the viewer (sessionstore/cli/_serve.py)
 
     checkpoints = commands.add_parser("checkpoints", help="file checkpoints and what each turn changed")
     _add_db(checkpoints)

@@ -187,6 +187,21 @@ class RecordedEvent:
         result: dict[str, Any] = json.loads(self.payload)
         return result
 
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data (``sessionstore events --json``, the server's events)."""
+        return {
+            "seq": self.seq,
+            "session_id": self.session_id,
+            "position": self.position,
+            "event_id": self.event_id,
+            "type": self.type,
+            "schema_version": self.schema_version,
+            "token_count": self.token_count,
+            "created_at": self.created_at.isoformat(),
+            "hash": self.hash,
+            "payload": self.payload_dict(),
+        }
+
     def computed_hash(self) -> str:
         """The hash this row should carry, recomputed from its stored columns."""
         return event_hash(

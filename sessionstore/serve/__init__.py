@@ -1,0 +1,21 @@
+"""``sessionstore serve``: a local HTTP JSON API and an audit viewer over a store (the ``serve`` extra).
+
+``create_app(store)`` builds the ASGI app; ``check_bind`` refuses an address or ``--write``
+without a token. Importing this package needs FastAPI and Jinja2 (``pip install
+'sessionstore[serve]'``); the command line imports it only when ``serve`` runs.
+"""
+
+from __future__ import annotations
+
+from ._app import create_app
+from ._errors import error_body, http_status
+from ._safety import DEFAULT_HOST, MIN_TOKEN_LENGTH, check_bind
+
+__all__ = [
+    "DEFAULT_HOST",
+    "MIN_TOKEN_LENGTH",
+    "check_bind",
+    "create_app",
+    "error_body",
+    "http_status",
+]

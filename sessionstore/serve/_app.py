@@ -1,0 +1,97 @@
+"""The ASGI app: the JSON API, the viewer, the token check and the error translation."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from ..errors import SessionStoreError
+from ..store import SessionStore
+from ._api import include_api
+from ._errors import error_body, http_status
+from ._safety import COOKIE, token_matches
+from ._views import include_views, render
+
+__all__ = ["create_app"]
+
+#: Pages may load scripts, styles and images from this server only, and no one may frame them.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+#: Reachable without the token: the sign-in form and what it loads.
+_OPEN_PATHS = ("/login", "/static/viewer.css")
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def _authorized(request: Request, token: str) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token_matches(given, token):
+        return True
+    return token_matches(request.cookies.get(COOKIE), token)
+
+
+def create_app(store: SessionStore, *, write: bool = False, token: str | None = None) -> FastAPI:
+    """The server over ``store``: read-only unless ``write``; with ``token``, every request
+    but the sign-in form must carry it. The caller keeps ``store`` open while the app serves
+    and closes it after.
+
+    Binding is the caller's: ``check_bind`` says which addresses need a token.
+    """
+    app = FastAPI(
+        title="sessionstore",
+        summary="Sessions, their requests, the audit timeline and verify, read from the log",
+        openapi_url="/api/openapi.json",
+        docs_url=None,  # the interactive docs load scripts from a CDN: not from this server
+        redoc_url=None,
+    )
+    app.state.store = store
+    app.state.write = write
+    app.state.token = token
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if token is not None and request.url.path not in _OPEN_PATHS and not _authorized(request, token):
+            if _is_api(request):
+                body = {"error": {"type": "Unauthorized", "message": "send Authorization: Bearer TOKEN"}}
+                return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            return RedirectResponse("/login", status_code=303)
+        response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @app.exception_handler(SessionStoreError)
+    async def library_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, SessionStoreError)
+        status = http_status(error)
+        if _is_api(request):
+            return JSONResponse(error_body(error), status_code=status)
+        return render(request, "error.html", status=status, error=error_body(error)["error"])
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, error: Exception) -> Response:
+        """A malformed parameter or body: the library's ValidationError shape, naming the field."""
+        assert isinstance(error, RequestValidationError)
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        body = {
+            "type": "ValidationError",
+            "message": f"{where}: {first.get('msg', 'invalid')}",
+            "field": where,
+        }
+        if _is_api(request):
+            return JSONResponse({"error": body}, status_code=422)
+        return render(request, "error.html", status=422, error=body)
+
+    include_api(app, write=write)
+    include_views(app, write=write)
+    return app

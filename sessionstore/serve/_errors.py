@@ -1,0 +1,83 @@
+"""The library's typed errors as JSON with an HTTP status: the one place the server translates them.
+
+The body is ``{"error": {"type": "ConcurrencyError", "message": "...", ...}}``: the class name a
+library caller would catch, its message, and the context attributes it carries (``field``,
+``session_id``, ``expected``, ``actual``) when they are set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import (
+    AccessDeniedError,
+    BlockingLimitError,
+    CompactionDisabledError,
+    CompactionRevertTooLargeError,
+    ConcurrencyError,
+    DatabaseNotFoundError,
+    DataCorruptionError,
+    DuplicateEventError,
+    ErasureRefusedError,
+    InvalidRequestError,
+    MissingDependencyError,
+    OperationalError,
+    SessionErasedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoreError,
+    SummaryFailedError,
+    ValidationError,
+)
+
+__all__ = ["error_body", "http_status"]
+
+#: Most specific first: the first class the error is an instance of gives the status.
+STATUS: tuple[tuple[type[SessionStoreError], int], ...] = (
+    (SessionErasedError, 410),  # Gone: the receipt says when and why
+    (SessionNotFoundError, 404),
+    (DatabaseNotFoundError, 404),
+    (ValidationError, 422),
+    (InvalidRequestError, 422),
+    (ConcurrencyError, 409),
+    (DuplicateEventError, 409),
+    (SessionExistsError, 409),
+    (ErasureRefusedError, 409),
+    (CompactionDisabledError, 409),
+    (CompactionRevertTooLargeError, 409),
+    (BlockingLimitError, 409),
+    (AccessDeniedError, 403),
+    (SummaryFailedError, 502),  # the summarizing model did not give a usable summary
+    (OperationalError, 503),  # the database is unavailable: retry later
+    (MissingDependencyError, 501),
+    (DataCorruptionError, 500),
+)
+
+#: Context attributes some errors carry; sent when present.
+_CONTEXT = (
+    "field",
+    "index",
+    "session_id",
+    "seq",
+    "expected",
+    "actual",
+    "event_id",
+    "used",
+    "needed",
+    "limit",
+)
+
+
+def http_status(error: SessionStoreError) -> int:
+    """The HTTP status for ``error``: 4xx for the caller's input, 5xx for the server's state."""
+    return next((status for kind, status in STATUS if isinstance(error, kind)), 500)
+
+
+def error_body(error: SessionStoreError) -> dict[str, Any]:
+    """``{"error": {"type", "message", ...context}}`` for ``error``."""
+    body: dict[str, Any] = {"type": type(error).__name__, "message": str(error)}
+    for name in _CONTEXT:
+        value = getattr(error, name, None)
+        if isinstance(value, str | int | float | bool):
+            body[name] = value
+    return {"error": body}

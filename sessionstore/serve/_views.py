@@ -1,0 +1,198 @@
+"""The viewer: server-rendered pages over the same data as the JSON API.
+
+Every value from the log reaches the page through Jinja2 with autoescaping on, so a transcript
+holding ``<script>`` shows it as text. The pages work without JavaScript; ``/static/viewer.js``
+only adds conveniences (keyboard navigation between turns).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ..audit import AuditReport, audit, context_breakdown, served_request, token_timeline, turn_diff
+from ..pipeline import revert
+from ..projections import Session, TranscriptEntry
+from ._api import session_json, store_of
+from ._gauge import gauge
+from ._safety import COOKIE, token_matches
+
+__all__ = ["STATIC", "include_views", "render"]
+
+#: Kinds of audit entry ``revert`` undoes (a revert button shows on each, with ``--write``).
+REVERTIBLE = frozenset(
+    {
+        "tool_result_persisted",
+        "snip_applied",
+        "microcompact_applied",
+        "collapse_committed",
+        "compact_boundary",
+    }
+)
+
+ENV = Environment(
+    loader=PackageLoader("sessionstore.serve", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters["number"] = lambda n: "-" if n is None else f"{n:,}"
+
+#: The static files, by the only names a URL can ask for; read from the package once.
+STATIC = {
+    name: (resources.files("sessionstore.serve").joinpath("static", name).read_bytes(), media)
+    for name, media in (("viewer.css", "text/css"), ("viewer.js", "text/javascript"))
+}
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """``template`` rendered with ``context``, whether writes are on, and the app's title."""
+    html = ENV.get_template(template).render(write=request.app.state.write, **context)
+    return HTMLResponse(html, status_code=status)
+
+
+def _messages_by_uuid(transcript: list[TranscriptEntry]) -> dict[str, TranscriptEntry]:
+    return {
+        str(e.payload["message_uuid"]): e
+        for e in transcript
+        if e.type == "message_appended" and e.payload.get("message_uuid")
+    }
+
+
+def _blocks(entry: TranscriptEntry) -> list[dict[str, Any]]:
+    """A message's content as blocks (a plain string is one text block)."""
+    content = entry.payload.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def _timeline(report: AuditReport, transcript: list[TranscriptEntry]) -> list[dict[str, Any]]:
+    """Audit entries with the messages each replaced, looked up by uuid, ready to draw."""
+    messages = _messages_by_uuid(transcript)
+    rows = []
+    for entry in report.entries:
+        replaced = entry.details.get("replaced") or {}
+        shown = [messages[u] for u in replaced.get("uuids", []) if u in messages]
+        rows.append(
+            {
+                "entry": entry,
+                "summary": entry.details.get("summary"),
+                "replaced": [
+                    {"seq": m.seq, "role": m.payload.get("role"), "blocks": _blocks(m)} for m in shown
+                ],
+                "revertible": entry.kind in REVERTIBLE and entry.reverted_by is None,
+            }
+        )
+    return rows
+
+
+views = APIRouter(include_in_schema=False)
+
+
+@views.get("/", response_class=HTMLResponse)
+def sessions_page(request: Request, after: str | None = None) -> HTMLResponse:
+    page = store_of(request).list_sessions(limit=100, after=after)
+    return render(
+        request,
+        "sessions.html",
+        sessions=[session_json(info) for info in page],
+        next_after=page[-1].id if len(page) == 100 else None,
+    )
+
+
+@views.get("/sessions/{session_id}", response_class=HTMLResponse)
+def session_page(request: Request, session_id: str) -> HTMLResponse:
+    store = store_of(request)
+    info = store.get_session(session_id)
+    session = Session(store, session_id)
+    report = audit(session)
+    return render(
+        request,
+        "session.html",
+        info=session_json(info),
+        tokens=session.token_state(),
+        gauge=gauge(token_timeline(session)),
+        timeline=_timeline(report, session.transcript),
+        report=report,
+        breakdown=context_breakdown(session),
+    )
+
+
+@views.get("/sessions/{session_id}/context", response_class=HTMLResponse)
+def context_page(request: Request, session_id: str) -> HTMLResponse:
+    """The request the model would get next (as ``sessionstore context`` prints it), by category."""
+    session = Session(store_of(request), session_id)
+    return render(
+        request,
+        "context.html",
+        session_id=session_id,
+        tokens=session.token_state(),
+        breakdown=context_breakdown(session),
+        # The same text `sessionstore context` prints.
+        request_json=json.dumps(session.request(), ensure_ascii=False, indent=2),
+    )
+
+
+@views.get("/sessions/{session_id}/turns/{turn}", response_class=HTMLResponse)
+def turn_page(request: Request, session_id: str, turn: int) -> HTMLResponse:
+    session = Session(store_of(request), session_id)
+    replay = served_request(session, turn)
+    served = sum(1 for e in session.transcript if e.type == "context_served")
+    return render(
+        request,
+        "turn.html",
+        session_id=session_id,
+        replay=replay,
+        served=served,
+        # The same text `sessionstore served --turn N` prints.
+        request_json=json.dumps(replay.request, ensure_ascii=False, indent=2),
+        diff=turn_diff(session, turn - 1, turn).splitlines() if turn > 1 else None,
+    )
+
+
+write_views = APIRouter(include_in_schema=False)
+
+
+@write_views.post("/sessions/{session_id}/revert")
+def revert_form(request: Request, session_id: str, event_id: str = Form(...)) -> Response:
+    """The viewer's revert button (only mounted with ``--write``)."""
+    revert(Session(store_of(request), session_id), event_id)
+    return RedirectResponse(f"/sessions/{session_id}#timeline", status_code=303)
+
+
+@views.get("/static/{name}")
+def static_file(name: str) -> Response:
+    """One of the fixed files in ``STATIC``; no other name, and nothing from a path, is served."""
+    if name not in STATIC:
+        return Response("not found", status_code=404, media_type="text/plain")
+    body, media = STATIC[name]
+    return Response(body, media_type=media, headers={"Cache-Control": "max-age=3600"})
+
+
+@views.get("/login", response_class=HTMLResponse)
+def login_page(request: Request) -> HTMLResponse:
+    return render(request, "login.html", failed=False)
+
+
+@views.post("/login")
+def login(request: Request, token: str = Form(...)) -> Response:
+    """Set the token cookie when ``token`` is right (HttpOnly, SameSite=Strict)."""
+    expected = request.app.state.token
+    if expected is None or not token_matches(token, expected):
+        return render(request, "login.html", status=401, failed=True)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+    return response
+
+
+def include_views(app: FastAPI, *, write: bool) -> None:
+    """Mount the pages; the revert form only when ``write``."""
+    app.include_router(views)
+    if write:
+        app.include_router(write_views)
