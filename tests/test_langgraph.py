@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import operator
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -18,8 +21,9 @@ from langgraph.types import Command, interrupt
 
 from sessionstore import SessionStore, audit, open_async_store
 from sessionstore.bridges.langgraph import AsyncSessionStoreSaver, SessionStoreSaver, thread_session_id
-from sessionstore.errors import ValidationError
+from sessionstore.errors import SessionErasedError, ValidationError
 from sessionstore.events import LangGraphCheckpointSaved
+from sessionstore.store import LocalKeyProvider
 
 from .conftest import Backend
 
@@ -107,12 +111,17 @@ def _graph(saver: Any) -> CompiledStateGraph[Any, Any, Any, Any]:
 CONFIG: Any = {"configurable": {"thread_id": "order-42"}}
 
 
-def _check_bridged_session(store: SessionStore) -> str:
-    """The thread's session verifies and audits like any other; returns its id."""
+def _check_bridged_session(store: SessionStore, checkpoints: int) -> str:
+    """The thread's session verifies, and its audit lists every checkpoint and the one fork;
+    returns its id."""
     sid = thread_session_id("order-42", None, None)
+    report = audit(store, sid)
+    forks = [e for e in report.entries if "FORK" in e.what]
 
     assert store.verify(sid).ok
-    assert audit(store, sid).erasure is None
+    assert report.erasure is None
+    assert [e.kind for e in report.entries] == ["langgraph_checkpoint"] * checkpoints
+    assert len(forks) == 1 and "(step 2, update)" in forks[0].what
     return sid
 
 
@@ -192,11 +201,12 @@ def test_a_graph_interrupts_resumes_travels_back_and_forks(shared_backend: Backe
     assert again.get_state(CONFIG).values == graph.get_state(CONFIG).values
     assert [s.next for s in again.get_state_history(CONFIG)] == story[-1]
 
-    sid = _check_bridged_session(store)
+    sid = _check_bridged_session(store, len(story[-1]))
     again.checkpointer.delete_thread("order-42")  # type: ignore[union-attr]
     receipt = store.erasure(sid)
 
     assert receipt is not None and receipt.reason == "LangGraph delete_thread"
+    assert audit(store, sid).erasure == receipt
     assert graph.get_state(CONFIG).values == {}
     assert store.verify(sid).erasure == receipt
 
@@ -268,3 +278,127 @@ class TestBadInput:
             saver.put_writes({"configurable": {"thread_id": "t"}}, [("messages", "x")], "task-1")
 
         assert store.list_sessions() == []
+
+
+# -- storage, erasure, owners, several writers --
+
+MASTER = LocalKeyProvider(bytes(range(32)))
+
+
+def _put(saver: SessionStoreSaver, thread: str, values: dict[str, Any], parent: Any = None) -> Any:
+    """Put a checkpoint whose every channel is new (version: one more than the parent's)."""
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    versions = {k: (2 if parent is not None else 1) for k in values}
+    checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
+    return saver.put(config, checkpoint, {"source": "loop", "step": 0}, versions)
+
+
+@pytest.mark.parametrize("mode", ["plaintext", "encrypted"])
+def test_delete_thread_erases_the_values_stored_as_blobs(backend: Backend, mode: str) -> None:
+    """A value over 4 KiB is a blob of the thread's session; delete_thread leaves it unreadable
+    (purged, or crypto-shredded with the session's key) and the thread empty."""
+    store = backend.open(encryption=MASTER if mode == "encrypted" else None)
+    saver = SessionStoreSaver(store)
+    big = "x" * 10_000
+    stored = _put(saver, "t-1", {"report": big, "notes": ["short", big]})
+    sid = thread_session_id("t-1", None, None)
+    refs = {
+        value.blob
+        for r in store.read(sid)
+        if isinstance(r.event, LangGraphCheckpointSaved)
+        for channel in r.event.channels.values()
+        for value in (channel.value, *(channel.items or ()))
+        if value is not None and value.blob is not None
+    }
+    tup = saver.get_tuple(stored)
+
+    assert tup is not None and tup.checkpoint["channel_values"] == {"report": big, "notes": ["short", big]}
+    assert len(refs) == 1  # one blob: the same 10 KB twice
+
+    saver.delete_thread("t-1")
+
+    assert saver.get_tuple({"configurable": {"thread_id": "t-1"}}) is None
+    assert (store.erasure(sid) or pytest.fail("no receipt")).method == (
+        "shredded" if mode == "encrypted" else "purged"
+    )
+    with pytest.raises((KeyError, SessionErasedError)):
+        store.get_blob(refs.pop(), session_id=sid)
+    store.close()
+
+
+def test_a_list_that_is_not_an_extension_is_stored_whole(store: SessionStore) -> None:
+    """A list channel that replaced its items, or that was not a list before, is stored whole
+    and reads back exactly."""
+    saver = SessionStoreSaver(store)
+    first = _put(saver, "t-2", {"a": ["x", "y"], "b": "plain"})
+    second = _put(saver, "t-2", {"a": ["z"], "b": ["now", "a", "list"]}, parent=first)
+    later = SessionStoreSaver(store).get_tuple(second)
+    earlier = SessionStoreSaver(store).get_tuple(first)
+
+    assert later is not None and later.checkpoint["channel_values"] == {"a": ["z"], "b": ["now", "a", "list"]}
+    assert earlier is not None and earlier.checkpoint["channel_values"] == {"a": ["x", "y"], "b": "plain"}
+
+
+def test_owners_keep_their_threads_apart(store: SessionStore) -> None:
+    """One thread id names a different session per (tenant, user); list(None) shows a saver
+    only its owner's threads, and sessions carry the owner."""
+    ada = SessionStoreSaver(store, tenant="acme", user="ada")
+    bob = SessionStoreSaver(store, tenant="acme", user="bob")
+    _put(ada, "shared-name", {"who": "ada"})
+    _put(ada, "second", {"who": "ada again"})
+    _put(bob, "shared-name", {"who": "bob"})
+
+    seen_by_ada = sorted(t.checkpoint["channel_values"]["who"] for t in ada.list(None))
+    bob_tuple = bob.get_tuple({"configurable": {"thread_id": "shared-name"}})
+
+    assert seen_by_ada == ["ada", "ada again"]
+    assert bob_tuple is not None and bob_tuple.checkpoint["channel_values"] == {"who": "bob"}
+    assert {s.user for s in store.list_sessions(tenant="acme")} == {"ada", "bob"}
+
+
+def test_two_savers_on_one_thread_see_each_others_checkpoints(shared_backend: Backend) -> None:
+    """Savers in two processes (here: two stores on one database) append to one thread; each
+    reads the other's checkpoints and writes, whatever it had folded before."""
+    one, two = shared_backend.open(), shared_backend.open()
+    first, second = SessionStoreSaver(one), SessionStoreSaver(two)
+    a = _put(first, "t-3", {"step": "a"})
+    assert second.get_tuple(a) is not None
+    b = _put(second, "t-3", {"step": "b"}, parent=a)
+    first.put_writes(b, [("step", "pending")], "task-1")
+
+    newest = first.get_tuple({"configurable": {"thread_id": "t-3", "checkpoint_ns": ""}})
+    seen_by_second = second.get_tuple(b)
+
+    assert newest is not None and newest.checkpoint["channel_values"] == {"step": "b"}
+    assert seen_by_second is not None and seen_by_second.pending_writes == [("task-1", "step", "pending")]
+    assert [t.checkpoint["id"] for t in first.list({"configurable": {"thread_id": "t-3"}})] == [
+        b["configurable"]["checkpoint_id"],
+        a["configurable"]["checkpoint_id"],
+    ]
+    one.close()
+    two.close()
+
+
+def test_the_command_line_verifies_and_audits_a_thread_without_langgraph(tmp_path: Any) -> None:
+    """`sessionstore verify` and `sessionstore audit` read a bridged session in a process where
+    LangGraph cannot be imported: the bridge's events belong to the event catalogue."""
+    from sessionstore import open_store
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    store = open_store(db, migrate=True)
+    graph = _graph(SessionStoreSaver(store))
+    graph.invoke({"messages": ["brief"]}, CONFIG)
+    graph.invoke(Command(resume="yes"), CONFIG)
+    store.close()
+    sid = thread_session_id("order-42", None, None)
+    script = (
+        "import sys; sys.modules['langgraph'] = None; sys.modules['langchain_core'] = None\n"
+        "from sessionstore.cli import main\n"
+        f"sys.exit(main(['verify', {sid!r}, '--db', {db!r}]) or main(['audit', {sid!r}, '--db', {db!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert "ok" in done.stdout

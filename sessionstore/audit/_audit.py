@@ -53,6 +53,7 @@ AUDITED = (
     "files_rewound",
     "files_rewind_failed",
     "conversation_rewound",
+    "langgraph_checkpoint",
 )
 
 
@@ -127,6 +128,8 @@ def _describe(entry: TranscriptEntry) -> AuditEntry:
             f"({p['original_chars']} chars, {p['reason']}) -> {p['location']}"
         )
         freed, details = p.get("tokens_freed"), {"blob": p["blob_sha256"]}
+    elif kind == "langgraph_checkpoint":
+        what, details = _describe_langgraph_checkpoint(p)
     elif kind == "snip_applied":
         what = f"{p['rounds_removed']} oldest rounds ({p['messages_removed']} messages) out of the request"
         freed, details = p["tokens_freed"], {"keep_from_seq": p["keep_from_seq"]}
@@ -220,11 +223,42 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
             described = _with_snipped(described, compactions[entry.seq])
         timeline.append(described)
     timeline = _with_unfinished_rewinds(timeline)
+    timeline = _with_langgraph_forks(timeline)
     timeline = _with_source_metadata(session, timeline)
     failures = session.api_state.compact_failures
     return AuditReport(
         session.id, timeline, len(served), failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
     )
+
+
+def _describe_langgraph_checkpoint(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A LangGraph checkpoint (sessionstore.bridges.langgraph): its step, the channels it changed
+    (a grown list by how many items), and the checkpoint it follows."""
+    changed = []
+    for name, channel in p.get("channels", {}).items():
+        items = channel.get("items")
+        grown = items is not None and channel.get("base_version") is not None
+        changed.append(f"{name} +{len(items)}" if grown else name)
+    where = f" in {p['checkpoint_ns']}" if p.get("checkpoint_ns") else ""
+    step = f"step {p.get('step')}, {p.get('source') or 'unknown source'}"
+    what = f"LangGraph checkpoint{where} ({step}): {', '.join(changed) or 'no channel changed'}"
+    keys = ("checkpoint_ns", "checkpoint_id", "parent_checkpoint_id")
+    return what, {key: p.get(key) for key in keys}
+
+
+def _with_langgraph_forks(timeline: list[AuditEntry]) -> list[AuditEntry]:
+    """Mark each LangGraph checkpoint whose parent is not the newest one before it in its
+    namespace: there the thread went back in time and forked."""
+    newest: dict[str, str] = {}
+    marked = []
+    for entry in timeline:
+        if entry.kind == "langgraph_checkpoint":
+            ns, parent = entry.details["checkpoint_ns"], entry.details["parent_checkpoint_id"]
+            if parent is not None and ns in newest and parent != newest[ns]:
+                entry = dataclasses.replace(entry, what=f"{entry.what}; FORK from checkpoint {parent}")
+            newest[ns] = entry.details["checkpoint_id"]
+        marked.append(entry)
+    return marked
 
 
 def _with_unfinished_rewinds(timeline: list[AuditEntry]) -> list[AuditEntry]:

@@ -284,10 +284,11 @@ class CheckpointLog:
         sid = index.session_id
         dumped = [self.serde.dumps_typed(item) for item in items]
         digests = [_digest(kind, data) for kind, data in dumped]
-        base_digests, base_refs = self._list_at(store, index, ns, channel, base)
+        at_base = self._list_at(store, index, ns, channel, base)
+        base_digests, base_refs = at_base if at_base is not None else ([], [])
         shared = len(base_digests)
-        if base is None or shared > len(digests) or digests[:shared] != base_digests:
-            base, shared, base_refs = None, 0, []
+        if at_base is None or shared > len(digests) or digests[:shared] != base_digests:
+            base, shared, base_refs = None, 0, []  # not an extension of a stored list: all items
         new_refs = [self._stored(store, sid, kind, data) for kind, data in dumped[shared:]]
         with self._lock:
             self._last_lists[(sid, ns, channel)] = (version, digests, base_refs + new_refs)
@@ -295,18 +296,18 @@ class CheckpointLog:
 
     def _list_at(
         self, store: SessionStore, index: ThreadIndex, ns: str, channel: str, version: str | None
-    ) -> tuple[list[bytes], list[LangGraphValue]]:
-        """The item digests and refs of the list ``channel`` held at ``version`` (empty when
-        it held no list there)."""
+    ) -> tuple[list[bytes], list[LangGraphValue]] | None:
+        """The item digests and refs of the list ``channel`` held at ``version``; None when it
+        held no list stored as items there."""
         if version is None:
-            return [], []
+            return None
         with self._lock:
             last = self._last_lists.get((index.session_id, ns, channel))
         if last is not None and last[0] == version:
             return last[1], last[2]
         refs = index.items(ns, channel, version)
         if refs is None:
-            return [], []
+            return None
         digests = [_digest(ref.kind, self._bytes(store, index.session_id, ref)) for ref in refs]
         return digests, list(refs)
 
