@@ -53,6 +53,16 @@ How to read the ratios
   store/_postgres.py), which the raw reference does not.
 * ``[cpu x]`` after a ratio is the same ratio computed from CPU time.
 
+Reads, disk and memory
+----------------------
+* ``read ms``: after its appends, each contender reads the whole session back, the way its
+  callers do (``SessionStore.read``: records with payloads decoded on first use;
+  ``SQLiteSession.get_items``: every item JSON-decoded; raw sqlite3: ``fetchall`` of every
+  column, the floor). Target: sessionstore <= 1.3x raw sqlite3.
+* ``disk/payload``: the database file after a WAL checkpoint over the messages' JSON bytes.
+* Memory: two fresh processes append the first messages with counting off and on; the RSS each
+  gained is printed. Target: counting on adds less than 40 MB.
+
 ``--profile`` prints a cProfile of single appends (counting off) to show where the store's
 time goes beyond the database's.
 """
@@ -95,6 +105,7 @@ PG_ENV = "SESSIONSTORE_TEST_PG_URL"
 TARGET_RAW_OVER_OURS = 2.5
 TARGET_OURS_OVER_SQLITESESSION = 1.0
 TARGET_READ_OVER_RAW = 1.3
+TARGET_COUNTING_EXTRA_MB = 40
 
 # --- the workload --------------------------------------------------------------------------
 
@@ -880,6 +891,49 @@ def profile_single_appends(messages: list[Message], workdir: Path) -> None:
     stats.sort_stats("tottime").print_stats(15)
 
 
+# --- memory --------------------------------------------------------------------------------
+
+#: Messages each memory child appends (one per transaction).
+MEMORY_MESSAGES = 300
+
+
+def _resident_mb() -> float:
+    """This process's resident set size now, in MB (Linux: /proc/self/statm)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory_child(counting: str) -> int:
+    """Print how much the append path grew this fresh process's RSS (counting ``on`` or ``off``)."""
+    messages = make_messages(MEMORY_MESSAGES)
+    gc.collect()
+    before = _resident_mb()
+    with tempfile.TemporaryDirectory(prefix="sessionstore-bench-") as tmp:
+        counter = TiktokenCounter() if counting == "on" else None
+        store = sessionstore.open_store(Path(tmp) / "store.db", migrate=True, token_counter=counter)
+        try:
+            _append_all(store, store.create_session().id, messages, 1)
+            gc.collect()
+            print(json.dumps({"before": before, "after": _resident_mb()}))
+        finally:
+            store.close()
+    return 0
+
+
+def append_rss_growth() -> dict[str, float]:
+    """RSS growth (MB) of the append path with counting on and off, each in a fresh process."""
+    import subprocess
+
+    growth = {}
+    for counting in ("off", "on"):
+        done = subprocess.run(
+            [sys.executable, __file__, "--memory-child", counting], capture_output=True, text=True, check=True
+        )
+        numbers = json.loads(done.stdout.strip().splitlines()[-1])
+        growth[counting] = numbers["after"] - numbers["before"]
+    return growth
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -894,6 +948,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeats", type=int, help="runs per contender, median reported (default 3, --quick 1)"
     )
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of single appends")
+    parser.add_argument("--memory-child", choices=("on", "off"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.messages = args.messages or (300 if args.quick else 2000)
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -923,6 +978,8 @@ def print_load(when: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.memory_child:
+        return memory_child(args.memory_child)
     messages = make_messages(args.messages)
     contenders, import_note = sqlite_contenders()
     if args.pg:
@@ -949,6 +1006,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{tok_wall:.2f} s wall, {tok_cpu:.2f} s cpu = {len(messages) / tok_wall:.0f} msg/s"
         )
         print_ratios(contenders, len(messages), tok_cpu)
+        growth = append_rss_growth()
+        extra = growth["on"] - growth["off"]
+        print(
+            f"\nMemory: {MEMORY_MESSAGES} single appends in a fresh process grew its RSS by "
+            f"{growth['off']:.1f} MB with counting off, {growth['on']:.1f} MB with counting on "
+            f"(+{extra:.1f} MB: the cl100k encoder's tables, loaded once per process; target < "
+            f"{TARGET_COUNTING_EXTRA_MB} MB: {_verdict(extra < TARGET_COUNTING_EXTRA_MB)})"
+        )
         if args.profile:
             profile_single_appends(messages[:500], workdir)
     if problems:

@@ -254,7 +254,9 @@ def test_the_shipped_bpe_file_is_the_one_tiktoken_publishes() -> None:
     theirs = tiktoken.Encoding(
         name="registry",
         pat_str=registry["pat_str"],
-        mergeable_ranks=ours._mergeable_ranks,
+        mergeable_ranks=_cl100k.parse_bpe(
+            shipped.read_bytes(), expected_sha256=_cl100k.CL100K_SHA256, source="shipped"
+        ),
         special_tokens=registry["special_tokens"],
     )
     for text in [*_PRETOKENIZER_CASES, _corpus_text()[:200_000]]:
@@ -297,3 +299,28 @@ def test_a_malformed_line_is_refused_with_its_number() -> None:
     text = b"aGVsbG8= 0\nbm90IGJhc2U2NA 1\n"  # line 2: base64 without its padding
     with pytest.raises(DataCorruptionError, match="line 2"):
         _cl100k.parse_bpe(text, expected_sha256=hashlib.sha256(text).hexdigest(), source="x")
+
+
+def test_the_shipped_encoding_keeps_no_python_ranks_and_pickles_by_name() -> None:
+    """The encoding drops tiktoken's Python copy of the ranks (memory), still counts exactly as
+    tiktoken's own cl100k encoding of the same ranks, and a pickled copy is rebuilt from the file."""
+    import pickle
+
+    shipped = TiktokenCounter()._encoding
+    ranks = _cl100k.parse_bpe(
+        (Path(_cl100k.__file__).parent / "data" / "cl100k_base.tiktoken").read_bytes(),
+        expected_sha256=_cl100k.CL100K_SHA256,
+        source="shipped",
+    )
+    reference = tiktoken.Encoding(
+        name="reference",
+        pat_str=_cl100k.CL100K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=_cl100k.CL100K_SPECIAL_TOKENS,
+    )
+    restored = pickle.loads(pickle.dumps(shipped))
+
+    assert shipped._mergeable_ranks == {}
+    assert restored is shipped
+    for text in [*_PRETOKENIZER_CASES, _corpus_text()[:50_000]]:
+        assert shipped.encode_ordinary(text) == reference.encode_ordinary(text)
