@@ -104,8 +104,10 @@ class TestRevertInPlace:
         assert session.request_bytes() == _without_compactions(session.store, session).request_bytes()
         assert "prompt 9" in session.request_bytes().decode()
 
-    def test_a_snapshot_taken_with_compactions_resumes_and_reverts_the_same(self) -> None:
-        store = sessionstore.open_store(":memory:")
+    def test_a_snapshot_taken_with_compactions_resumes_and_reverts_the_same(
+        self, store: SessionStore
+    ) -> None:
+        """On each backend: the compactions read back from the snapshot revert as the live ones do."""
         session = _session(3, store=store)
         first = compact(session, OfflineSummarizer())
         session.append(_turn(7, 1))

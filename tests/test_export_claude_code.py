@@ -22,6 +22,9 @@ from sessionstore import (
 from sessionstore.claude_code import export_claude_code, import_claude_code, write_claude_code
 from sessionstore.cli import main
 from sessionstore.events._context import CompactBoundary
+from sessionstore.pipeline import revert
+from sessionstore.pipeline._compaction import compact
+from sessionstore.pipeline._summarizers import OfflineSummarizer
 
 from ._claude_cli import claude_binary, message_texts, project_folder, run_claude
 from ._claude_code_corpus import MAIN_FILES, PARENT_SESSION, copy_main, corpus_file, flat_project
@@ -191,6 +194,29 @@ def test_a_native_session_exports_as_a_resumable_chain(mem_store: SessionStore, 
     assert lines[5]["isCompactSummary"] is True
     assert Session(again, "native-1").request() == session.request()
     validate_request(session.request())
+    again.close()
+
+
+def test_a_reverted_compaction_is_not_exported_and_the_history_chains_on(
+    mem_store: SessionStore, tmp_path: Path
+) -> None:
+    """Claude Code has no line for a revert: the boundary is left out, so its resume sees the history."""
+    session = Session.create(mem_store, "native-2", model="claude-sonnet-4-5")
+    session.append([MessageAppended(role="user", content="read a.py")])
+    session.append([MessageAppended(role="assistant", content="it prints 1", api_message_id="msg_1")])
+    compacted = compact(session, OfflineSummarizer())
+    session.append([MessageAppended(role="user", content="and b.py?")])
+    revert(session, compacted.event_id)
+    path = tmp_path / "native-2.jsonl"
+    lines = export_claude_code(mem_store, "native-2")
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    again = sessionstore.open_store(":memory:")
+    import_claude_code(again, [path])
+
+    parsed = [json.loads(line) for line in lines]
+    assert [line.get("subtype") for line in parsed] == [None, None, None]
+    assert all(line["parentUuid"] == previous["uuid"] for previous, line in itertools.pairwise(parsed))
+    assert Session(again, "native-2").request() == session.request()
     again.close()
 
 

@@ -5,8 +5,10 @@ content put back) and ``OpaqueEntry`` goes to its original line number, as compa
 original key order, which is byte for byte what Claude Code wrote. Events appended after the
 import (or a session that was never imported) become new lines after those, in log order,
 chained by ``parentUuid`` so Claude Code's resume follows them: messages, compact boundaries
-with their summary, and micro-compactions. Events Claude Code has no line for (snips, reverts,
-served contexts, ...) are not exported; the store keeps them.
+with their summary (unless reverted: the messages after one then chain to those before it), and
+micro-compactions. Events Claude Code has no line for (snips, reverts, served contexts, ...) are
+not exported; the store keeps them. An imported compaction's lines are written back as they
+were, reverted or not.
 
 ``write_claude_code`` lays out a project folder as Claude Code does: ``<sessionId>.jsonl``,
 sub-agents under ``<sessionId>/subagents/agent-<id>.jsonl`` (with their ``.meta.json`` when one
@@ -165,8 +167,14 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
         if r.type == "usage_recorded" and r.event_id not in covered
         for p in [r.payload_dict()]
     }
+    # A reverted compaction is left out: Claude Code's resume then chains on through the history.
+    reverted = {
+        r.payload_dict()["target_event_id"]
+        for r in events
+        if r.type == "context_edit_reverted" and r.payload_dict()["target_type"] == "compact_boundary"
+    }
     for recorded in events:
-        if recorded.event_id in covered:
+        if recorded.event_id in covered or recorded.event_id in reverted:
             continue
         payload = recorded.payload_dict()
         moment = recorded.created_at.isoformat()
