@@ -12,8 +12,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from sessionstore import MessageAppended, OfflineSummarizer, Session, SessionStore, open_store
 from sessionstore.cli._demo import run_demo
@@ -57,6 +60,11 @@ def build_collapsed(store: SessionStore) -> Collapsed:
     session.append(events)
     report = collapse(session, OfflineSummarizer(), events[2].message_uuid, events[3].message_uuid)
     return Collapsed(session.id, report.event_ids[1])
+
+
+def local_client(app: FastAPI, **kwargs: Any) -> TestClient:
+    """A test client that sends ``Host: 127.0.0.1``, as a browser on this machine does."""
+    return TestClient(app, base_url="http://127.0.0.1", **kwargs)
 
 
 def free_port() -> int:

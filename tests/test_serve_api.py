@@ -26,7 +26,15 @@ from sessionstore.errors import ValidationError
 from sessionstore.serve import check_bind, create_app
 
 from .conftest import Backend
-from .serve_support import HIDDEN_LINE, TOKEN, build_collapsed, build_demo, migrated, running_server
+from .serve_support import (
+    HIDDEN_LINE,
+    TOKEN,
+    build_collapsed,
+    build_demo,
+    local_client,
+    migrated,
+    running_server,
+)
 
 STAGES = {
     "tool_result_persisted",
@@ -52,7 +60,7 @@ def demo_store(demo: tuple[str, str]) -> Iterator[SessionStore]:
 
 @pytest.fixture
 def client(demo_store: SessionStore) -> Iterator[TestClient]:
-    with TestClient(create_app(demo_store)) as test_client:
+    with local_client(create_app(demo_store)) as test_client:
         yield test_client
 
 
@@ -63,7 +71,7 @@ def writable(tmp_path: Path, demo: tuple[str, str]) -> Iterator[tuple[TestClient
     shutil.copy(demo[0].removeprefix("sqlite:///"), path)
     with open_store(f"sqlite:///{path}", create=False) as store:
         app = create_app(store, write=True, token=TOKEN)
-        with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as test_client:
+        with local_client(app, headers={"Authorization": f"Bearer {TOKEN}"}) as test_client:
             yield test_client, store, demo[1]
 
 
@@ -78,7 +86,7 @@ class TestReads:
         """Pages of ``limit`` sessions; ``next_after`` fetches the next page; tenant filters."""
         with open_store(f"sqlite:///{tmp_path / 's.db'}", migrate=True) as store:
             ids = sorted(store.create_session(tenant="acme" if i % 2 else None).id for i in range(5))
-            client = TestClient(create_app(store))
+            client = local_client(create_app(store))
             first = client.get("/api/sessions", params={"limit": 3}).json()
             second = client.get("/api/sessions", params={"limit": 3, "after": first["next_after"]}).json()
             tenant = client.get("/api/sessions", params={"tenant": "acme"}).json()
@@ -209,15 +217,27 @@ class TestErrors:
         assert error.get("field") == field
         assert error["message"]
 
+    def test_a_page_shows_the_error_escaped_with_its_status(self, client: TestClient) -> None:
+        """The viewer answers a library error with a page naming it, and the same HTTP status."""
+        page = client.get("/sessions/<script>nope/turns/3")
+
+        assert page.status_code == 404
+        assert "SessionNotFoundError" in page.text
+        assert "&lt;script&gt;nope" in page.text
+        assert "<script>nope" not in page.text
+
     def test_an_erased_session_is_gone_and_its_audit_is_the_receipt(self, tmp_path: Path) -> None:
         with open_store(f"sqlite:///{tmp_path / 'e.db'}", migrate=True) as store:
             session = Session.create(store)
             session.append([MessageAppended(role="user", content="hello")])
             store.erase(session.id, reason="user request")
-            client = TestClient(create_app(store))
+            client = local_client(create_app(store))
             turns = client.get(f"/api/sessions/{session.id}/turns")
             audited = client.get(f"/api/sessions/{session.id}/audit").json()
+            page = client.get(f"/sessions/{session.id}")
 
+        assert page.status_code == 410
+        assert "user request" in page.text
         assert turns.status_code == 410
         assert turns.json()["error"]["type"] == "SessionErasedError"
         assert audited["erasure"]["reason"] == "user request"
@@ -234,7 +254,7 @@ class TestWrites:
 
     def test_writes_need_the_token(self, writable: tuple[TestClient, SessionStore, str]) -> None:
         client, _, sid = writable
-        bare = TestClient(client.app)
+        bare = local_client(client.app)
 
         assert bare.post(f"/api/sessions/{sid}/snip", json={"rounds": 1}).status_code == 401
         assert bare.get("/api/sessions").status_code == 401
@@ -272,7 +292,7 @@ class TestWrites:
         """Revert of a collapse puts the span's messages back in the next request."""
         with open_store(f"sqlite:///{tmp_path / 'c.db'}", migrate=True) as store:
             collapsed = build_collapsed(store)
-            client = TestClient(
+            client = local_client(
                 create_app(store, write=True, token=TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}
             )
             before = json.dumps(
@@ -383,7 +403,7 @@ class TestSafety:
             session = Session(store, collapsed.session_id)
             session.append([MessageAppended(role="user", content=attack)])
             evil = store.create_session(metadata={"name": attack})
-            client = TestClient(create_app(store))
+            client = local_client(create_app(store))
             pages = [
                 client.get("/").text,
                 client.get(f"/sessions/{collapsed.session_id}").text,
@@ -404,6 +424,20 @@ class TestSafety:
         assert client.get(f"/static/{name}").status_code == 404
         assert client.get("/static/viewer.css").status_code == 200
 
+    @pytest.mark.parametrize(
+        "host", ["evil.example", "evil.example:8765", "127.0.0.1.evil.example", "10.0.0.2"]
+    )
+    def test_without_a_token_only_a_loopback_host_is_served(self, client: TestClient, host: str) -> None:
+        """A page that rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read the API."""
+        refused = client.get("/api/sessions", headers={"Host": host})
+
+        assert refused.status_code == 421
+        assert refused.json()["error"]["type"] == "HostRefused"
+
+    @pytest.mark.parametrize("host", ["127.0.0.1:8765", "localhost:8765", "[::1]:8765", "LOCALHOST"])
+    def test_loopback_hosts_are_served(self, client: TestClient, host: str) -> None:
+        assert client.get("/api/sessions", headers={"Host": host}).status_code == 200
+
     def test_pages_carry_a_script_policy(self, client: TestClient) -> None:
         policy = client.get("/").headers["content-security-policy"]
 
@@ -411,7 +445,7 @@ class TestSafety:
         assert "frame-ancestors 'none'" in policy
 
     def test_the_viewer_signs_in_with_the_token(self, demo_store: SessionStore) -> None:
-        client = TestClient(create_app(demo_store, token=TOKEN))
+        client = local_client(create_app(demo_store, token=TOKEN))
         redirected = client.get("/", follow_redirects=False)
         wrong = client.post("/login", data={"token": "not-the-token-at-all"})
         right = client.post("/login", data={"token": TOKEN})

@@ -12,7 +12,7 @@ from ..errors import SessionStoreError
 from ..store import SessionStore
 from ._api import include_api
 from ._errors import error_body, http_status
-from ._safety import COOKIE, token_matches
+from ._safety import COOKIE, loopback_host, token_matches
 from ._views import include_views, render
 
 __all__ = ["create_app"]
@@ -40,10 +40,29 @@ def _authorized(request: Request, token: str) -> bool:
     return token_matches(request.cookies.get(COOKIE), token)
 
 
+def _refusal(request: Request, token: str | None) -> Response | None:
+    """The answer to a request the server must not serve: a foreign ``Host`` without a token
+    (DNS rebinding), or a missing or wrong token. None: serve it."""
+    if token is None:
+        if loopback_host(request.headers.get("host", "")):
+            return None
+        body = {
+            "error": {"type": "HostRefused", "message": "without a token, only a loopback Host is served"}
+        }
+        return JSONResponse(body, status_code=421)
+    if request.url.path in _OPEN_PATHS or _authorized(request, token):
+        return None
+    if _is_api(request):
+        body = {"error": {"type": "Unauthorized", "message": "send Authorization: Bearer TOKEN"}}
+        return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    return RedirectResponse("/login", status_code=303)
+
+
 def create_app(store: SessionStore, *, write: bool = False, token: str | None = None) -> FastAPI:
     """The server over ``store``: read-only unless ``write``; with ``token``, every request
-    but the sign-in form must carry it. The caller keeps ``store`` open while the app serves
-    and closes it after.
+    but the sign-in form must carry it; without one, only requests for a loopback host
+    (``Host: 127.0.0.1:PORT``, ``localhost``, ``[::1]``) are served. The caller keeps ``store``
+    open while the app serves and closes it after.
 
     Binding is the caller's: ``check_bind`` says which addresses need a token.
     """
@@ -60,12 +79,7 @@ def create_app(store: SessionStore, *, write: bool = False, token: str | None = 
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if token is not None and request.url.path not in _OPEN_PATHS and not _authorized(request, token):
-            if _is_api(request):
-                body = {"error": {"type": "Unauthorized", "message": "send Authorization: Bearer TOKEN"}}
-                return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-            return RedirectResponse("/login", status_code=303)
-        response = await call_next(request)
+        response = _refusal(request, token) or await call_next(request)
         response.headers.update(SECURITY_HEADERS)
         return response
 

@@ -3,6 +3,8 @@
 Rules (docs/viewer.md "Safety"): the server binds to 127.0.0.1 unless told otherwise; any other
 address, and ``--write``, need a token; when a token is set, every request must carry it, as
 ``Authorization: Bearer TOKEN`` (the JSON API) or the cookie the viewer's sign-in form sets.
+Without a token, a request must name a loopback host: a web page that rebinds its own domain to
+127.0.0.1 (DNS rebinding) sends its own name in ``Host`` and is refused.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import ipaddress
 
 from ..errors import ValidationError
 
-__all__ = ["COOKIE", "DEFAULT_HOST", "MIN_TOKEN_LENGTH", "check_bind", "token_matches"]
+__all__ = ["COOKIE", "DEFAULT_HOST", "MIN_TOKEN_LENGTH", "check_bind", "loopback_host", "token_matches"]
 
 DEFAULT_HOST = "127.0.0.1"
 #: The viewer's cookie holding the token (HttpOnly, SameSite=Strict).
@@ -47,6 +49,16 @@ def check_bind(host: str, *, token: str | None, write: bool) -> None:
         raise ValidationError(
             "--write needs a token (--token): it guards append, revert and erase", field="token"
         )
+
+
+def loopback_host(host_header: str) -> bool:
+    """Whether a ``Host`` header (``name[:port]``, ``[v6]:port``) names this machine's loopback."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.rpartition(":")[0]
+    return _loopback(host)
 
 
 def token_matches(given: str | None, token: str) -> bool:

@@ -109,6 +109,9 @@ def sessions_page(request: Request, after: str | None = None) -> HTMLResponse:
 @views.get("/sessions/{session_id}", response_class=HTMLResponse)
 def session_page(request: Request, session_id: str) -> HTMLResponse:
     store = store_of(request)
+    receipt = store.erasure(session_id)
+    if receipt is not None:  # the log is gone: its receipt is what there is to see
+        return render(request, "erased.html", status=410, receipt=receipt.to_dict())
     info = store.get_session(session_id)
     session = Session(store, session_id)
     report = audit(session)
