@@ -236,7 +236,7 @@ class SessionStoreSessionService(BaseSessionService):
     session object that is older than what is stored raises ``StaleSessionError``.
     ``delete_session`` erases the session (``erase_session`` returns the receipts).
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.3.0
     """
 
     def __init__(
@@ -286,7 +286,7 @@ class SessionStoreSessionService(BaseSessionService):
 
         def writes(store: SessionStore) -> list[SessionWrite]:
             self._ensure_streams(store, key)
-            own = SessionWrite(
+            creation = SessionWrite(
                 key.store_id,
                 [created],
                 create=True,
@@ -295,7 +295,7 @@ class SessionStoreSessionService(BaseSessionService):
                 user=key.user_id,
                 external_id=key.session_id,
             )
-            return [own, *self._scope_writes(store, key, app, user, None, None)]
+            return [creation, *self._scope_writes(store, key, app, user, None, None)]
 
         def create(store: SessionStore) -> Session:
             try:
@@ -475,8 +475,8 @@ class SessionStoreSessionService(BaseSessionService):
         def writes(store: SessionStore) -> list[SessionWrite]:
             if app or user:
                 self._ensure_streams(store, key)
-            own = SessionWrite(key.store_id, [recorded], expected_seq=expected)
-            return [own, *self._scope_writes(store, key, app, user, event.id, str(recorded.event_id))]
+            stored = SessionWrite(key.store_id, [recorded], expected_seq=expected)
+            return [stored, *self._scope_writes(store, key, app, user, event.id, str(recorded.event_id))]
 
         def append(store: SessionStore) -> tuple[int, bool]:
             nonlocal expected
