@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import io
 import json
+import os
+import shlex
+import struct
 import subprocess
 import sys
+import termios
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from sessionstore.cli import main
+from sessionstore.cli._output import pager_command, use_color
 
 
 def _run(*argv: str) -> tuple[int, str]:
@@ -139,3 +145,205 @@ class TestHelpAndVersion:
 
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == [True, True, True, "sessionstore.audit._audit"]
+
+
+def _on_terminal(*argv: str, env: dict[str, str], rows: int = 12, cols: int = 100) -> str:
+    """Run the CLI with a pseudo-terminal as stdin, stdout and stderr; what the terminal shows."""
+    master, replica = os.openpty()
+    fcntl.ioctl(replica, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    command = [sys.executable, "-m", "sessionstore", *argv]
+    with subprocess.Popen(command, stdin=replica, stdout=replica, stderr=replica, env=env) as process:
+        os.close(replica)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+        process.wait(timeout=60)
+    os.close(master)
+    return shown.decode()
+
+
+def _env(**changes: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NO_COLOR", "PAGER", "SESSIONSTORE_PAGER", "COLUMNS", "LINES")
+    }
+    env["TERM"] = "xterm"
+    return {**env, **changes}
+
+
+class TestEventsFilters:
+    def test_type_tail_and_since_select_events(self, db: str) -> None:
+        """--type keeps one type (repeatable), --tail N the last N, --since SEQ those after SEQ."""
+        _run("append", "--db", db, "s-1", "--text", "third")
+
+        def seqs(*options: str) -> list[int]:
+            code, out = _run("events", "s-1", "--db", db, "--json", *options)
+            assert code == 0
+            return [json.loads(line)["seq"] for line in out.splitlines()]
+
+        assert seqs() == [1, 2, 3]
+        assert seqs("--tail", "2") == [2, 3]
+        assert seqs("--tail", "0") == []
+        assert seqs("--since", "1") == [2, 3]
+        assert seqs("--since", "3") == []
+        assert seqs("--type", "message_appended", "--tail", "1") == [3]
+        assert seqs("--type", "session_started") == []
+        assert seqs("--since", "1", "--tail", "5") == [2, 3]
+
+    def test_a_negative_tail_is_a_usage_error(self, db: str, capsys: pytest.CaptureFixture[str]) -> None:
+        """`--tail -1` and `--since x` are refused by the parser (exit 2), naming the value."""
+        with pytest.raises(SystemExit) as exited:
+            _run("events", "s-1", "--db", db, "--since", "x")
+
+        assert exited.value.code == 2
+        assert "'x'" in capsys.readouterr().err
+
+
+class TestTerminalOutput:
+    def test_colour_only_on_a_terminal_and_never_with_no_color(self) -> None:
+        """use_color: a terminal yes, a pipe or NO_COLOR or TERM=dumb no."""
+        master, replica = os.openpty()
+        try:
+            with open(replica, "w", closefd=False) as tty:
+                assert use_color(tty, {"TERM": "xterm"}) is True
+                assert use_color(tty, {"TERM": "xterm", "NO_COLOR": "1"}) is False
+                assert use_color(tty, {"TERM": "dumb"}) is False
+                assert use_color(tty, {"TERM": "xterm", "NO_COLOR": ""}) is True  # empty: unset
+            assert use_color(io.StringIO(), {"TERM": "xterm"}) is False
+        finally:
+            os.close(master)
+            os.close(replica)
+
+    def test_events_on_a_terminal_are_coloured_unless_no_color(self, db: str) -> None:
+        """The real CLI on a pseudo-terminal: ANSI colour, none with NO_COLOR, none in a pipe."""
+        coloured = _on_terminal("events", "s-1", "--db", db, env=_env())
+        plain = _on_terminal("events", "s-1", "--db", db, env=_env(NO_COLOR="1"))
+        piped = _python_m("events", "s-1", "--db", db, env=_env())
+
+        assert "\033[" in coloured and "message_appended" in coloured
+        assert "\033[" not in plain and "message_appended" in plain
+        assert "\033[" not in piped.stdout
+
+    def test_lines_fit_the_terminal_width(self, db: str) -> None:
+        """On a 60-column terminal no line of `events` or `show` is wider than 60."""
+        _run("append", "--db", db, "s-1", "--text", "word " * 200)
+        shown = _on_terminal("events", "s-1", "--db", db, env=_env(NO_COLOR="1"), cols=60)
+        shown += _on_terminal("show", "s-1", "--db", db, env=_env(NO_COLOR="1"), cols=60)
+        lines = shown.replace("\r", "").splitlines()
+
+        assert len(lines) >= 6
+        assert max(len(line) for line in lines) <= 60
+
+    def test_tables_fit_the_terminal_width(self, db: str) -> None:
+        """The /context table is drawn for the terminal's width (COLUMNS)."""
+        narrow = _python_m("context", "s-1", "--db", db, "--breakdown", env=_env(COLUMNS="50"))
+
+        assert narrow.returncode == 0, narrow.stderr
+        assert max(len(line) for line in narrow.stdout.splitlines()) <= 50
+
+
+class TestPager:
+    @pytest.mark.parametrize(
+        ("lines", "terminal", "no_pager", "environ", "expected"),
+        [
+            (100, True, False, {}, "less"),
+            (100, True, False, {"PAGER": "more"}, "more"),
+            (100, True, False, {"PAGER": "more", "SESSIONSTORE_PAGER": "less -S"}, "less -S"),
+            (100, False, False, {}, None),  # a pipe or a file
+            (100, True, True, {}, None),  # --no-pager
+            (10, True, False, {}, None),  # fits the screen
+            (24, True, False, {}, "less"),  # one line too many: the prompt needs one
+            (100, True, False, {"PAGER": "cat"}, None),
+            (100, True, False, {"PAGER": ""}, None),
+        ],
+    )
+    def test_the_pager_decision(
+        self, lines: int, terminal: bool, no_pager: bool, environ: dict[str, str], expected: str | None
+    ) -> None:
+        """Like git: only on a terminal, only longer than the screen, PAGER respected."""
+        chosen = pager_command(lines, is_terminal=terminal, no_pager=no_pager, rows=24, environ=environ)
+
+        assert chosen == expected
+
+    def test_long_output_on_a_terminal_goes_through_the_pager(self, db: str, tmp_path: Path) -> None:
+        """On a 12-row terminal, 30 events go to $PAGER; with --no-pager they go to the terminal."""
+        for n in range(30):
+            _run("append", "--db", db, "s-1", "--text", f"message {n}")
+        paged = tmp_path / "paged.txt"
+        env = _env(PAGER=f"cat > {paged}", NO_COLOR="1")
+
+        shown = _on_terminal("events", "s-1", "--db", db, env=env)
+        assert paged.read_text().count("message_appended") == 32
+        assert "message_appended" not in shown
+        paged.unlink()
+
+        direct = _on_terminal("events", "s-1", "--db", db, "--no-pager", env=env)
+        short = _on_terminal("events", "s-1", "--db", db, "--tail", "3", env=env)
+
+        assert not paged.exists()
+        assert direct.count("message_appended") == 32
+        assert short.count("message_appended") == 3
+
+
+class TestCompletion:
+    def _complete(self, script: str, *words: str) -> list[str]:
+        """Run bash with the generated script and complete ``words`` (the last one being typed)."""
+        probe = (
+            script
+            + f"COMP_WORDS=({' '.join(shlex.quote(w) for w in ('sessionstore', *words))})\n"
+            + 'COMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n_sessionstore\necho "${COMPREPLY[@]}"\n'
+        )
+        done = subprocess.run(
+            ["bash", "--norc", "--noprofile"], input=probe, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    def test_bash_completes_commands_actions_and_options(self) -> None:
+        """`sessionstore completion bash`, sourced in bash, completes what the parser has."""
+        script = _python_m("completion", "bash").stdout
+
+        assert self._complete(script, "ev") == ["events"]
+        assert self._complete(script, "--db", "x.db", "pl") == ["plot"]
+        assert self._complete(script, "db", "") == ["upgrade", "downgrade", "current"]
+        assert set(self._complete(script, "events", "S", "--t")) == {"--type", "--tail", "--table-prefix"}
+        assert self._complete(script, "events", "") == []  # a value: the shell's file names
+        assert "completion" in self._complete(script, "")
+
+    def test_zsh_and_fish_scripts_name_every_command(self) -> None:
+        """zsh loads the bash script through bashcompinit; fish gets one `complete` per command."""
+        from sessionstore.cli._main import _parser
+
+        commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+        zsh = _python_m("completion", "zsh").stdout
+        fish = _python_m("completion", "fish").stdout
+
+        assert (
+            zsh.startswith("# zsh")
+            and "bashcompinit" in zsh
+            and "complete -o default -F _sessionstore" in zsh
+        )
+        for name in commands:
+            assert f"-a {name} -d " in fish, name
+        assert "__fish_seen_subcommand_from events' -l tail" in fish
+
+
+def test_compact_says_what_it_did_and_how_to_undo_it(db: str) -> None:
+    """The text output names the boundary event (as --json does) and the revert that undoes it."""
+    for n in range(4):
+        _run("append", "--db", db, "s-1", "--text", f"question {n} " * 50)
+        _run("append", "--db", db, "s-1", "--text", f"answer {n} " * 50, "--role", "assistant")
+
+    code, out = _run("compact", "s-1", "--db", db)
+    boundary = json.loads(_run("events", "s-1", "--db", db, "--json", "--type", "compact_boundary")[1])
+
+    assert code == 0
+    assert f"boundary {boundary['event_id']}" in out
+    assert f"undo with `sessionstore revert s-1 {boundary['event_id']}`" in out

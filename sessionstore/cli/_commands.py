@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from ..audit import audit, served_request, view_diff
+from ..audit import audit, context_breakdown, served_request, view_diff
 from ..checkpoints import FileHistory, RewindResult
 from ..claude_code import compare_all_sent, compare_sent
 from ..errors import (
@@ -28,6 +28,7 @@ from ..projections import Session, SessionConfig, WindowConfig
 from ..store import (
     MASTER_KEY_ENV,
     EnvKeyProvider,
+    RecordedEvent,
     SessionInfo,
     SessionStore,
     create_engine_for_url,
@@ -41,7 +42,9 @@ from ..store import (
 from ._compaction import print_preview, run_revert, summarizer_for
 from ._demo import run_demo
 from ._erasure import run_erase, run_purge
-from ._render import render_audit
+from ._output import style, terminal_width, use_color
+from ._plot import run_plot
+from ._render import render_audit, render_breakdown
 from ._rls import run_command as _run_rls
 from ._serve import run_serve
 from ._transcripts import run_command as _run_interchange
@@ -182,7 +185,8 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         elif compacted.ok:
             print(
                 f"compact ({compacted.strategy}, {summarizer.name}): {compacted.tokens_before} -> "
-                f"{compacted.tokens_after} tokens, boundary {compacted.event_id}",
+                f"{compacted.tokens_after} tokens, boundary {compacted.event_id}; undo with "
+                f"`sessionstore revert {args.session_id} {compacted.event_id}`",
                 file=out,
             )
         else:
@@ -220,15 +224,9 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
             note = " (already stored: nothing written)" if result.deduplicated else ""
             print(f"seqs {list(result.seqs)} positions {list(result.positions)}{note}", file=out)
     elif args.command == "events":
-        for recorded in store.visible_log(args.session_id).read():
-            if args.json:
-                print(json.dumps(recorded.to_dict(), ensure_ascii=False), file=out)
-            else:
-                tokens = "-" if recorded.token_count is None else recorded.token_count
-                print(
-                    f"{recorded.seq:>6}  {recorded.type:<20} tokens={tokens:<6} {recorded.payload[:80]}",
-                    file=out,
-                )
+        _print_events(args, store, out)
+    elif args.command == "plot":
+        return run_plot(args, store, out, width=terminal_width())
     elif args.command == "verify":
         return run_verify(args, store, out)  # chain + snapshots (sessionstore/cli/_verify.py)
     elif args.command == "heads":
@@ -238,6 +236,33 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
     elif args.command == "purge":
         return run_purge(args, store, out)
     return 0
+
+
+def _selected_events(args: argparse.Namespace, store: SessionStore) -> list[RecordedEvent]:
+    """``events``' selection: after ``--since``, of the ``--type``s, the last ``--tail``."""
+    log = store.visible_log(args.session_id)
+    start = (args.since or 0) + 1
+    if args.tail is not None and not args.types:  # read only the tail
+        start = max(start, log.last_seq() - args.tail + 1)
+    events = log.read(start)
+    if args.types:
+        events = [e for e in events if e.type in args.types]
+    if args.tail is not None:
+        events = events[len(events) - args.tail :] if args.tail else []
+    return events
+
+
+def _print_events(args: argparse.Namespace, store: SessionStore, out: TextIO) -> None:
+    color = use_color()
+    width = terminal_width()
+    for recorded in _selected_events(args, store):
+        if args.json:
+            print(json.dumps(recorded.to_dict(), ensure_ascii=False), file=out)
+            continue
+        tokens = "-" if recorded.token_count is None else recorded.token_count
+        head = f"{recorded.seq:>6}  {recorded.type:<20} tokens={tokens:<6} "
+        payload = recorded.payload[: max(0, width - len(head))]  # one line, as wide as the terminal
+        print(style(head[:width], "36", color=color) + payload, file=out)
 
 
 def _print_json(out: TextIO, value: object) -> None:
@@ -273,6 +298,13 @@ def _describe(payload: dict[str, Any]) -> str:
 
 def _run_views(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     session = Session(store, args.session_id)
+    if args.command == "context" and args.breakdown:
+        breakdown = context_breakdown(session)
+        if args.json:
+            _print_json(out, breakdown.to_dict())
+        else:
+            render_breakdown(breakdown, out)
+        return 0
     if args.command == "context":
         request = session.request(cache_control=args.cache_control)
         tokens = session.token_state().to_dict()
@@ -286,6 +318,7 @@ def _run_views(args: argparse.Namespace, store: SessionStore, out: TextIO) -> in
                 file=out,
             )
         return 0
+    width = terminal_width()
     for entry in session.transcript:
         if args.json:
             _print_json(
@@ -301,7 +334,8 @@ def _run_views(args: argparse.Namespace, store: SessionStore, out: TextIO) -> in
         role = entry.payload.get("role", "")
         flags = "".join(f" ({f})" for f in ("is_meta", "is_sidechain") if entry.payload.get(f))
         line = _describe(entry.payload).replace("\n", " ")
-        print(f"{entry.seq:>6}  {entry.type:<18} {role:<9}{flags} {line[:160]}", file=out)
+        head = f"{entry.seq:>6}  {entry.type:<18} {role:<9}{flags} "
+        print((head + line)[:width], file=out)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
@@ -29,7 +30,11 @@ from ..errors import (
     DataCorruptionError,
     SessionStoreError,
 )
+from ._completion import add_commands as _add_completion_commands
+from ._completion import run_completion
 from ._erasure import add_commands as _add_erasure_commands
+from ._output import PAGED_COMMANDS, page
+from ._plot import add_commands as _add_plot_commands
 from ._rls import add_commands as _add_rls_commands
 from ._serve import add_command as _add_serve_command
 from ._transcripts import add_commands as _add_interchange_commands
@@ -66,6 +71,12 @@ def _add_db(parser: argparse.ArgumentParser, *, default: object = argparse.SUPPR
         metavar="NAME",
         default=default,
         help="PostgreSQL schema of sessionstore's tables (default: the connection's, or the URL's schema=)",
+    )
+    parser.add_argument(
+        "--no-pager",
+        action="store_true",
+        default=default if default is argparse.SUPPRESS else False,
+        help="never page long output (default: page on a terminal when it is longer than the screen)",
     )
 
 
@@ -130,6 +141,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(events)
     events.add_argument("session_id")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
+    events.add_argument(
+        "--type", action="append", dest="types", metavar="TYPE", help="only events of this type (repeatable)"
+    )
+    events.add_argument("--tail", type=_count, metavar="N", help="only the last N (after --type)")
+    events.add_argument("--since", type=_count, metavar="SEQ", help="only events after seq SEQ")
 
     verify = commands.add_parser(
         "verify", help="check hash chains and projection snapshots (one session, or all)"
@@ -161,6 +177,9 @@ def _parser() -> argparse.ArgumentParser:
     context.add_argument("session_id")
     context.add_argument("--json", action="store_true", help='print {"request": ..., "tokens": ...}')
     context.add_argument("--cache-control", action="store_true", help="add prompt-cache breakpoints")
+    context.add_argument(
+        "--breakdown", action="store_true", help="a /context table instead: tokens by category, free space"
+    )
 
     show = commands.add_parser("show", help="a readable transcript of everything in the session")
     _add_db(show)
@@ -252,6 +271,8 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_interchange_commands(commands, _add_db)  # import, export (sessionstore/cli/_transcripts.py)
     _add_serve_command(commands, _add_db)  # serve: the JSON API and the viewer (sessionstore/cli/_serve.py)
+    _add_plot_commands(commands, _add_db)  # plot (sessionstore/cli/_plot.py)
+    _add_completion_commands(commands, _add_db)  # completion (sessionstore/cli/_completion.py)
 
     checkpoints = commands.add_parser("checkpoints", help="file checkpoints and what each turn changed")
     _add_db(checkpoints)
@@ -304,6 +325,13 @@ def _describe_commands(parser: argparse.ArgumentParser) -> None:
                 _describe_commands(sub)
 
 
+def _count(value: str) -> int:
+    """``--tail N``, ``--since SEQ``: a non-negative integer (argparse makes the error a usage error)."""
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, not {value!r}")
+    return int(value)
+
+
 def _expected(value: str) -> int | str:
     """``--expected``: a seq or ``any`` (argparse turns the error into a usage error)."""
     if value == "any":
@@ -347,8 +375,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     exits with ``EXIT_INTEGRITY``; Ctrl-C prints one line and exits with ``EXIT_INTERRUPTED``.
     Usage errors are argparse's (``EXIT_USAGE``).
     """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "completion":  # made from the parser: no database, nothing else to load
+        return run_completion(parser, args.shell, out or sys.stdout)
+    paged = None
+    if out is None and args.command in PAGED_COMMANDS and not args.no_pager and sys.stdout.isatty():
+        paged = out = io.StringIO()  # shown once complete: through the pager if longer than the screen
     out = out or sys.stdout
-    args = _parser().parse_args(argv)
     try:
         from ._commands import run  # the layers load only once the command line parsed
 
@@ -365,6 +399,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _fail(_file_problem(e), EXIT_ERROR)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
+    finally:
+        if paged is not None:  # what the command printed, also when it failed half way
+            page(paged.getvalue(), no_pager=False)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the console script
