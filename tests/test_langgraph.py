@@ -285,12 +285,18 @@ class TestBadInput:
 MASTER = LocalKeyProvider(bytes(range(32)))
 
 
-def _put(saver: SessionStoreSaver, thread: str, values: dict[str, Any], parent: Any = None) -> Any:
-    """Put a checkpoint whose every channel is new (version: one more than the parent's)."""
+def _put(
+    saver: SessionStoreSaver,
+    thread: str,
+    values: dict[str, Any],
+    parent: Any = None,
+    version: int | None = None,
+) -> Any:
+    """Put a checkpoint whose every channel is new (version 1, or 2 after a parent, or ``version``)."""
     config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     if parent is not None:
         config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-    versions = {k: (2 if parent is not None else 1) for k in values}
+    versions = {k: version or (2 if parent is not None else 1) for k in values}
     checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
     return saver.put(config, checkpoint, {"source": "loop", "step": 0}, versions)
 
@@ -402,3 +408,25 @@ def test_the_command_line_verifies_and_audits_a_thread_without_langgraph(tmp_pat
 
     assert done.returncode == 0, done.stderr
     assert "ok" in done.stdout
+
+
+def test_a_saver_with_more_threads_than_it_keeps_reads_each_back(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saver keeps the folds of its most recently used threads only; a thread it let go is
+    read back from the log, its list channel included."""
+    monkeypatch.setattr("sessionstore.bridges.langgraph._log._THREADS_KEPT", 2)
+    saver = SessionStoreSaver(store)
+    heads = {}
+    for thread in ("t-a", "t-b", "t-c"):
+        first = _put(saver, thread, {"messages": [f"{thread} 1"]})
+        heads[thread] = _put(saver, thread, {"messages": [f"{thread} 1", f"{thread} 2"]}, parent=first)
+    for thread in ("t-a", "t-b", "t-c", "t-a"):
+        grown = _put(saver, thread, {"messages": [f"{thread} 1", f"{thread} 2", "3"]}, heads[thread], 3)
+        tup = saver.get_tuple(grown)
+
+        assert tup is not None and tup.checkpoint["channel_values"]["messages"] == [
+            f"{thread} 1",
+            f"{thread} 2",
+            "3",
+        ]

@@ -53,8 +53,11 @@ INLINE_MAX = 4096
 SESSION_PREFIX = "langgraph-"
 #: The reason ``delete_thread`` gives its erasure (the receipt keeps it).
 ERASE_REASON = "LangGraph delete_thread"
-#: How many blobs' bytes a saver keeps in memory (a run reads back what it just wrote).
-_BLOBS_KEPT = 4096
+#: How many bytes of blobs a saver keeps in memory (a run reads back what it just wrote).
+_BLOB_BYTES_KEPT = 64 * 1024 * 1024
+#: How many threads' folds a saver keeps (the least recently used go; read again when needed):
+#: a server with many threads holds the busy ones, not every thread it ever touched.
+_THREADS_KEPT = 1024
 #: The session metadata key that names the thread.
 _THREAD_KEY = "langgraph_thread_id"
 
@@ -100,9 +103,10 @@ class CheckpointLog:
         self.serde = serde
         self.tenant = tenant
         self.user = user
-        self._sessions: dict[str, str] = {}
-        self._indexes: dict[str, ThreadIndex] = {}
+        self._sessions: OrderedDict[str, str] = OrderedDict()
+        self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._blob_bytes = 0
         #: (session, namespace, channel) -> (version, item digests, item refs) of the list last
         #: written or read there: the next step's prefix check needs no blob reads.
         self._last_lists: dict[tuple[str, str, str], tuple[str, list[bytes], list[LangGraphValue]]] = {}
@@ -134,6 +138,8 @@ class CheckpointLog:
                     )
             with self._lock:
                 self._sessions[thread_id] = sid
+                while len(self._sessions) > _THREADS_KEPT:
+                    self._sessions.popitem(last=False)
             return sid
 
     def _forget(self, thread_id: str, sid: str) -> None:
@@ -149,6 +155,11 @@ class CheckpointLog:
             index = self._indexes.get(sid)
             if index is None:
                 index = self._indexes[sid] = ThreadIndex(sid, thread_id)
+                while len(self._indexes) > _THREADS_KEPT:
+                    evicted, _ = self._indexes.popitem(last=False)
+                    for key in [k for k in self._last_lists if k[0] == evicted]:
+                        del self._last_lists[key]
+            self._indexes.move_to_end(sid)
         for recorded in store.read(sid, index.last_seq + 1):
             index.apply(recorded.seq, recorded.event)
         return index
@@ -178,10 +189,13 @@ class CheckpointLog:
 
     def _keep_blob(self, ref: str, data: bytes) -> None:
         with self._lock:
+            if ref not in self._blobs:
+                self._blob_bytes += len(data)
             self._blobs[ref] = data
             self._blobs.move_to_end(ref)
-            while len(self._blobs) > _BLOBS_KEPT:
-                self._blobs.popitem(last=False)
+            while self._blob_bytes > _BLOB_BYTES_KEPT:
+                _, dropped = self._blobs.popitem(last=False)
+                self._blob_bytes -= len(dropped)
 
     def _stored(self, store: SessionStore, sid: str, kind: str, data: bytes) -> LangGraphValue:
         """``(kind, data)`` as the event holds it: inline when small, else a blob."""
@@ -284,7 +298,8 @@ class CheckpointLog:
         sid = index.session_id
         dumped = [self.serde.dumps_typed(item) for item in items]
         digests = [_digest(kind, data) for kind, data in dumped]
-        at_base = self._list_at(store, index, ns, channel, base)
+        # A version is never its own base (a saver given the same version twice stores it whole).
+        at_base = self._list_at(store, index, ns, channel, base) if base != version else None
         base_digests, base_refs = at_base if at_base is not None else ([], [])
         shared = len(base_digests)
         if at_base is None or shared > len(digests) or digests[:shared] != base_digests:
