@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -318,3 +319,33 @@ def test_compact_from_the_cli_is_refused_when_compaction_is_disabled(
     assert out == ""
     assert "compaction is disabled for session 'k-1'" in capsys.readouterr().err
     assert json.loads(_run("context", "--db", db, "k-1", "--json")[1])["request"] == before
+
+
+def test_demo_on_a_new_file_says_where_it_wrote_and_how_to_remove_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`demo --db FILE` creates and migrates the file, and its hint erases the demo session."""
+    monkeypatch.chdir(tmp_path)
+
+    code, out = _run("demo", "--db", "try.db")
+    hint = next(line for line in out.splitlines() if line.startswith("to remove the demo session: "))
+    command = hint.split(": ", 1)[1].split(" (or delete", 1)[0]
+    erased = _run(*shlex.split(command)[1:])
+
+    assert code == 0
+    assert f"(or delete {tmp_path / 'try.db'}, which the demo created)" in hint
+    assert out.splitlines()[-1].endswith("every check passed")
+    assert erased[0] == 0 and "erased" in erased[1]
+
+
+def test_demo_in_memory_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`demo --db :memory:` says nothing was kept and writes no file, not even the embedded default."""
+    monkeypatch.chdir(tmp_path)
+
+    code, out = _run("demo", "--db", ":memory:")
+    summary = json.loads(_run("demo", "--db", ":memory:", "--json")[1])
+
+    assert code == 0
+    assert "the database was in memory: nothing was kept" in out
+    assert summary["remove"] is None
+    assert list(tmp_path.iterdir()) == []

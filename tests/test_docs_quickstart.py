@@ -63,3 +63,11 @@ def test_quickstart_outputs_are_as_described(tmp_path: Path, monkeypatch: pytest
     out = io.StringIO()
     assert main(["diff", "quickstart", "9", "11"], out=out) == 0
     assert '+     "text": "All 2,000 tests pass."' in out.getvalue()
+
+
+def test_the_install_step_activates_the_virtualenv() -> None:
+    """Every later `sessionstore` line needs it on PATH: the install block activates the venv."""
+    language, install = _blocks()[0]
+
+    assert language == "bash"
+    assert install.splitlines()[-1] == "source .venv/bin/activate"

@@ -24,12 +24,14 @@ import json
 import os
 import random
 import re
+import shlex
 import string
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from ..audit import AuditReport, audit, served_request
@@ -53,7 +55,7 @@ from ..projections import (
     request_bytes,
     validate_request,
 )
-from ..store import SessionStore, open_store
+from ..store import SessionStore, open_store, resolve_url
 from ._render import render_audit
 
 __all__ = ["run_demo"]
@@ -722,6 +724,28 @@ def _header(session: Session, database: str) -> list[str]:
     ]
 
 
+def _new_sqlite_file(resolved: str) -> Path | None:
+    """The SQLite file ``resolved`` names when it does not exist yet (the demo will create it)."""
+    prefix = "sqlite:///"
+    if not resolved.startswith(prefix):
+        return None
+    path = Path(resolved[len(prefix) :].split("?", 1)[0])
+    return None if path.exists() else path
+
+
+def _how_to_remove(
+    session_id: str, url: str | os.PathLike[str] | None, resolved: str, *, new_file: Path | None
+) -> str | None:
+    """One line saying where the demo wrote and how to take it away; None for ``:memory:``."""
+    if resolved == "sqlite://":
+        return None
+    option = f" --db {shlex.quote(os.fspath(url))}" if url is not None else ""
+    line = f"to remove the demo session: sessionstore erase {session_id}{option} --reason demo"
+    if new_file is not None:
+        line += f" (or delete {new_file}, which the demo created)"
+    return line
+
+
 def run_demo(
     url: str | os.PathLike[str] | None,
     out: TextIO,
@@ -742,7 +766,12 @@ def run_demo(
         if not as_json:  # readable output streams turn by turn
             print(line, file=out, flush=True)
 
-    with open_store(url, table_prefix=table_prefix, schema=schema) as store:
+    resolved = resolve_url(url)
+    new_file = _new_sqlite_file(resolved)
+    # A file the demo creates is migrated too: `demo --db ./try.db` runs where nothing was.
+    with open_store(
+        url, table_prefix=table_prefix, schema=schema, migrate=True if new_file else None
+    ) as store:
         database = store.engine.url.render_as_string(hide_password=True)  # type: ignore[attr-defined]
         session = Session.create(
             store,
@@ -761,9 +790,16 @@ def run_demo(
         _play(run)
         report = audit(session)
         results = {"database": database, **_results(run, report, time.perf_counter() - started)}
+    results["remove"] = _how_to_remove(session.id, url, resolved, new_file=new_file)
     if as_json:
         print(json.dumps(results), file=out)
     else:
         render_audit(report, out)
-        print("\n".join(_summary_lines(results)), file=out)
+        *summary, verdict = _summary_lines(results)
+        print(
+            "\n".join(
+                [*summary, results["remove"] or "the database was in memory: nothing was kept", verdict]
+            ),
+            file=out,
+        )
     return 0 if results["ok"] else 2
