@@ -124,6 +124,19 @@ class TestRevertInPlace:
 
         assert resumed.request_bytes() == _without_compactions(store, resumed).request_bytes()
 
+    def test_usage_measured_after_the_compaction_does_not_hide_the_history_coming_back(self) -> None:
+        """ "Used" after the revert counts the restored history on top of the latest usage."""
+        session = _session(6)
+        compacted = compact(session, OfflineSummarizer())
+        session.append([UsageRecorded(input_tokens=compacted.tokens_after, output_tokens=0)])
+
+        revert(session, compacted.event_id)
+
+        used = session.used_tokens()
+        assert compacted.tokens_before - 5 <= used <= compacted.tokens_before + 5
+        rebuilt = Session(session.store, session.id, CONFIG, use_snapshots=False)
+        assert rebuilt.used_tokens() == used
+
     def test_a_reverted_compaction_cannot_be_reverted_again(self) -> None:
         session = _session(2)
         compacted = compact(session, OfflineSummarizer())

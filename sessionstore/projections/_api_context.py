@@ -512,21 +512,20 @@ def _depends_on(
             and message.api_message_id == record.last_assistant_api_id_at
         )
         return bool(record.open_at) or same_round
-    answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
-    return any(tool_id in answered for tool_id in record.open_at)
+    if not record.open_at:
+        return False
+    return any(b.get("type") == "tool_result" and b.get("tool_use_id") in record.open_at for b in blocks)
 
 
 def _note_divergence(state: ApiContextState, message: MessageAppended, blocks: list[Block], seq: int) -> None:
     """Mark each unreverted boundary this message's fold depends on (its revert is then refused)."""
-    state.earlier_compactions = [
-        dataclasses.replace(r, diverged_seq=seq)
-        if not r.diverged_seq and _depends_on(state, r, message, blocks)
-        else r
-        for r in state.earlier_compactions
-    ]
-    record = state.compact
-    if record is not None and not record.diverged_seq and _depends_on(state, record, message, blocks):
-        state.compact = dataclasses.replace(record, diverged_seq=seq)
+    earlier = state.earlier_compactions
+    for at, record in enumerate(earlier):
+        if not record.diverged_seq and _depends_on(state, record, message, blocks):
+            earlier[at] = dataclasses.replace(record, diverged_seq=seq)
+    latest = state.compact
+    if latest is not None and not latest.diverged_seq and _depends_on(state, latest, message, blocks):
+        state.compact = dataclasses.replace(latest, diverged_seq=seq)
 
 
 def _fold_usage(state: ApiContextState, event: RecordedEvent, usage: UsageRecorded) -> None:
@@ -618,11 +617,15 @@ def _revert_compaction(state: ApiContextState, reverted_by: str) -> None:
     """
     record = state.compact
     assert record is not None
+    previous = state.compaction_before_latest
+    if state.usage_total is None:  # no usage measured the compacted request
+        state.usage_total = record.usage_at
+    else:  # the latest usage measured it: what comes back counts as added after that usage
+        state.tokens_since_usage += state.view_tokens_under(previous) - state.view_tokens_under(record)
+        state.blocks_since_usage += state.visible_blocks_under(previous) - state.visible_blocks_under(record)
     state.compact = state.earlier_compactions.pop() if state.earlier_compactions else None
     state.reverted[record.event_id] = reverted_by
     state.compact_failures += record.failures_at
-    if state.usage_total is None:  # no usage measured the compacted request
-        state.usage_total = record.usage_at
     if not record.cleared:
         return
     state.merge_floor = record.merge_floor_at
