@@ -6,6 +6,7 @@ The Claude Code page follows a project folder: here a copy of a transcript the r
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 from pathlib import Path
@@ -80,3 +81,37 @@ def test_the_langgraph_page_runs(
 
     assert printed == promised
     assert namespace["waiting"] == ("review",)
+
+
+def test_the_openai_agents_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/bridges/openai-agents.md: two turns with a tool call, run_sync, a pop and its revert,
+    verify and erasure, as printed."""
+    pytest.importorskip("agents")
+    monkeypatch.chdir(tmp_path)
+    blocks = _blocks(DOCS / "openai-agents.md")
+    assert len(blocks) == 4
+    namespace: dict[str, object] = {}
+    # Runner.run_sync runs on the thread's default event loop and leaves it open: give it one the
+    # test closes (asyncio.run in the other blocks unsets it, hence before each block).
+    loop = asyncio.new_event_loop()
+    try:
+        for code in blocks:
+            asyncio.set_event_loop(loop)
+            exec(compile(code, "openai-agents.md", "exec"), namespace)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    items = namespace["items"]
+    receipts = namespace["receipts"]
+
+    assert namespace["reply"] == "You asked about the weather in Paris."
+    assert [i.get("role") or i["type"] for i in items] == [  # type: ignore[attr-defined]
+        "user", "function_call", "function_call_output", "assistant", "user", "assistant"
+    ]
+    assert namespace["result"].final_output == "Hello again."  # type: ignore[attr-defined]
+    assert [(e.kind, e.reverted_by is not None) for e in namespace["timeline"]] == [  # type: ignore[attr-defined]
+        ("openai_agents_item_popped", True),
+        ("openai_agents_removal_reverted", False),
+    ]
+    assert (namespace["report"].ok, namespace["report"].events_checked) == (True, 7)  # type: ignore[attr-defined]
+    assert (receipts[0].reason, receipts[0].event_count) == ("customer asked", 7)  # type: ignore[index]

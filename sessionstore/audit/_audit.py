@@ -54,7 +54,13 @@ AUDITED = (
     "files_rewind_failed",
     "conversation_rewound",
     "langgraph_checkpoint",
+    # An OpenAI Agents SDK session's removals, and their undoing (sessionstore.bridges.openai_agents).
+    "openai_agents_item_popped",
+    "openai_agents_session_cleared",
+    "openai_agents_removal_reverted",
 )
+#: The events that undo an earlier one (``target_event_id``), marking it ``reverted_by``.
+_REVERTS = ("context_edit_reverted", "openai_agents_removal_reverted")
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,14 @@ def _describe(entry: TranscriptEntry) -> AuditEntry:
     elif kind == "context_edit_reverted":
         what = f"reverted {p['target_type']} {p['target_event_id']}"
         details = {"target_event_id": p["target_event_id"]}
+    elif kind == "openai_agents_item_popped":
+        what = f"pop_item removed item {p['index']} of items added by {p['added_event_id']}"
+        details = {"added_event_id": p["added_event_id"], "index": p["index"]}
+    elif kind == "openai_agents_session_cleared":
+        what = "clear_session removed every item added before it"
+    elif kind == "openai_agents_removal_reverted":
+        what = f"reverted {p['target_type']} {p['target_event_id']}: its items are back"
+        details = {"target_event_id": p["target_event_id"]}
     elif kind == "session_memory_updated":
         what = f"session memory updated through seq {p['last_summarized_seq']}"
         details = {"memory": p["memory"]}
@@ -204,7 +218,7 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
         session = Session(session, session_id)
     transcript = session.transcript
     entries = [e for e in transcript if e.type in AUDITED]
-    reverted = {str(e.payload["target_event_id"]): e for e in entries if e.type == "context_edit_reverted"}
+    reverted = {str(e.payload["target_event_id"]): e for e in entries if e.type in _REVERTS}
     served = [int(e.payload["through_seq"]) for e in transcript if e.type == "context_served"]
     compactions = _compactions(session, transcript)
     staged = {e.event_id: e.payload for e in entries if e.type == "collapse_staged"}

@@ -60,6 +60,12 @@ from ._langgraph import (
     LangGraphWrite,
     LangGraphWritesSaved,
 )
+from ._openai_agents import (
+    OpenAIAgentsItemPopped,
+    OpenAIAgentsItemsAdded,
+    OpenAIAgentsRemovalReverted,
+    OpenAIAgentsSessionCleared,
+)
 from ._source import (
     FileHistoryRecorded,
     ImportedEntry,
@@ -98,6 +104,10 @@ __all__ = [
     "MessageAppended",
     "MicrocompactApplied",
     "OpaqueEntry",
+    "OpenAIAgentsItemPopped",
+    "OpenAIAgentsItemsAdded",
+    "OpenAIAgentsRemovalReverted",
+    "OpenAIAgentsSessionCleared",
     "PlanUpdated",
     "QuerySource",
     "ReactiveRecovery",
