@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
@@ -430,3 +431,24 @@ def test_a_saver_with_more_threads_than_it_keeps_reads_each_back(
             f"{thread} 2",
             "3",
         ]
+
+
+@pytest.mark.parametrize("length", [0, 1, 15, 16, 17, 300])
+def test_a_list_of_messages_reads_back_equal(store: SessionStore, length: int) -> None:
+    """A list channel of LangChain messages and dicts reads back equal, grown by one item and
+    from a fresh saver, whatever its length (msgpack's array headers change at 16 and 65,536)."""
+    saver = SessionStoreSaver(store)
+    items: list[Any] = [
+        HumanMessage(content=f"m{i}", id=str(i)) if i % 2 else {"k": i, "v": [1.5, None]}
+        for i in range(length)
+    ]
+    first = _put(saver, "t-4", {"messages": items})
+    grown = _put(saver, "t-4", {"messages": [*items, AIMessage(content="last")]}, parent=first)
+    fresh = SessionStoreSaver(store)
+    before, after = fresh.get_tuple(first), fresh.get_tuple(grown)
+
+    assert before is not None and before.checkpoint["channel_values"]["messages"] == items
+    assert after is not None and after.checkpoint["channel_values"]["messages"] == [
+        *items,
+        AIMessage(content="last"),
+    ]

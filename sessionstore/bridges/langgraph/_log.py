@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ...errors import SessionErasedError, SessionExistsError, SessionNotFoundError, ValidationError
 from ...events import (
@@ -90,6 +91,15 @@ def _digest(kind: str, data: bytes) -> bytes:
     """What identifies a serialized value whatever the store hashes (an encrypted store keys
     its blob hashes): used to find the prefix a list shares with its parent version."""
     return hashlib.sha256(kind.encode() + b"\0" + data).digest()
+
+
+def _msgpack_array_header(length: int) -> bytes:
+    """The msgpack header of an array of ``length`` items (fixarray, array 16, array 32)."""
+    if length < 16:
+        return bytes([0x90 | length])
+    if length < 2**16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
 
 
 class CheckpointLog:
@@ -413,10 +423,20 @@ class CheckpointLog:
                         [_digest(kind, data) for kind, data in dumped],
                         list(refs),
                     )
-                values[channel] = [self.serde.loads_typed(item) for item in dumped]
+                values[channel] = self._decode_list(dumped)
             elif stored.value is not None and stored.value.kind != "empty":
                 values[channel] = self._load(store, sid, stored.value)
         return values
+
+    def _decode_list(self, dumped: list[tuple[str, bytes]]) -> list[Any]:
+        """The list whose items are ``dumped``. With LangGraph's own serializer and msgpack items,
+        one decode of the items joined under a msgpack array header: msgpack packs a list as that
+        header and its items' bytes, so it is the very value, decoded ~50x faster than item by item."""
+        if type(self.serde) is JsonPlusSerializer and all(kind == "msgpack" for kind, _ in dumped):
+            joined = _msgpack_array_header(len(dumped)) + b"".join(data for _, data in dumped)
+            decoded: list[Any] = self.serde.loads_typed(("msgpack", joined))
+            return decoded
+        return [self.serde.loads_typed(item) for item in dumped]
 
     def list(
         self,
