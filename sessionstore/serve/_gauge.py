@@ -37,7 +37,8 @@ class GaugeLine:
 
 @dataclass(frozen=True)
 class GaugeMarker:
-    """A stage that fired before ``turn``'s request, drawn on that turn's point."""
+    """A stage that fired before ``turn``'s request, drawn on that turn's point (``y``), the
+    turn's later stages stacked above its first."""
 
     turn: int
     kind: str
@@ -89,11 +90,10 @@ def gauge(timeline: TokenTimeline) -> Gauge:
             stage.tokens_freed,
             stage.reverted_by is not None,
             x(t.turn),
-            y(t.used),
+            y(t.used) - 10 * index,
         )
         for t in turns
-        for stage in t.stages
-        if stage.kind in MARKED
+        for index, stage in enumerate(s for s in t.stages if s.kind in MARKED)
     ]
     step = max(1, len(turns) // 12)
     ticks = [(t.turn, x(t.turn)) for t in turns if (t.turn - 1) % step == 0]

@@ -51,7 +51,7 @@ STATIC = {
 
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
-    """``template`` rendered with ``context``, whether writes are on, and the app's title."""
+    """``template`` rendered with ``context`` and whether writes are on."""
     html = ENV.get_template(template).render(write=request.app.state.write, **context)
     return HTMLResponse(html, status_code=status)
 
