@@ -452,9 +452,11 @@ def _wait_until_blocked_by(store: SessionStore, holder_pid: int, timeout: float)
     with store.engine.connect() as observer:  # type: ignore[attr-defined]
         observer.execution_options(isolation_level="AUTOCOMMIT")
         while time.monotonic() < deadline:
-            rows = observer.execute(query, {"holder": holder_pid}).all()
+            # A backend can show as waiting before its query text is published (an empty
+            # ``query`` was seen under load): wait for the text too.
+            rows = [row for row in observer.execute(query, {"holder": holder_pid}) if row.query]
             if rows:
-                return list(rows)
+                return rows
             time.sleep(0.02)
     return []
 
