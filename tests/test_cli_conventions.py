@@ -347,3 +347,51 @@ def test_compact_says_what_it_did_and_how_to_undo_it(db: str) -> None:
     assert code == 0
     assert f"boundary {boundary['event_id']}" in out
     assert f"undo with `sessionstore revert s-1 {boundary['event_id']}`" in out
+
+
+class TestProgress:
+    def _transcript(self, tmp_path: Path) -> Path:
+        path = tmp_path / "small.jsonl"
+        parent = None
+        with path.open("w") as f:
+            for n in range(5):
+                uuid = f"00000000-0000-4000-8000-{n:012d}"
+                entry = {
+                    "type": "user",
+                    "uuid": uuid,
+                    "parentUuid": parent,
+                    "sessionId": "small-session",
+                    "message": {"role": "user", "content": f"line {n}"},
+                }
+                f.write(json.dumps(entry) + "\n")
+                parent = uuid
+        return path
+
+    def test_import_on_a_terminal_shows_the_read_and_write_phases(self, db: str, tmp_path: Path) -> None:
+        """rich's bars on stderr: the file count and size read, then the lines written."""
+        path = self._transcript(tmp_path)
+
+        shown = _on_terminal("import", "--db", db, str(path), env=_env(NO_COLOR="1"))
+
+        assert "reading 1 file (" in shown and "bytes), lines" in shown
+        assert "writing events, lines" in shown and "5/5" in shown
+        assert "small-session: 5 lines" in shown
+
+    def test_verify_of_every_session_counts_them_on_a_terminal(self, db: str) -> None:
+        """`verify` without a session draws a counting bar on stderr."""
+        shown = _on_terminal("verify", "--db", db, "--no-pager", env=_env(NO_COLOR="1"))
+
+        assert "verifying sessions" in shown and "1/?" in shown
+        assert "1 sessions verified: 1 ok" in shown
+
+    def test_no_progress_is_drawn_off_a_terminal(self, db: str, tmp_path: Path) -> None:
+        """Piped, stderr stays empty: the results alone, on stdout."""
+        path = self._transcript(tmp_path)
+
+        imported = _python_m("import", "--db", db, str(path), env=_env())
+        verified = _python_m("verify", "--db", db, env=_env())
+        purged = _python_m("purge", "--db", db, "--older-than", "1d", "--dry-run", env=_env())
+
+        assert imported.returncode == verified.returncode == purged.returncode == 0
+        assert imported.stderr == verified.stderr == purged.stderr == ""
+        assert imported.stdout.startswith("small-session: 5 lines")

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, TextIO
 
 from ..errors import EXIT_OK, ValidationError
+from ._progress import spinner
 
 if TYPE_CHECKING:  # the parser is built without the store (a fast --help)
     from ..store import ErasureReceipt, SessionStore
@@ -96,7 +97,9 @@ def run_purge(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int
     """``purge --older-than AGE [--tenant T] [--reason TEXT] [--dry-run] [--json]``."""
     age = parse_age(args.older_than)
     reason = args.reason or f"retention: older than {args.older_than}"
-    plan = store.purge_expired(age, reason=reason, dry_run=args.dry_run, tenant=args.tenant)
+    doing = "finding" if args.dry_run else "erasing"
+    with spinner(f"{doing} the sessions idle for longer than {args.older_than}"):
+        plan = store.purge_expired(age, reason=reason, dry_run=args.dry_run, tenant=args.tenant)
     if args.dry_run:
         for sid in plan.expired:
             line = f"{sid} would be erased"

@@ -7,6 +7,7 @@ printing, so the CLI's main module only registers and dispatches them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import ValidationError
+from ._progress import ImportBars, on_terminal, spinner
 
 if TYPE_CHECKING:  # the parser is built without them (a fast --help); the commands import them
     from ..claude_code import ImportReport
@@ -120,20 +122,23 @@ def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
         raise ValidationError("--until-idle needs --follow", field="until_idle")
     from ..claude_code import import_claude_code
 
-    show = args.progress or sys.stderr.isatty()
-    progress = _StderrProgress(sys.stderr) if show else None
+    # On a terminal, rich's bars (files and bytes read, then lines written); `--progress` off a
+    # terminal (a log file), one plain percentage line.
+    bars = ImportBars(args.paths) if on_terminal() else None
+    plain = _StderrProgress(sys.stderr) if args.progress and bars is None else None
     try:
-        report = import_claude_code(
-            store,
-            args.paths,
-            skip_bad_lines=args.skip_bad_lines,
-            progress=progress,
-            tenant=args.tenant,
-            user=args.user,
-        )
+        with bars or contextlib.nullcontext():
+            report = import_claude_code(
+                store,
+                args.paths,
+                skip_bad_lines=args.skip_bad_lines,
+                progress=bars or plain,
+                tenant=args.tenant,
+                user=args.user,
+            )
     finally:
-        if progress is not None:
-            progress.end_line()  # an error or Ctrl-C then prints on a line of its own
+        if plain is not None:
+            plain.end_line()  # an error or Ctrl-C then prints on a line of its own
     _print_report(report, args.json, out)
     return 0
 
@@ -192,6 +197,11 @@ def _run_follow(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
 
 
 def _run_export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
+    with spinner(f"exporting {args.session_id}"):
+        return _export(args, store, out)
+
+
+def _export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     from ..claude_code import export_claude_code, write_claude_code
 
     if args.dir is not None:

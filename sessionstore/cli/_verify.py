@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from ..audit import all_heads, format_head, missing_session, read_heads, verify_all, verify_session
 from ..errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, SessionNotFoundError
 from ..store import ChainHead, SessionStore
+from ._progress import counting
 
 __all__ = ["run_heads", "run_verify"]
 
@@ -61,13 +62,15 @@ def run_verify(args: argparse.Namespace, store: SessionStore, out: TextIO) -> in
     total = failed = 0
     rows: list[dict[str, Any]] = []
     heads = read_heads(args.heads) if args.heads is not None else None
-    for result in verify_all(store, heads=heads):
-        total += 1
-        failed += not result.ok
-        if args.json:
-            rows.append(result.to_dict())
-        else:
-            print(result.summary(), file=out, flush=True)  # a line as each session is done
+    with counting("verifying sessions") as bar:
+        for result in verify_all(store, heads=heads):
+            bar.advance()
+            total += 1
+            failed += not result.ok
+            if args.json:
+                rows.append(result.to_dict())
+            else:
+                print(result.summary(), file=out, flush=True)  # a line as each session is done
     if args.json:
         print(json.dumps({"sessions": rows, "total": total, "failed": failed, "ok": not failed}), file=out)
     else:
