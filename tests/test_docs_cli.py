@@ -26,3 +26,30 @@ def test_every_command_has_a_section_and_an_example() -> None:
         assert f"sessionstore {name} " in text.split(f"### `sessionstore {name}`", 1)[1], name
         for action in _subcommands(sub):  # db upgrade / current / downgrade
             assert f"`{name} {action}" in text, f"docs/cli.md does not describe `{name} {action}`"
+
+
+def test_the_conventions_section_lists_every_convention() -> None:
+    """docs/cli.md "Conventions" names each thing every command does the same way."""
+    section = CLI_DOC.read_text().split("## Conventions", 1)[1].split("\n## ", 1)[0]
+
+    for needle in (
+        "`--db`",
+        "before or after",
+        "`--version`",
+        "`python -m sessionstore`",
+        "one-line description",
+        "`sessionstore completion bash|zsh|fish`",
+        "fit the terminal",
+        "`NO_COLOR`",
+        "pager",
+        "`--no-pager`",
+        "`--type TYPE`",
+        "`--since SEQ`",
+        "`--tail N`",
+        "progress bars",
+        "`demo --db :memory:`",
+        "source .venv/bin/activate",
+        "sessionstore revert SESSION EVENT_ID",
+        "python -X importtime -m sessionstore --help",
+    ):
+        assert needle in section, needle
