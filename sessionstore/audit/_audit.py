@@ -37,8 +37,8 @@ __all__ = [
     "view_diff",
 ]
 
-#: Event types that change (or try to change) what the model sees, and file rewinds.
-AUDITED = (
+#: Event types of the context stages: what changes (or tries to change) what the model sees.
+CONTEXT_OPERATIONS = (
     "tool_result_persisted",
     "snip_applied",
     "microcompact_applied",
@@ -49,6 +49,11 @@ AUDITED = (
     "session_memory_updated",
     "compact_boundary",
     "compact_failed",
+)
+#: Everything the audit lists: the context operations, file rewinds, forks and bridged frameworks'
+#: own operations.
+AUDITED = (
+    *CONTEXT_OPERATIONS,
     "files_rewind_started",
     "files_rewound",
     "files_rewind_failed",

@@ -17,7 +17,7 @@ from typing import Any
 from ..projections import Session, TokenWindow, token_state, token_window
 from ..projections._api_context import COLLAPSE_PREFIX, COMPACT_SUMMARY_PREFIX
 from ..store import SessionStore
-from ._audit import AuditEntry, audit
+from ._audit import CONTEXT_OPERATIONS, AuditEntry, audit
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",
@@ -31,20 +31,7 @@ __all__ = [
 ]
 
 #: Audited operations that change what the model sees (file rewinds and forks are not stages).
-STAGE_KINDS = frozenset(
-    {
-        "tool_result_persisted",
-        "snip_applied",
-        "microcompact_applied",
-        "server_edits_applied",
-        "collapse_staged",
-        "collapse_committed",
-        "context_edit_reverted",
-        "session_memory_updated",
-        "compact_boundary",
-        "compact_failed",
-    }
-)
+STAGE_KINDS = frozenset(CONTEXT_OPERATIONS)
 
 #: The categories of ``context_breakdown``, in the order the rows come.
 BREAKDOWN_CATEGORIES = ("system", "tools", "messages", "tool results", "summaries")
