@@ -368,12 +368,14 @@ class TestProgress:
         return path
 
     def test_import_on_a_terminal_shows_the_read_and_write_phases(self, db: str, tmp_path: Path) -> None:
-        """rich's bars on stderr: the file count and size read, then the lines written."""
+        """rich's bars on stderr: each file as it is read (name, bytes, lines), then the lines written."""
         path = self._transcript(tmp_path)
 
         shown = _on_terminal("import", "--db", db, str(path), env=_env(NO_COLOR="1"))
 
-        assert "reading 1 file (" in shown and "bytes), lines" in shown
+        size = path.stat().st_size
+        assert "reading 1 of 1 file, 5 lines: small.jsonl" in shown
+        assert f"{size}/{size} bytes" in shown
         assert "writing events, lines" in shown and "5/5" in shown
         assert "small-session: 5 lines" in shown
 

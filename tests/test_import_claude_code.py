@@ -718,6 +718,29 @@ class TestWhatLinesBecome:
         assert seen[-1][0] == seen[-1][1] > 0
         assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
+    def test_each_file_read_is_reported_before_anything_is_written(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """``on_file_read``: every file of the project once, with its size and lines, then ``progress``."""
+        folder = flat_project(tmp_path)
+        calls: list[tuple[str, Any]] = []
+
+        report = import_claude_code(
+            mem_store,
+            [folder],
+            progress=lambda done, total: calls.append(("progress", (done, total))),
+            on_file_read=lambda path, size, lines: calls.append(("read", (path, size, lines))),
+        )
+
+        reads = [args for kind, args in calls if kind == "read"]
+        assert calls[: len(reads)] == [("read", args) for args in reads]  # all reads come first
+        files = sorted(folder.glob("*.jsonl"))
+        assert sorted(path for path, _, _ in reads) == [str(f) for f in files]
+        for path, size, lines in reads:
+            assert size == Path(path).stat().st_size
+            assert lines == sum(1 for line in Path(path).read_bytes().splitlines() if line.strip())
+        assert sum(lines for _, _, lines in reads) == sum(item.lines for item in report.sessions)
+
 
 class TestCommandLine:
     """``sessionstore import``."""

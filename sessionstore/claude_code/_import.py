@@ -84,6 +84,8 @@ SUMMARIZER = "claude-code"
 _NAMESPACE = uuid.UUID("4b1f0c9e-6d0a-5c3e-9a57-2f1c7c0de1a5")
 #: ``progress(done, total)``: units are transcript lines, read once and written once.
 ProgressCallback = Callable[[int, int], None]
+#: ``on_file_read(path, size, lines)``: one transcript file was read (its size in bytes, its lines).
+FileReadCallback = Callable[[str, int, int], None]
 
 _AGENT_NAME = re.compile(r"(?:^|[_-])agent-(.+)\.jsonl$")
 _AGENT_TAIL = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
@@ -1261,6 +1263,7 @@ def import_claude_code(
     progress: ProgressCallback | None = None,
     tenant: str | None = None,
     user: str | None = None,
+    on_file_read: FileReadCallback | None = None,
 ) -> ImportReport:
     """Import Claude Code transcripts: files, or project folders (``~/.claude/projects/<dir>``).
 
@@ -1275,6 +1278,8 @@ def import_claude_code(
         skip_bad_lines: skip lines that are not JSON objects (and keep lines that cannot be
             modelled as opaque entries) instead of failing; each is reported in ``skipped``.
         progress: called with (lines done, lines in total) as the import advances.
+        on_file_read: called as each file has been read, with its path, size in bytes and
+            line count (the reading phase, before ``progress`` knows the total).
         tenant, user: who the imported sessions belong to (their sub-agents inherit them).
 
     Returns:
@@ -1292,7 +1297,14 @@ def import_claude_code(
     gc.disable()
     try:
         owner = _Owner(tenant, user)
-        return _import(store, paths, skip_bad_lines=skip_bad_lines, progress=progress, owner=owner)
+        return _import(
+            store,
+            paths,
+            skip_bad_lines=skip_bad_lines,
+            progress=progress,
+            owner=owner,
+            on_file_read=on_file_read,
+        )
     finally:
         if collecting:
             gc.enable()
@@ -1305,13 +1317,23 @@ def _import(
     skip_bad_lines: bool,
     progress: ProgressCallback | None,
     owner: _Owner,
+    on_file_read: FileReadCallback | None = None,
 ) -> ImportReport:
     skipped: list[SkippedLine] = []
-    files = [
-        _read_file(path, skip_bad_lines, skipped, optional=optional)
-        for path, optional in _discover(paths, skipped)
-    ]
+    files = []
+    for path, optional in _discover(paths, skipped):
+        files.append(_read_file(path, skip_bad_lines, skipped, optional=optional))
+        if on_file_read is not None:
+            on_file_read(str(path), _size_of(path), len({line.number for line in files[-1].lines}))
     return _import_files(store, files, skipped, skip_bad_lines=skip_bad_lines, progress=progress, owner=owner)
+
+
+def _size_of(path: Path) -> int:
+    """A file's size for progress reports (0 when it cannot be stat'ed: it was read already)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _import_files(

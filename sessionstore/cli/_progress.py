@@ -49,41 +49,66 @@ def _files(paths: Sequence[str]) -> list[Path]:
 class ImportBars:
     """``import``'s bars: the files and bytes being read, then the lines written.
 
-    Called as the import's ``progress(done, total)``: the import counts every line twice, once
-    read and once written, so the first half is reading and the second the write phase.
+    ``file_read`` (the import's ``on_file_read``) advances the reading bar by each file's bytes
+    and names the file; ``__call__`` (the import's ``progress(done, total)``) counts every line
+    twice, once read and once written: its second half is the write phase, a bar of its own.
     """
 
     def __init__(self, paths: Sequence[str]) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            MofNCompleteColumn,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         files = _files(paths)
+        self.files = len(files)
+        self.files_read = 0
+        self.lines_read = 0
         size = sum(f.stat().st_size for f in files)
-        self.progress = _progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        self.reading: TaskID = self.progress.add_task(
-            f"reading {len(files)} file{'s' if len(files) != 1 else ''} ({_size(size)}), lines", total=None
-        )
+        def described() -> tuple[object, ...]:  # columns hold state: each bar gets its own
+            return SpinnerColumn(), TextColumn("{task.description}"), BarColumn()
+
+        self.reading_progress = _progress(*described(), DownloadColumn(), TimeElapsedColumn())
+        self.writing_progress = _progress(*described(), MofNCompleteColumn(), TimeElapsedColumn())
+        from rich.console import Group
+        from rich.live import Live
+
+        # One live display for both bars: two Progress objects cannot both be live at once.
+        bars = Group(self.reading_progress, self.writing_progress)
+        self.live = Live(bars, console=self.reading_progress.console)
+        self.reading: TaskID = self.reading_progress.add_task(self._reading(""), total=size or None)
         self.writing: TaskID | None = None
+
+    def _reading(self, name: str) -> str:
+        plural = "s" if self.files != 1 else ""
+        now = f": {name}" if name else ""
+        return f"reading {self.files_read} of {self.files} file{plural}, {self.lines_read} lines{now}"
+
+    def file_read(self, path: str, size: int, lines: int) -> None:
+        """One file was read: its bytes and lines join the reading bar."""
+        self.files_read += 1
+        self.lines_read += lines
+        self.reading_progress.update(self.reading, advance=size, description=self._reading(Path(path).name))
 
     def __call__(self, done: int, total: int) -> None:
         half = total // 2
-        self.progress.update(self.reading, total=half, completed=min(done, half))
         if done >= half and self.writing is None:
-            self.writing = self.progress.add_task("writing events, lines", total=half)
+            task = self.reading_progress.tasks[0]
+            self.reading_progress.update(self.reading, completed=task.total or task.completed)
+            self.writing = self.writing_progress.add_task("writing events, lines", total=half)
         if self.writing is not None:
-            self.progress.update(self.writing, completed=max(0, done - half))
+            self.writing_progress.update(self.writing, completed=max(0, done - half))
 
     def __enter__(self) -> ImportBars:
-        self.progress.start()
+        self.live.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.progress.stop()
+        self.live.stop()
 
 
 def _size(count: int) -> str:

@@ -135,6 +135,7 @@ def _run_import(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
                 progress=bars or plain,
                 tenant=args.tenant,
                 user=args.user,
+                on_file_read=None if bars is None else bars.file_read,
             )
     finally:
         if plain is not None:
