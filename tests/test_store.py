@@ -22,7 +22,7 @@ from sessionstore import (
     ValidationError,
 )
 from sessionstore.errors import DuplicateEventError
-from sessionstore.store import _sql
+from sessionstore.store import SessionWrite, _sql
 
 pytestmark = pytest.mark.store_contract
 
@@ -262,6 +262,25 @@ class TestIdempotency:
 
         assert again.deduplicated
         assert again.positions == first.positions
+
+    def test_write_sessions_settles_a_redelivery_at_the_current_head_as_append_does(
+        self, store: SessionStore
+    ) -> None:
+        """A batch already stored, written again with the head it left: the original result, not
+        an IntegrityError; the other writes of the transaction still go in."""
+        sid, other = _new_session(store), _new_session(store)
+        event = MessageAppended(role="user", content="once")
+        first = store.append(sid, [event], expected_seq=1)
+
+        again, beside = store.write_sessions(
+            [SessionWrite(sid, [event], expected_seq=2), SessionWrite(other, _messages(1), expected_seq=1)]
+        )
+
+        assert again.deduplicated and again.positions == first.positions
+        assert beside.seqs == (2,) and store.last_seq(sid) == 2
+        forged = MessageAppended(event_id=event.event_id, role="user", content="changed")
+        with pytest.raises(DuplicateEventError, match="different content"):
+            store.write_sessions([SessionWrite(sid, [forged], expected_seq=2)])
 
     def test_same_id_with_different_content_is_an_error(self, store: SessionStore) -> None:
         """Reusing an event_id for other content is refused and writes nothing."""

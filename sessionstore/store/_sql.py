@@ -672,7 +672,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             "sessionstore.event_count": sum(len(one.prepared) for one in checked),
         }
         with span("sessionstore.write_sessions", attributes, client=True):
-            results = self._retrying("write_sessions", lambda: self._write_sessions_once(checked))
+            results = self._retrying("write_sessions", lambda: self._write_sessions_settled(checked))
         for one, result in zip(checked, results, strict=True):
             write = one.write
             operation, expected = ("create_session", None) if write.create else ("append", write.expected_seq)
@@ -713,7 +713,20 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             sealing = known if known is not None else self._sealing(write.session_id)
         return _CheckedWrite(write, meta_json, sealing.seal(prepared), sealing, key, owner)
 
-    def _write_sessions_once(self, checked: Sequence[_CheckedWrite]) -> list[AppendResult]:
+    def _write_sessions_settled(self, checked: Sequence[_CheckedWrite]) -> list[AppendResult]:
+        """One try of ``write_sessions``; when an id of an append is stored though its head matched
+        (a re-delivery at the current revision), the transaction runs again with every append
+        settled against the stored ids first, as ``append`` settles its own."""
+        try:
+            return self._write_sessions_once(checked)
+        except IntegrityError as e:
+            if e.constraint != self._unique("event_id"):
+                raise
+        return self._write_sessions_once(checked, settle=True)
+
+    def _write_sessions_once(
+        self, checked: Sequence[_CheckedWrite], *, settle: bool = False
+    ) -> list[AppendResult]:
         """One try of ``write_sessions``: one write transaction for every session."""
         now = _utcnow()
         results: list[AppendResult] = []
@@ -742,7 +755,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                         raise ConcurrencyError(sid, write.expected_seq, last)
                     results.append(AppendResult(sid, (), (), last))
                 else:
-                    outcome = self._append_in(txn, sid, prepared, write.expected_seq, sealing)
+                    outcome = self._append_in(txn, sid, prepared, write.expected_seq, sealing, settle=settle)
                     if isinstance(outcome, AppendResult):
                         results.append(outcome)
                     else:
@@ -918,14 +931,14 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         except IntegrityError as e:
             if e.constraint != self._unique("event_id"):
                 raise
-        # An id of the batch is stored, though the head matched: settle it with a fresh read
-        # (the failed transaction is gone; stored rows never change).
+        # An id of the batch is stored, though the head matched: settle it in a fresh transaction
+        # (the failed one is gone; stored rows never change).
         with self._lock, self._driver_transaction() as txn:
-            replay = txn.stored_result(session_id, prepared)
-        if replay is None:  # pragma: no cover - the unique violation proves a stored id
+            outcome = self._append_in(txn, session_id, prepared, expected_seq, sealing, settle=True)
+        if not isinstance(outcome, AppendResult):  # pragma: no cover - the violation proves a stored id
             msg = "event id conflict that no stored row explains"
             raise DatabaseError(msg)
-        return replay
+        return outcome
 
     def _append_in(
         self,
@@ -934,6 +947,8 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         prepared: Sequence[Prepared],
         expected_seq: ExpectedSeq,
         sealing: _Sealing,
+        *,
+        settle: bool = False,
     ) -> AppendResult | tuple[tuple[int, ...], tuple[int, ...]]:
         """The append itself, inside one serialized write transaction on the driver connection.
 
@@ -941,9 +956,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
         The idempotency lookup runs only when the batch may be a retry: with ANY, or when the
         head is not the expected one (a retry after a lost reply always sees a moved head).
-        Otherwise ``UNIQUE(event_id)`` catches a reused id, and ``append`` settles it.
+        Otherwise ``UNIQUE(event_id)`` catches a reused id, and the caller runs the transaction
+        again with ``settle``: the lookup first, whatever the head.
         """
-        if expected_seq == ANY:
+        if expected_seq == ANY or settle:
             replay = txn.stored_result(session_id, prepared)
             if replay is not None:
                 return replay

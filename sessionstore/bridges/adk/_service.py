@@ -33,7 +33,6 @@ from typing_extensions import override
 
 from ...errors import (
     ConcurrencyError,
-    IntegrityError,
     SessionErasedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -482,16 +481,7 @@ class SessionStoreSessionService(BaseSessionService):
             nonlocal expected
             expected = self._expected_seq(store, key, marker, last_event_id)
             try:
-                try:
-                    result = self._write(store, key, writes)[0]
-                except IntegrityError as e:
-                    if not str(e.constraint).endswith("_event_id"):
-                        raise
-                    # An id of the batch is stored though the head matched: a re-delivery at the
-                    # current revision. Written after any seq, the store settles it (the original
-                    # result, nothing written) or names the conflict (DuplicateEventError).
-                    expected = ANY
-                    result = self._write(store, key, writes)[0]
+                result = self._write(store, key, writes)[0]
             except ConcurrencyError as e:
                 raise StaleSessionError(
                     _STALE.format(id=key.session_id, expected=e.expected, actual=e.actual)
