@@ -37,7 +37,22 @@ def _next_version(current: str | int | float | None) -> str:
     return f"{number + 1:032}.{random.random():016}"
 
 
-class SessionStoreSaver(BaseCheckpointSaver[str]):
+class _Saver(BaseCheckpointSaver[str]):
+    """What both savers share: the serializer, the owner, the erasure reason and the versions."""
+
+    def __init__(
+        self, *, serde: SerializerProtocol | None, tenant: str | None, user: str | None, erase_reason: str
+    ) -> None:
+        super().__init__(serde=serde)
+        self.erase_reason = erase_reason
+        self._log = CheckpointLog(self.serde, tenant=tenant, user=user)
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """The channel's next version (see ``_next_version``)."""
+        return _next_version(current)
+
+
+class SessionStoreSaver(_Saver):
     """A LangGraph checkpointer storing each thread as a session of ``store``.
 
     Checkpoints and pending writes are events (``langgraph_checkpoint``, ``langgraph_writes``) in
@@ -64,14 +79,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         user: str | None = None,
         erase_reason: str = ERASE_REASON,
     ) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde, tenant=tenant, user=user, erase_reason=erase_reason)
         self.store = store
-        self.erase_reason = erase_reason
-        self._log = CheckpointLog(self.serde, tenant=tenant, user=user)
-
-    def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """The channel's next version (see ``_next_version``)."""
-        return _next_version(current)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The config's checkpoint, or the namespace's newest; None if there is none."""
@@ -148,7 +157,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self.delete_thread, thread_id)
 
 
-class AsyncSessionStoreSaver(BaseCheckpointSaver[str]):
+class AsyncSessionStoreSaver(_Saver):
     """``SessionStoreSaver`` for asyncio, on an ``AsyncSessionStore``: the same storage, and
     the same code run on the event loop (``AsyncSessionStore.run_sync``), no worker thread.
 
@@ -168,18 +177,12 @@ class AsyncSessionStoreSaver(BaseCheckpointSaver[str]):
         user: str | None = None,
         erase_reason: str = ERASE_REASON,
     ) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde, tenant=tenant, user=user, erase_reason=erase_reason)
         self.store = store
-        self.erase_reason = erase_reason
-        self._log = CheckpointLog(self.serde, tenant=tenant, user=user)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self.loop = None
-
-    def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """The channel's next version (see ``_next_version``)."""
-        return _next_version(current)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The config's checkpoint, or the namespace's newest; None if there is none."""
