@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..errors import ValidationError
 from ..events._context import SnipApplied
-from ..projections._api_context import committed_spans, leading_results
-from ..projections._api_records import CollapseEdit, ResultsEdit
+from ..projections._api_context import committed_spans, freed_per_message, leading_results
 from ..projections._session import Session
 from ._stage import StageReport, record_events
 
@@ -60,34 +58,11 @@ def _round_boundaries(session: Session) -> list[tuple[int, int]]:
     return cuts
 
 
-def _already_freed(session: Session) -> tuple[dict[int, float], dict[int, int]]:
-    """Tokens and blocks active edits already freed, per message index (a snip must not free them twice).
-
-    A replacement frees tokens in the message holding its result. A committed collapse freed
-    its span's tokens and all blocks but its summary; a snip never cuts inside a committed
-    span, so what it freed counts at the span's first message.
-    """
-    state = session.api_state
-    tokens: dict[int, float] = {}
-    blocks: dict[int, int] = {}
-    for edit in state.edits.values():
-        if isinstance(edit, CollapseEdit):
-            first = bisect.bisect_left(state.message_first_seq, edit.first_seq)
-            tokens[first] = tokens.get(first, 0.0) + edit.tokens
-            blocks[first] = blocks.get(first, 0) + edit.blocks
-        elif isinstance(edit, ResultsEdit):
-            for tool_use_id in edit.ids:
-                index = state.result_index.get(tool_use_id)
-                if index is not None:
-                    tokens[index] = tokens.get(index, 0.0) + edit.tokens / len(edit.ids)
-    return tokens, blocks
-
-
 def _cut_candidates(session: Session, cuts: list[tuple[int, int]]) -> Iterator[SnipApplied]:
     """A SnipApplied for each cut, oldest first, with running totals of what it frees."""
     state = session.api_state
     start = state.first_visible
-    tokens_freed_before, blocks_freed_before = _already_freed(session)
+    tokens_freed_before, blocks_freed_before = freed_per_message(state)
     tokens = 0.0
     blocks = 0
     position = start

@@ -100,6 +100,7 @@ __all__ = [
     "collapse_span_tokens",
     "committed_spans",
     "encode_request",
+    "freed_per_message",
     "leading_results",
     "materialize",
     "request_bytes",
@@ -930,6 +931,28 @@ def collapse_span_tokens(state: ApiContextState, start: int, end: int) -> int:
         - sum(state.result_tokens.get(str(b["tool_use_id"]), 0) for b in kept)
         + sum(state.result_tokens.get(str(b["tool_use_id"]), 0) for b in taken)
     )
+
+
+def freed_per_message(state: ApiContextState) -> tuple[dict[int, float], dict[int, int]]:
+    """Tokens and blocks the active edits freed, per message index (a later cut must not free them twice).
+
+    A replacement frees tokens in the message holding its result. A committed collapse freed
+    its span's tokens and all blocks but its summary; nothing cuts inside a committed span, so
+    what it freed counts at the span's first message.
+    """
+    tokens: dict[int, float] = {}
+    blocks: dict[int, int] = {}
+    for edit in state.edits.values():
+        if isinstance(edit, CollapseEdit):
+            first = bisect.bisect_left(state.message_first_seq, edit.first_seq)
+            tokens[first] = tokens.get(first, 0.0) + edit.tokens
+            blocks[first] = blocks.get(first, 0) + edit.blocks
+        elif isinstance(edit, ResultsEdit):
+            for tool_use_id in edit.ids:
+                index = state.result_index.get(tool_use_id)
+                if index is not None:
+                    tokens[index] = tokens.get(index, 0.0) + edit.tokens / len(edit.ids)
+    return tokens, blocks
 
 
 def _with_collapses(state: ApiContextState, first: int) -> tuple[list[Part], list[int]]:
