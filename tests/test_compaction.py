@@ -34,21 +34,28 @@ from sessionstore.pipeline._compaction import (
     drop_for_retry,
     memory_keep_index,
 )
+from sessionstore.pipeline._microcompact import microcompact
 from sessionstore.pipeline._summarizers import (
     PREVIOUS_SUMMARY_PREFIX,
     AnthropicSummarizer,
     OfflineSummarizer,
 )
 from sessionstore.projections import WindowConfig
-from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
+from sessionstore.projections._api_context import CLEARED_PLACEHOLDER, COMPACT_SUMMARY_PREFIX
 
 from .messages_api import BASH_TOOL, prompt_too_long, text_message
 from .strategies import examples
 
 
 def _session(
-    turns: int = 6, config: SessionConfig | None = None, store: Any = None, **started: Any
+    turns: int = 6,
+    config: SessionConfig | None = None,
+    store: Any = None,
+    result: Any = None,
+    **started: Any,
 ) -> Session:
+    """``turns`` rounds of a prompt, a Bash call, its result and an answer; ``result(n)`` gives
+    turn ``n``'s result text (default: 300 lines of "ok")."""
     store = store or sessionstore.open_store(":memory:")
     session = Session.create(
         store,
@@ -67,7 +74,13 @@ def _session(
                 ),
                 MessageAppended(
                     role="user",
-                    content=[{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok\n" * 300}],
+                    content=[
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": f"t{n}",
+                            "content": result(n) if result else "ok\n" * 300,
+                        }
+                    ],
                     message_uuid=f"r{n}",
                 ),
                 MessageAppended(
@@ -436,6 +449,26 @@ def test_partial_from_keeps_the_earlier_turns_before_the_summary() -> None:
     assert Session(session.store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()
     with pytest.raises(sessionstore.ValidationError, match="split a tool call"):
         compact(session, OfflineSummarizer(), from_uuid="r1")
+
+
+@pytest.mark.parametrize("pivot", [{"up_to_uuid": "a3"}, {"from_uuid": "p5"}])
+def test_kept_messages_count_as_the_view_holds_them_after_a_compaction(pivot: dict[str, str]) -> None:
+    """Results cleared before a compaction stay cleared in the messages it keeps, and the
+    tokens counted after it are those of the cleared results, not the originals: the same
+    conversation appended with the placeholders already in place counts exactly the same."""
+    cleared = _session()
+    microcompact(cleared, keep_recent=1)  # clears the results of turns 0-4
+    appended_cleared = _session(result=lambda n: CLEARED_PLACEHOLDER if n < 5 else "ok\n" * 300)
+    assert cleared.request_bytes() == appended_cleared.request_bytes()
+
+    for session in (cleared, appended_cleared):
+        compact(session, OfflineSummarizer(), **pivot)
+
+    assert cleared.request_bytes() == appended_cleared.request_bytes()
+    assert cleared.api_state.view_tokens == appended_cleared.api_state.view_tokens
+    assert cleared.used_tokens() == appended_cleared.used_tokens()
+    resumed = Session(cleared.store, cleared.id, use_snapshots=False)
+    assert resumed.used_tokens() == cleared.used_tokens()
 
 
 def test_a_stale_memory_is_not_used_to_keep_more_than_the_maximum() -> None:

@@ -24,7 +24,12 @@ from typing import Any, Literal
 from .._telemetry import span
 from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptTooLongError, ValidationError
 from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
-from ..projections._api_context import COMPACT_SUMMARY_PREFIX, LEADING_USER_MARKER, leading_results
+from ..projections._api_context import (
+    COMPACT_SUMMARY_PREFIX,
+    LEADING_USER_MARKER,
+    freed_per_message,
+    leading_results,
+)
 from ..projections._session import Session
 from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
@@ -460,11 +465,18 @@ def _kept(session: Session, plan: _Plan) -> list[Message]:
     return list(state.messages[plan.keep_index :])
 
 
-def _kept_raw_tokens(session: Session, plan: _Plan) -> int:
+def _kept_size(session: Session, plan: _Plan) -> tuple[int, int]:
+    """Raw tokens and content blocks of the kept messages as the view holds them: results
+    persisted or cleared and spans collapsed before the boundary stay so after it."""
     state = session.api_state
     if plan.from_index:
-        return sum(state.message_tokens[state.first_visible : plan.from_index])
-    return sum(state.message_tokens[plan.keep_index :])
+        start, end = state.first_visible, plan.from_index
+    else:
+        start, end = plan.keep_index, len(state.messages)
+    freed_tokens, freed_blocks = freed_per_message(state)
+    tokens = sum(state.message_tokens[i] - freed_tokens.get(i, 0.0) for i in range(start, end))
+    blocks = sum(len(state.messages[i]["content"]) - freed_blocks.get(i, 0) for i in range(start, end))
+    return max(0, round(tokens)), blocks
 
 
 def _predicted_used(session: Session, raw_tokens: int, blocks: int) -> int:
@@ -490,12 +502,13 @@ def _memory_plan(session: Session, config: CompactConfig) -> _Plan | None:
     plan = _Plan("session_memory", "base", memory.text, "session_memory", index)
     kept = _kept(session, plan)
     attachments = _restored(session, kept)
+    kept_tokens, kept_blocks = _kept_size(session, plan)
     raw = (
         session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
         + sum(int(a["tokens"]) for a in attachments)
-        + _kept_raw_tokens(session, plan)
+        + kept_tokens
     )
-    blocks = 1 + len(attachments) + sum(len(m["content"]) for m in kept)
+    blocks = 1 + len(attachments) + kept_blocks
     if _predicted_used(session, raw, blocks) >= session.token_state().window.autocompact_threshold:
         return None
     return plan
@@ -770,6 +783,7 @@ def _boundary(
     state = session.api_state
     kept = _kept(session, plan)
     attachments = _restored(session, kept)
+    kept_tokens, kept_blocks = _kept_size(session, plan)
     return CompactBoundary(
         trigger=trigger,
         strategy=plan.strategy,
@@ -783,8 +797,8 @@ def _boundary(
         post_compact_raw_tokens=session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
         + sum(session.count_text(h) for h in hook_results)
         + sum(int(a["tokens"]) for a in attachments)
-        + _kept_raw_tokens(session, plan),
-        post_compact_blocks=1 + len(hook_results) + len(attachments) + sum(len(m["content"]) for m in kept),
+        + kept_tokens,
+        post_compact_blocks=1 + len(hook_results) + len(attachments) + kept_blocks,
         attachments=attachments,
         hook_results=hook_results,
         custom_instructions=instructions,
