@@ -332,6 +332,50 @@ class TestWrites:
         assert error["needed"] >= error["limit"]
         assert store.last_seq(sid) == last
 
+    def test_recompact_reverts_what_does_not_fit_and_compacts_again(
+        self, writable: tuple[TestClient, SessionStore, str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """As `revert --recompact`: the refused compaction is reverted and a new one replaces it."""
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the offline summarizer
+        client, store, sid = writable
+        boundary = next(e for e in audit(store, sid).entries if e.kind == "compact_boundary")
+        refused = client.post(f"/api/sessions/{sid}/revert", json={"event_id": boundary.event_id})
+
+        response = client.post(
+            f"/api/sessions/{sid}/revert", json={"event_id": boundary.event_id, "recompact": True}
+        )
+
+        assert refused.status_code == 409
+        assert "recompact" in refused.json()["error"]["message"]
+        assert response.status_code == 200
+        outcome = response.json()
+        assert outcome["recompacted"]["ok"] is True
+        assert outcome["recompacted"]["tokens_after"] < refused.json()["error"]["limit"]
+        session = Session(store, sid)
+        assert session.api_state.reverted[boundary.event_id] == outcome["event_ids"][0]
+        assert session.api_state.compact is not None
+        assert session.api_state.compact.event_id == outcome["recompacted"]["event_id"]
+        assert session.token_state().used < session.token_state().window.blocking_limit
+
+    def test_recompact_of_anything_but_a_compaction_is_refused(self, tmp_path: Path) -> None:
+        """A collapse has nothing to compact again: 422, and nothing is recorded."""
+        with open_store(f"sqlite:///{tmp_path / 'r.db'}", migrate=True) as store:
+            collapsed = build_collapsed(store)
+            last = store.last_seq(collapsed.session_id)
+            app = create_app(store, write=True, token=TOKEN)
+            with local_client(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+                response = client.post(
+                    f"/api/sessions/{collapsed.session_id}/revert",
+                    json={"event_id": collapsed.committed_event_id, "recompact": True},
+                )
+
+            assert response.status_code == 422
+            error = response.json()["error"]
+            assert error["type"] == "ValidationError"
+            assert error["field"] == "event_id"
+            assert "compaction only" in error["message"]
+            assert store.last_seq(collapsed.session_id) == last
+
     def test_snip_compact_collapse_and_erase(
         self, writable: tuple[TestClient, SessionStore, str], monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -20,10 +20,10 @@ from ..pipeline import (
     CompactReport,
     OfflineSummarizer,
     Summarizer,
-    compact,
     compact_preview,
     default_summarizer,
     revert,
+    revert_and_recompact,
 )
 from ..projections import Session
 
@@ -94,9 +94,14 @@ def _asdict(report: CompactPreview | CompactReport) -> dict[str, object]:
 
 def run_revert(args: argparse.Namespace, session: Session, out: TextIO) -> int:
     """``revert``: undo the edit; a compaction with ``--recompact`` is compacted again at once."""
-    compaction = _is_compaction(session, args.event_id)
+    recompact = args.recompact and _is_compaction(session, args.event_id)
+    recompacted: CompactReport | None = None
     try:
-        report = revert(session, args.event_id, over_limit=args.recompact and compaction)
+        if recompact:
+            summarizer = default_summarizer(model=session.api_state.model)
+            report, recompacted = revert_and_recompact(session, args.event_id, summarizer)
+        else:
+            report = revert(session, args.event_id)
     except CompactionRevertTooLargeError as e:
         _print_too_large(args.session_id, e)
         return EXIT_ERROR
@@ -107,9 +112,8 @@ def run_revert(args: argparse.Namespace, session: Session, out: TextIO) -> int:
         "event_id": event_id,
         "note": report.note,
     }
-    if args.recompact and compaction:
-        summarizer = default_summarizer(model=session.api_state.model)
-        outcome["recompacted"] = _asdict(compact(session, summarizer))
+    if recompacted is not None:
+        outcome["recompacted"] = _asdict(recompacted)
     if args.json:
         print(json.dumps(outcome, ensure_ascii=False), file=out)
         return EXIT_OK
@@ -117,16 +121,15 @@ def run_revert(args: argparse.Namespace, session: Session, out: TextIO) -> int:
         f"reverted {args.event_id}: {-report.tokens_freed} tokens back in the context (event {event_id})",
         file=out,
     )
-    recompacted = outcome.get("recompacted")
-    if isinstance(recompacted, dict) and recompacted["ok"]:
+    if recompacted is not None and recompacted.ok:
         print(
-            f"compacted again: {recompacted['tokens_before']} -> {recompacted['tokens_after']} tokens, "
-            f"boundary {recompacted['event_id']}",
+            f"compacted again: {recompacted.tokens_before} -> {recompacted.tokens_after} tokens, "
+            f"boundary {recompacted.event_id}",
             file=out,
         )
-    elif isinstance(recompacted, dict):
+    elif recompacted is not None:
         print(
-            f"compacting again failed ({recompacted['reason']}): the request stays over the limit "
+            f"compacting again failed ({recompacted.reason}): the request stays over the limit "
             "until a compaction succeeds",
             file=out,
         )

@@ -48,7 +48,7 @@ from ._pipeline import (
     ServerCompactionConfig,
     configured_stages,
 )
-from ._revert import revert
+from ._revert import revert, revert_and_recompact
 from ._snip import SnipConfig, SnipStage, snip
 from ._stage import Stage, StageReport, record_events
 from ._summarizers import (
@@ -108,6 +108,7 @@ __all__ = [
     "record_applied_edits",
     "record_events",
     "revert",
+    "revert_and_recompact",
     "shell_pre_compact_hook",
     "shell_text_hook",
     "snip",

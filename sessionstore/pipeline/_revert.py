@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from ..errors import CompactionRevertTooLargeError, ValidationError
+from ..errors import CompactionDisabledError, CompactionRevertTooLargeError, ValidationError
 from ..events._context import REVERTIBLE_TYPES, ContextEditReverted
 from ..projections._api_records import CompactionRecord
 from ..projections._session import Session
+from ._compaction import CompactConfig, CompactReport, compact
 from ._observed import log_revert
 from ._stage import StageReport
+from ._summarizers import Summarizer
 
-__all__ = ["revert"]
+__all__ = ["revert", "revert_and_recompact"]
 
 #: Edits that reshape the request around a compaction: they go first when it is reverted.
 _STRUCTURAL = frozenset({"snip_applied", "collapse_committed"})
@@ -53,6 +55,32 @@ def revert(session: Session, event_id: str, *, over_limit: bool = False) -> Stag
     report = StageReport("revert", -edit.tokens, (str(event.event_id),))
     log_revert(session, event_id, edit.type, report)
     return report
+
+
+def revert_and_recompact(
+    session: Session, event_id: str, summarizer: Summarizer, *, config: CompactConfig | None = None
+) -> tuple[StageReport, CompactReport]:
+    """Revert a compaction even past the window's limit, then compact again at once.
+
+    What ``CompactionRevertTooLargeError`` offers: the new summary covers the restored history
+    and everything appended after the old boundary. When the new compaction fails (recorded as
+    ``CompactFailed``), the revert stays and the request is over the limit until one succeeds.
+
+    Raises:
+        ValidationError: the event is not an unreverted compaction of the session, or (as
+            ``revert``) later edits built on it or a later message depended on it.
+        CompactionDisabledError: the session's window config disables all compaction (checked
+            before anything is recorded).
+    """
+    if event_id not in session.api_state.reverted and not any(
+        c.event_id == event_id for c in _compactions(session)
+    ):
+        msg = f"recompact applies to a compaction only: event {event_id} is not a compaction in effect"
+        raise ValidationError(msg, field="event_id")
+    if session.config.window.disable_compaction:
+        raise CompactionDisabledError(session.id)
+    reverted = revert(session, event_id, over_limit=True)
+    return reverted, compact(session, summarizer, config=config)
 
 
 def _compactions(session: Session) -> list[CompactionRecord]:

@@ -17,7 +17,15 @@ from ..audit import (
     turn_diff,
     verify_session,
 )
-from ..pipeline import StageReport, collapse, compact, default_summarizer, revert, snip
+from ..pipeline import (
+    StageReport,
+    collapse,
+    compact,
+    default_summarizer,
+    revert,
+    revert_and_recompact,
+    snip,
+)
 from ..projections import Session
 from ..store import ANY, RecordedEvent, SessionInfo, SessionStore
 
@@ -171,6 +179,11 @@ class RevertBody(BaseModel):
     event_id: str = Field(
         description="the persisted result, snip, micro-compaction, collapse or compaction to undo"
     )
+    recompact: bool = Field(
+        default=False,
+        description="a compaction only: revert it even when its history no longer fits, then compact "
+        "again at once (as `sessionstore revert --recompact`)",
+    )
 
 
 class CompactBody(BaseModel):
@@ -222,7 +235,16 @@ def post_collapse(request: Request, session_id: str, body: CollapseBody) -> dict
 
 @write_router.post("/sessions/{session_id}/revert", summary="Undo a context edit")
 def post_revert(request: Request, session_id: str, body: RevertBody) -> dict[str, Any]:
-    return _report(revert(Session(store_of(request), session_id), body.event_id))
+    """The revert's report. A compaction whose history would not fit is refused (409, with
+    ``needed`` and ``limit``) unless ``recompact``: then the report carries ``recompacted``, the
+    new compaction (``ok`` false when it failed: the request stays over the limit until one
+    succeeds). ``recompact`` on anything but a compaction in effect is a 422."""
+    session = Session(store_of(request), session_id)
+    if not body.recompact:
+        return _report(revert(session, body.event_id))
+    summarizer = default_summarizer(model=session.api_state.model)
+    reverted, recompacted = revert_and_recompact(session, body.event_id, summarizer)
+    return {**_report(reverted), "recompacted": dataclasses.asdict(recompacted)}
 
 
 @write_router.post("/sessions/{session_id}/compact", summary="Summarize the conversation now")
