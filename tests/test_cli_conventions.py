@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import sessionstore
 from sessionstore.cli import main
 from sessionstore.cli._output import pager_command, use_color
+
+from .test_tamper import _tamper
 
 
 def _run(*argv: str) -> tuple[int, str]:
@@ -290,6 +293,20 @@ class TestPager:
         assert not paged.exists()
         assert direct.count("message_appended") == 32
         assert short.count("message_appended") == 3
+
+    def test_a_command_that_fails_part_way_shows_its_output_then_the_error(self, db: str) -> None:
+        """What a paged command printed before it failed comes first, then the one error line."""
+        store = sessionstore.open_store(db)
+        try:
+            _tamper(store, "UPDATE events SET payload = '{{{' WHERE session_id = 's-1' AND seq = 2")
+        finally:
+            store.close()
+
+        shown = _on_terminal("events", "s-1", "--json", "--db", db, env=_env(PAGER="cat", NO_COLOR="1"))
+
+        first, error = shown.splitlines()
+        assert json.loads(first)["seq"] == 1
+        assert error.startswith("sessionstore: session 's-1', seq 2: the stored message_appended event")
 
 
 class TestCompletion:

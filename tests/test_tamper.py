@@ -463,3 +463,49 @@ def test_any_edit_of_a_sessions_row_breaks_its_chain_at_seq_1(
         _tamper(store, _ROW_EDITS[column], value=value)
 
         assert store.verify("fork").first_bad_seq == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "is_json_object"),
+    [("{{{", False), ("[1, 2]", False), ('{"role": "user", "content": 5}', True)],  # the last: not a message
+)
+def test_a_payload_altered_so_it_no_longer_decodes_is_data_corruption(
+    shared_backend: Backend, capsys: pytest.CaptureFixture[str], payload: str, is_json_object: bool
+) -> None:
+    """Reading an event whose stored payload was changed into something that is not the event
+    raises DataCorruptionError naming the session and seq (not a decoder's traceback); the CLI
+    prints what it read before it, then that line, and exits as an integrity failure."""
+    store = shared_backend.open()
+    try:
+        sid = store.create_session("s", events=_messages(4)).id
+        _tamper(
+            store,
+            "UPDATE events SET payload = :payload WHERE session_id = :sid AND seq = 3",
+            sid=sid,
+            payload=payload,
+        )
+        events = store.read(sid)
+
+        assert [e.event.content for e in events[:2]] == ["message 0", "message 1"]
+        reads = [lambda e: e.event] if is_json_object else [lambda e: e.event, lambda e: e.to_dict()]
+        for read in reads:
+            with pytest.raises(sessionstore.DataCorruptionError) as caught:
+                read(events[2])
+            assert (caught.value.session_id, caught.value.seq) == (sid, 3)
+            assert "session 's', seq 3: the stored message_appended event does not decode" in str(
+                caught.value
+            )
+        with pytest.raises(sessionstore.DataCorruptionError, match="seq 3"):
+            sessionstore.Session(store, sid, use_snapshots=False)
+        assert verify_session(store, sid).summary().startswith("s: BROKEN at seq 3")
+
+        code, printed = _cli("events", sid, "--json", "--db", shared_backend.url)
+        if is_json_object:  # `events` shows payloads as stored, without decoding them into events
+            assert code == 0
+            assert json.loads(printed.splitlines()[2])["payload"] == json.loads(payload)
+        else:
+            assert code == sessionstore.errors.EXIT_INTEGRITY
+            assert [json.loads(line)["seq"] for line in printed.splitlines()] == [1, 2]
+            assert capsys.readouterr().err.startswith("sessionstore: session 's', seq 3: the stored")
+    finally:
+        store.close()

@@ -389,19 +389,27 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         status = run(args, out)
         out.flush()  # a closed pipe shows up here, not in the interpreter's exit
         return status
-    except DataCorruptionError as e:
-        return _fail(str(e), EXIT_INTEGRITY)
-    except SessionStoreError as e:
-        return _fail(str(e), EXIT_ERROR)
     except BrokenPipeError:
         return _reader_gone(out)
-    except OSError as e:
-        return _fail(_file_problem(e), EXIT_ERROR)
-    except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED)
-    finally:
-        if paged is not None:  # what the command printed, also when it failed half way
+    except (SessionStoreError, OSError, KeyboardInterrupt) as e:
+        if paged is not None:  # what the command printed before it failed comes first, then why
             page(paged.getvalue(), no_pager=False)
+            paged = None
+        return _fail(*_failure(e))
+    finally:
+        if paged is not None:
+            page(paged.getvalue(), no_pager=False)
+
+
+def _failure(error: BaseException) -> tuple[str, int]:
+    """The line and exit status for an error a command ended with."""
+    if isinstance(error, DataCorruptionError):
+        return str(error), EXIT_INTEGRITY
+    if isinstance(error, SessionStoreError):
+        return str(error), EXIT_ERROR
+    if isinstance(error, OSError):
+        return _file_problem(error), EXIT_ERROR
+    return "interrupted", EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the console script

@@ -19,7 +19,15 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import DataCorruptionError, SessionErasedError, SessionNotFoundError, ValidationError
+from pydantic import ValidationError as PydanticValidationError
+
+from ..errors import (
+    DataCorruptionError,
+    SessionErasedError,
+    SessionNotFoundError,
+    SessionStoreError,
+    ValidationError,
+)
 from ..events._base import Event, decode_event
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 
@@ -179,13 +187,36 @@ class RecordedEvent:
         """The decoded event model (raises UnknownEventTypeError for unknown types,
         SessionErasedError for an erased session's event)."""
         self._check_readable()
-        return decode_event(self.type, self.schema_version, self.payload, self.event_id)
+        try:
+            return decode_event(self.type, self.schema_version, self.payload, self.event_id)
+        except SessionStoreError:
+            raise
+        except ValueError as e:  # pydantic's ValidationError and json's JSONDecodeError both are
+            raise self._undecodable(e) from None
 
     def payload_dict(self) -> dict[str, Any]:
         """The payload as a dict, without decoding into a model."""
         self._check_readable()
-        result: dict[str, Any] = json.loads(self.payload)
+        try:
+            result = json.loads(self.payload)
+        except ValueError as e:
+            raise self._undecodable(e) from None
+        if not isinstance(result, dict):
+            raise self._undecodable(ValueError("not a JSON object"))
         return result
+
+    def _undecodable(self, error: ValueError) -> DataCorruptionError:
+        """A payload that was hashed as a valid event no longer decodes: the row was altered."""
+        if isinstance(error, PydanticValidationError):  # its message would quote the payload
+            first = error.errors(include_url=False, include_input=False)[0]
+            reason = f"{'.'.join(map(str, first['loc'])) or 'payload'}: {first['msg']}"
+        else:
+            reason = str(error)
+        msg = (
+            f"session {self.session_id!r}, seq {self.seq}: the stored {self.type} event does not decode "
+            f"({reason}); `sessionstore verify` checks the whole log"
+        )
+        return DataCorruptionError(msg, session_id=self.session_id, seq=self.seq)
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data (``sessionstore events --json``, the server's events)."""
