@@ -42,6 +42,7 @@ from sessionstore.pipeline import (
     StageReport,
     microcompact,
     persisted_preview,
+    prepare_compaction,
     record_events,
     snip,
 )
@@ -446,6 +447,9 @@ _OPS = st.lists(
         st.tuples(st.just("revert"), st.just(0)),
         st.tuples(st.just("collapse"), st.integers(1, 3)),
         st.tuples(st.just("compact"), st.just(0)),
+        # A compaction summary prepared ahead; "compact" 1 commits it when still fresh.
+        st.tuples(st.just("prepare"), st.just(0)),
+        st.tuples(st.just("compact"), st.just(1)),
     ),
     max_size=7,
 )
@@ -456,11 +460,21 @@ _OPS = st.lists(
 # A snip after a committed collapse (it once raised KeyError: 'ids'), and one reaching into it.
 @example(events=turns(["a", "b", "c", "d"], [1, 1, 1, 1], [True] * 4), ops=[("collapse", 1), ("snip", 1)])
 @example(events=turns(["a", "b", "c", "d"], [1, 1, 1, 1], [True] * 4), ops=[("collapse", 3), ("snip", 1)])
+# Prepared, then a collapse inside what it covers, committed, reverted; and prepared, snipped, committed.
+@example(
+    events=turns(["a", "b", "c", "d"], [1, 1, 1, 1], [True] * 4),
+    ops=[("prepare", 0), ("collapse", 1), ("compact", 1), ("revert", 0)],
+)
+@example(
+    events=turns(["a", "b", "c", "d"], [1, 1, 1, 1], [True] * 4),
+    ops=[("compact", 0), ("prepare", 0), ("snip", 1), ("compact", 1), ("revert", 0), ("revert", 0)],
+)
 def test_edits_keep_requests_valid_and_reverts_restore_bytes(
     events: list[Any], ops: list[tuple[str, int]]
 ) -> None:
-    """Any mix of snips, clears, persistence, collapses, compactions and reverts: valid requests,
-    exact undo (newest first), rebuild == live == resumed from a snapshot."""
+    """Any mix of snips, clears, persistence, collapses, compactions (summarized then, or prepared
+    ahead and committed) and reverts: valid requests, exact undo (newest first), rebuild == live ==
+    resumed from a snapshot (the pending preparation included)."""
     store = sessionstore.open_store(":memory:")
     session = Session(store, store.create_session(events=events).id, SessionConfig(snapshot_every=0))
     applied: list[tuple[str, bytes]] = []
@@ -492,8 +506,12 @@ def test_edits_keep_requests_valid_and_reverts_restore_bytes(
             staged = stage_collapse(session, OfflineSummarizer(), *span)
             committed = commit_collapse(session, str(staged.event_id))
             report = sessionstore.pipeline.StageReport("collapse", 0, (str(committed.event_id),))
+        elif op == "prepare":
+            prepare_compaction(session, OfflineSummarizer())
+            assert session.request_bytes() == before  # preparing changes nothing the model is sent
+            continue
         elif op == "compact":
-            compacted = compact(session, OfflineSummarizer())
+            compacted = compact(session, OfflineSummarizer(), use_prepared=bool(arg))
             if not compacted.ok:
                 continue
             # Reverted newest first, a compaction gives the bytes before it back like any edit.

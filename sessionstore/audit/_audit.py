@@ -50,10 +50,12 @@ CONTEXT_OPERATIONS = (
     "compact_boundary",
     "compact_failed",
 )
-#: Everything the audit lists: the context operations, file rewinds, forks and bridged frameworks'
-#: own operations.
+#: Everything the audit lists: the context operations, compaction summaries prepared ahead (and
+#: discarded), file rewinds, forks and bridged frameworks' own operations.
 AUDITED = (
     *CONTEXT_OPERATIONS,
+    "compaction_prepared",
+    "compaction_preparation_discarded",
     "files_rewind_started",
     "files_rewound",
     "files_rewind_failed",
@@ -184,7 +186,18 @@ def _describe(entry: TranscriptEntry) -> AuditEntry:
             "attachments": [a.get("name") for a in p.get("attachments", [])],
             "hook_results": p.get("hook_results", []),
             "ptl_retries": p.get("ptl_retries", 0),
+            "prepared_event_id": p.get("prepared_event_id"),
         }
+    elif kind == "compaction_prepared":
+        what = f"compaction summary prepared through seq {p['through_seq']}: {_clip(p['summary'], 80)}"
+        before = p["tokens_at_preparation"]
+        details = {
+            k: p.get(k) for k in ("summary", "through_seq", "summary_tokens", "base_compaction_event_id")
+        }
+    elif kind == "compaction_preparation_discarded":
+        prepared = p["prepared_event_id"]
+        what = f"prepared compaction {prepared} discarded ({p['reason']}): {_clip(p['detail'], 80)}"
+        details = {k: p[k] for k in ("prepared_event_id", "reason", "detail")}
     elif kind == "compact_failed":
         what = f"compaction failed ({p['trigger']}): {_clip(p['reason'])}"
         details = {"reason": p["reason"]}

@@ -17,6 +17,8 @@ __all__ = [
     "CollapseCommitted",
     "CompactBoundary",
     "CompactFailed",
+    "CompactionPrepared",
+    "CompactionPreparationDiscarded",
     "SessionMemoryUpdated",
     "SkillInvoked",
     "CollapseStaged",
@@ -188,6 +190,8 @@ class CompactBoundary(Event):
     #: summarizer's input (the summary does not cover them); 0 when nothing was dropped.
     ptl_dropped_before_seq: NonNegativeInt = 0
     discovered_tools: list[str] = Field(default_factory=list)
+    #: The ``CompactionPrepared`` whose summary this boundary committed (None: summarized now).
+    prepared_event_id: str | None = None
 
 
 @register_upcaster("compact_boundary", 1)
@@ -207,6 +211,54 @@ class CompactFailed(Event):
     trigger: Literal["auto", "manual", "reactive"]
     reason: str
     ptl_retries: NonNegativeInt = 0
+
+
+@register_event
+class CompactionPrepared(Event):
+    """The summary for the next compaction, prepared ahead of the threshold; it changes nothing yet.
+
+    It covers the view messages that began at or before ``through_seq`` on top of the compaction
+    ``base_compaction_event_id`` (None: none). When the threshold is reached the compaction
+    commits it without a model call, keeping what came after ``through_seq`` verbatim, unless
+    it went stale (docs/compaction.md "Pre-computed compaction"); a stale one is discarded
+    with a ``CompactionPreparationDiscarded``.
+    """
+
+    type: Literal["compaction_prepared"] = "compaction_prepared"
+    summary: str
+    summarizer: str
+    summary_tokens: NonNegativeInt
+    through_seq: NonNegativeInt
+    #: Raw tokens of the view messages that began at or before ``through_seq`` (all of them,
+    #: snipped or not): a message that grew since changes it, and the preparation is stale.
+    covered_tokens: NonNegativeInt
+    base_compaction_event_id: str | None = None
+    #: "Used" tokens when it was prepared.
+    tokens_at_preparation: NonNegativeInt
+    last_message_uuid: str | None = None
+    #: What the pre-compact hooks gave when it was prepared: instructions for the summary, and
+    #: messages shown after it once committed.
+    custom_instructions: str | None = None
+    hook_messages: list[str] = Field(default_factory=list)
+    ptl_retries: NonNegativeInt = 0
+    ptl_dropped_before_seq: NonNegativeInt = 0
+
+
+@register_event
+class CompactionPreparationDiscarded(Event):
+    """A prepared compaction summary thrown away unused; the compaction, if due, summarizes anew.
+
+    ``reason``: ``compacted`` (another compaction, or its revert, changed what it was prepared
+    on), ``changed`` (a message it covers grew or is gone), ``grown`` (more than the allowed
+    share of the window came after it), ``above_threshold`` (committing it would leave the
+    context at or above the auto-compact threshold), ``unclean_cut`` (what would be kept starts
+    with tool results whose calls it summarized).
+    """
+
+    type: Literal["compaction_preparation_discarded"] = "compaction_preparation_discarded"
+    prepared_event_id: str
+    reason: Literal["compacted", "changed", "grown", "above_threshold", "unclean_cut"]
+    detail: str = ""
 
 
 @register_event

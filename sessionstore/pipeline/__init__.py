@@ -28,6 +28,7 @@ from ._compaction import (
     compact,
     compact_preview,
     maybe_extract_memory,
+    prepare_compaction,
     shell_pre_compact_hook,
     shell_text_hook,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "maybe_extract_memory",
     "microcompact",
     "persisted_preview",
+    "prepare_compaction",
     "record_applied_edits",
     "record_events",
     "revert",

@@ -1,4 +1,5 @@
-"""Compaction (SPEC 5.5): session memory first, then an LLM summary; retries, hooks, breaker.
+"""Compaction (SPEC 5.5): session memory first, then a summary prepared ahead, then an LLM summary;
+retries, hooks, breaker.
 
 ``compact(session, summarizer, ...)`` runs one compaction and records a ``CompactBoundary``
 (or a ``CompactFailed`` — the context is then exactly as it was, never an error text used as a
@@ -6,6 +7,11 @@ summary). ``autocompact_stage`` decides the pipeline's ``AutoCompactStage``: it 
 ``used >= autocompact threshold``, auto-compact is enabled, collapse is not, the
 session is the main thread, and the circuit breaker is closed (fewer than 3 consecutive
 automatic failures, counted from events, so the breaker survives a restart).
+
+Pre-computed compaction (``CompactConfig.precompute_percent``): from that share of the threshold
+the stage prepares the next compaction's summary (``prepare_compaction``, a ``CompactionPrepared``);
+at the threshold the compaction commits it without a model call unless it went stale (``_precompute``
+says when), in which case it records a ``CompactionPreparationDiscarded`` and summarizes anew.
 """
 
 from __future__ import annotations
@@ -23,17 +29,25 @@ from typing import Any, Literal
 
 from .._telemetry import span
 from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptTooLongError, ValidationError
-from ..events._context import CompactBoundary, CompactFailed, SessionMemoryUpdated
+from ..events._context import (
+    CompactBoundary,
+    CompactFailed,
+    CompactionPreparationDiscarded,
+    CompactionPrepared,
+    SessionMemoryUpdated,
+)
 from ..projections._api_context import (
     COMPACT_SUMMARY_PREFIX,
     LEADING_USER_MARKER,
     freed_per_message,
     leading_results,
 )
+from ..projections._api_records import PreparedCompaction
 from ..projections._session import Session
 from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._observed import log_compaction
+from ._precompute import StaleReason, preparation_mark, prepared_keep_index, stale_reason
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
 from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
@@ -54,6 +68,8 @@ __all__ = [
     "drop_for_retry",
     "memory_is_empty",
     "maybe_extract_memory",
+    "maybe_prepare_compaction",
+    "prepare_compaction",
     "memory_keep_index",
     "round_groups",
     "shell_pre_compact_hook",
@@ -159,6 +175,30 @@ class CompactConfig:
     extract_growth_tokens: int = 5_000
     extract_tool_calls: int = 3
     hooks: CompactHooks = field(default_factory=CompactHooks)
+    #: Prepare the next compaction's summary ahead once "used" reaches this percent of the
+    #: auto-compact threshold (None: off); the compaction at the threshold then commits it
+    #: without a model call (docs/compaction.md "Pre-computed compaction").
+    precompute_percent: float | None = None
+    #: A preparation is stale once what came after it weighs more than this percent of the
+    #: effective window.
+    precompute_max_growth_percent: float = 20.0
+
+    def __post_init__(self) -> None:
+        """Refuse marks that could never fire or would fire at once.
+
+        Raises:
+            ValidationError: ``precompute_percent`` not in (0, 100), or a growth share not in (0, 100].
+        """
+        if self.precompute_percent is not None and not 0 < self.precompute_percent < 100:
+            percent = self.precompute_percent
+            msg = f"CompactConfig.precompute_percent must be above 0 and below 100, not {percent}"
+            raise ValidationError(msg, field="precompute_percent")
+        if not 0 < self.precompute_max_growth_percent <= 100:
+            msg = (
+                "CompactConfig.precompute_max_growth_percent must be above 0 and at most 100, "
+                f"not {self.precompute_max_growth_percent}"
+            )
+            raise ValidationError(msg, field="precompute_max_growth_percent")
 
 
 @dataclass(frozen=True)
@@ -456,6 +496,8 @@ class _Plan:
     retries: int = 0
     #: After prompt-too-long retries: messages that began before this seq were not summarized.
     dropped_before_seq: int = 0
+    #: The ``CompactionPrepared`` this plan commits (None: summarized now or session memory).
+    prepared_event_id: str | None = None
 
 
 def _kept(session: Session, plan: _Plan) -> list[Message]:
@@ -500,18 +542,22 @@ def _memory_plan(session: Session, config: CompactConfig) -> _Plan | None:
     if index is None:
         return None
     plan = _Plan("session_memory", "base", memory.text, "session_memory", index)
-    kept = _kept(session, plan)
-    attachments = _restored(session, kept)
+    if _plan_used(session, plan) >= session.token_state().window.autocompact_threshold:
+        return None
+    return plan
+
+
+def _plan_used(session: Session, plan: _Plan, extra_blocks: int = 0) -> int:
+    """The "used" tokens right after a boundary committing ``plan``: its summary, the kept
+    messages, the restored files, skills and plan, and ``extra_blocks`` hook messages."""
+    attachments = _restored(session, _kept(session, plan))
     kept_tokens, kept_blocks = _kept_size(session, plan)
     raw = (
         session.count_text(COMPACT_SUMMARY_PREFIX + plan.summary)
         + sum(int(a["tokens"]) for a in attachments)
         + kept_tokens
     )
-    blocks = 1 + len(attachments) + kept_blocks
-    if _predicted_used(session, raw, blocks) >= session.token_state().window.autocompact_threshold:
-        return None
-    return plan
+    return _predicted_used(session, raw, 1 + extra_blocks + len(attachments) + kept_blocks)
 
 
 def _llm_plan(
@@ -580,6 +626,129 @@ def _first_seq_summarized(session: Session, summarized: Sequence[Message]) -> in
     return 0 if found is None else state.message_first_seq[found]
 
 
+# --- pre-computed compaction -------------------------------------------------------------------
+
+
+def prepare_compaction(
+    session: Session, summarizer: Summarizer, config: CompactConfig | None = None
+) -> CompactionPrepared | None:
+    """Summarize the request now for the next compaction and record it (``CompactionPrepared``).
+
+    The summary is the base template's, over what a compaction now would summarize (the
+    pre-compact hooks run with trigger "auto"); nothing in the request changes. Returns None,
+    recording nothing, when a hook or the summarizer failed: the preparation is background work,
+    so it neither counts toward the circuit breaker nor stops the turn (the next one tries again).
+    """
+    config = config or CompactConfig()
+    state = session.api_state
+    if not state.messages:
+        return None
+    through_seq = session.last_seq
+    keep = bisect.bisect_right(state.message_first_seq, through_seq)
+    covered_tokens = sum(state.message_tokens[:keep])
+    used = session.used_tokens()
+    try:
+        instructions, shown = _pre_compact(config, "auto", None)
+        summary, name, retries, summarized = _summarize_with_retries(
+            session,
+            summarizer,
+            SummaryRequest(
+                summarizer_input(session),
+                "base",
+                instructions,
+                state.system,
+                state.tools,
+                state.model,
+                previous_summary=_previous_summary(session),
+            ),
+        )
+    except SummaryFailedError:
+        return None
+    event = CompactionPrepared(
+        summary=summary,
+        summarizer=name,
+        summary_tokens=session.count_text(summary),
+        through_seq=through_seq,
+        covered_tokens=covered_tokens,
+        base_compaction_event_id=state.compact.event_id if state.compact is not None else None,
+        tokens_at_preparation=used,
+        last_message_uuid=_last_message_uuid(session),
+        custom_instructions=instructions,
+        hook_messages=shown,
+        ptl_retries=retries,
+        ptl_dropped_before_seq=_first_seq_summarized(session, summarized) if retries else 0,
+    )
+    session.append([event])
+    return event
+
+
+def maybe_prepare_compaction(
+    session: Session, summarizer: Summarizer, config: CompactConfig, *, collapse_enabled: bool = False
+) -> CompactionPrepared | None:
+    """Prepare the next compaction when due; discard the pending one first when it went stale.
+
+    Due when ``precompute_percent`` is set, "used" is at or above that share of the auto-compact
+    threshold but below the threshold, no fresh preparation is pending, and auto-compact could
+    fire (enabled, collapse off, the main thread, the breaker closed).
+    """
+    if config.precompute_percent is None:
+        return None
+    window = session.token_state().window
+    used = session.used_tokens()
+    if (
+        not window.auto_compact_enabled
+        or session.config.window.disable_compaction
+        or collapse_enabled
+        or session.api_state.query_source != "main"
+        or breaker_open(session)
+        or used >= window.autocompact_threshold
+        or used < preparation_mark(session, config.precompute_percent)
+    ):
+        return None
+    if session.api_state.prepared is not None and _fresh_preparation(session, config) is not None:
+        return None
+    return prepare_compaction(session, summarizer, config)
+
+
+def _fresh_preparation(session: Session, config: CompactConfig) -> tuple[_Plan, PreparedCompaction] | None:
+    """The pending preparation and the plan that commits it, when it is still fresh.
+
+    A stale one is discarded (a ``CompactionPreparationDiscarded`` is appended) and None returned.
+    """
+    prepared = session.api_state.prepared
+    if prepared is None:
+        return None
+    stale = stale_reason(session, prepared, config.precompute_max_growth_percent)
+    plan = None
+    if stale is None:
+        keep = prepared_keep_index(session, prepared)
+        plan = _Plan(
+            "llm",
+            "base" if keep == len(session.api_state.messages) else "partial_up_to",
+            prepared.summary,
+            prepared.summarizer,
+            keep,
+            retries=prepared.ptl_retries,
+            dropped_before_seq=prepared.ptl_dropped_before_seq,
+            prepared_event_id=prepared.event_id,
+        )
+        after = _plan_used(session, plan, len(prepared.hook_messages))
+        threshold = session.token_state().window.autocompact_threshold
+        if after >= threshold:
+            stale = "above_threshold", f"it would leave {after} tokens used, the threshold is {threshold}"
+    if stale is not None:
+        session.append([_discarded(prepared, *stale)])
+        return None
+    assert plan is not None
+    return plan, prepared
+
+
+def _discarded(
+    prepared: PreparedCompaction, reason: StaleReason, detail: str
+) -> CompactionPreparationDiscarded:
+    return CompactionPreparationDiscarded(prepared_event_id=prepared.event_id, reason=reason, detail=detail)
+
+
 def compact(
     session: Session,
     summarizer: Summarizer,
@@ -590,6 +759,7 @@ def compact(
     from_uuid: str | None = None,
     config: CompactConfig | None = None,
     use_memory: bool = False,
+    use_prepared: bool = False,
 ) -> CompactReport:
     """Compact the session now; returns what it recorded (a boundary, or a failure).
 
@@ -601,6 +771,10 @@ def compact(
         config: hooks and session-memory settings (the pipeline's ``PipelineConfig.compact``).
         use_memory: try a session-memory compact (no model call) before the LLM summary; it
             is skipped, recording nothing, when it is not usable (see ``_memory_plan``).
+        use_prepared: after the session memory, commit the summary prepared ahead
+            (``CompactionPrepared``, no model call) when it is still fresh; a stale one is
+            discarded (recorded) first. Without it, a pending preparation is discarded with the
+            boundary this compaction records (it was prepared on the history this replaces).
 
     Raises:
         CompactionDisabledError: the session's window config disables all compaction.
@@ -617,6 +791,7 @@ def compact(
             from_uuid=from_uuid,
             config=config,
             use_memory=use_memory,
+            use_prepared=use_prepared,
         )
         current.set(
             {
@@ -650,9 +825,20 @@ def _compact(
     from_uuid: str | None,
     config: CompactConfig | None,
     use_memory: bool,
+    use_prepared: bool,
 ) -> CompactReport:
     """``compact``'s work (see there), without its reporting."""
+    config = config or CompactConfig()
     before = session.used_tokens()
+    pivot = up_to_uuid is not None or from_uuid is not None
+    prepared = (
+        _fresh_preparation(session, config)
+        if use_prepared
+        and not pivot
+        and custom_instructions is None
+        and not session.config.window.disable_compaction
+        else None
+    )
     try:
         boundary, strategy = _planned_boundary(
             session,
@@ -661,12 +847,19 @@ def _compact(
             custom_instructions=custom_instructions,
             up_to_uuid=up_to_uuid,
             from_uuid=from_uuid,
-            config=config or CompactConfig(),
+            config=config,
             use_memory=use_memory,
+            prepared=prepared,
         )
     except SummaryFailedError as e:
         return _failed(session, trigger, e.reason, before)
-    session.append([boundary])
+    pending = session.api_state.prepared
+    if pending is not None and boundary.prepared_event_id != pending.event_id:
+        # Prepared on the history this boundary replaces: it could never be committed after it.
+        superseded = f"superseded by a {strategy} compaction ({trigger})"
+        session.append([_discarded(pending, "compacted", superseded), boundary])
+    else:
+        session.append([boundary])
     after = session.used_tokens()
     return CompactReport(
         str(boundary.event_id),
@@ -688,8 +881,12 @@ def _planned_boundary(
     from_uuid: str | None,
     config: CompactConfig,
     use_memory: bool,
+    prepared: tuple[_Plan, PreparedCompaction] | None = None,
 ) -> tuple[CompactBoundary, str]:
     """The boundary a compaction would record now (hooks and summary run), and its strategy.
+
+    With ``prepared`` (a fresh preparation and its plan), the pre-compact hooks are not run
+    again: they ran when it was prepared, and what they gave is in it.
 
     Raises:
         CompactionDisabledError: the session's window config disables all compaction.
@@ -698,6 +895,30 @@ def _planned_boundary(
     if session.config.window.disable_compaction:
         raise CompactionDisabledError(session.id)
     before = session.used_tokens()
+    if prepared is None:
+        instructions, shown = _pre_compact(config, trigger, custom_instructions)
+    else:
+        instructions, shown = prepared[1].custom_instructions, list(prepared[1].hook_messages)
+    pivot = up_to_uuid is not None or from_uuid is not None
+    plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
+    if plan is None and prepared is not None:
+        plan = prepared[0]
+    if plan is None:
+        plan = _llm_plan(session, summarizer, instructions, up_to_uuid, from_uuid)
+    hook_results = [*shown]
+    hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
+    hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
+    return _boundary(session, plan, trigger, instructions, hook_results, before), plan.strategy
+
+
+def _pre_compact(
+    config: CompactConfig, trigger: Trigger, custom_instructions: str | None
+) -> tuple[str | None, list[str]]:
+    """Run the pre-compact hooks: the instructions for the summary and the messages to show.
+
+    Raises:
+        SummaryFailedError: a hook failed.
+    """
     instructions = custom_instructions
     shown: list[str] = []
     for hook in config.hooks.pre_compact:
@@ -706,14 +927,7 @@ def _planned_boundary(
             instructions = f"{instructions}\n{extra}" if instructions else extra
         if message:
             shown.append(message)
-    pivot = up_to_uuid is not None or from_uuid is not None
-    plan = _memory_plan(session, config) if use_memory and config.session_memory and not pivot else None
-    if plan is None:
-        plan = _llm_plan(session, summarizer, instructions, up_to_uuid, from_uuid)
-    hook_results = [*shown]
-    hook_results += [t for h in config.hooks.session_start if (t := h("compact"))]
-    hook_results += [t for h in config.hooks.post_compact if (t := h(plan.summary))]
-    return _boundary(session, plan, trigger, instructions, hook_results, before), plan.strategy
+    return instructions, shown
 
 
 def compact_preview(
@@ -805,6 +1019,7 @@ def _boundary(
         ptl_retries=plan.retries,
         ptl_dropped_before_seq=plan.dropped_before_seq,
         discovered_tools=[str(t.get("name")) for t in state.tools],
+        prepared_event_id=plan.prepared_event_id,
     )
 
 
@@ -872,13 +1087,20 @@ def compact_session(
 ) -> CompactReport:
     """The one compaction path of automatic and reactive compaction (and the pipeline's).
 
-    Session memory first when enabled and usable, else the LLM summary, with the configured
-    hooks either way.
+    Session memory first when enabled and usable, then the summary prepared ahead when one is
+    pending and fresh, else the LLM summary, with the configured hooks either way.
 
     Raises:
         CompactionDisabledError: the session's window config disables all compaction.
     """
-    return compact(session, summarizer, trigger=trigger, config=config, use_memory=config.session_memory)
+    return compact(
+        session,
+        summarizer,
+        trigger=trigger,
+        config=config,
+        use_memory=config.session_memory,
+        use_prepared=True,
+    )
 
 
 def autocompact_stage(
@@ -936,6 +1158,11 @@ class AutoCompactStage:
             )
             if compacted is not None:
                 return self._report(compacted, "")
+            prepared = maybe_prepare_compaction(
+                session, self.summarizer, self.config, collapse_enabled=self.collapse_enabled
+            )
+            if prepared is not None:
+                return StageReport(self.name, 0, (str(prepared.event_id),), "compaction prepared")
         if self.collapse_enabled and session.token_state().at_blocking_limit:
             rescue = autocompact_stage(session, self.summarizer, self.config, collapse_enabled=False)
             if rescue is not None:

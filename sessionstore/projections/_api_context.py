@@ -36,6 +36,8 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
 * ``CompactBoundary``: everything before the latest boundary leaves the request except the
   messages it keeps; the summary opens the request, attachments and hook results follow the
   kept messages (``_with_compaction``).
+* ``CompactionPrepared``: the next compaction's summary is kept ready; nothing changes yet. A
+  ``CompactionPreparationDiscarded`` or the boundary that commits it drops it.
 * ``ContextEditReverted`` of the latest ``CompactBoundary``: the request is built as it was
   before that boundary (the messages never left the view; the boundary's record goes, the
   compaction it superseded, if any, shapes the request again) and the fold's cursor the
@@ -60,6 +62,8 @@ from ..events._context import (
     CollapseStaged,
     CompactBoundary,
     CompactFailed,
+    CompactionPreparationDiscarded,
+    CompactionPrepared,
     ContextEditReverted,
     ContextServed,
     MicrocompactApplied,
@@ -76,6 +80,7 @@ from ._api_records import (
     CompactionRecord,
     MemoryRecord,
     PendingReplacement,
+    PreparedCompaction,
     ResultReplacement,
     ResultsEdit,
     SnipEdit,
@@ -202,6 +207,8 @@ class ApiContextState:
     compact_failures: int = 0
     #: The latest session memory: text, last summarized seq, tokens and tool calls at extraction.
     memory: MemoryRecord | None = None
+    #: The compaction summary prepared ahead, waiting for the threshold (None: none pending).
+    prepared: PreparedCompaction | None = None
     #: Main-thread tool calls so far (session-memory extraction paces itself by them).
     tool_calls: int = 0
     #: Skills invoked, oldest first (a re-invocation moves to the end), and the current plan:
@@ -670,9 +677,37 @@ def _fold_boundary(state: ApiContextState, event: RecordedEvent, edit: CompactBo
         state.last_assistant_index = -1
         state.last_assistant_api_id = None
         state.merge_floor = len(state.messages)
+    if state.prepared is not None and state.prepared.event_id == edit.prepared_event_id:
+        state.prepared = None  # committed: spent (a revert of this boundary does not bring it back)
     # The last usage measured the context before the boundary: estimate afresh until the next.
     state.usage_total = None
     state.compact_failures = 0
+
+
+def _fold_compaction_prepared(
+    state: ApiContextState, event: RecordedEvent, prepared: CompactionPrepared
+) -> None:
+    state.prepared = PreparedCompaction(
+        event_id=event.event_id,
+        seq=event.seq,
+        summary=prepared.summary,
+        summarizer=prepared.summarizer,
+        through_seq=prepared.through_seq,
+        covered_tokens=prepared.covered_tokens,
+        base_compaction_event_id=prepared.base_compaction_event_id,
+        tokens_at_preparation=prepared.tokens_at_preparation,
+        custom_instructions=prepared.custom_instructions,
+        hook_messages=tuple(prepared.hook_messages),
+        ptl_retries=prepared.ptl_retries,
+        ptl_dropped_before_seq=prepared.ptl_dropped_before_seq,
+    )
+
+
+def _fold_preparation_discarded(
+    state: ApiContextState, event: RecordedEvent, discarded: CompactionPreparationDiscarded
+) -> None:
+    if state.prepared is not None and state.prepared.event_id == discarded.prepared_event_id:
+        state.prepared = None
 
 
 def _fold_compact_failed(state: ApiContextState, event: RecordedEvent, failed: CompactFailed) -> None:
@@ -719,6 +754,8 @@ _FOLDS: dict[type[Event], Callable[[ApiContextState, RecordedEvent, Any], None]]
     ContextEditReverted: _fold_revert,
     CompactBoundary: _fold_boundary,
     CompactFailed: _fold_compact_failed,
+    CompactionPrepared: _fold_compaction_prepared,
+    CompactionPreparationDiscarded: _fold_preparation_discarded,
     SkillInvoked: _fold_skill,
     PlanUpdated: _fold_plan,
     SessionMemoryUpdated: _fold_memory,
@@ -752,7 +789,8 @@ class ApiContextProjection(Projection[ApiContextState]):
     #: 2: snapshots keep each message's JSON (MessageList) instead of one JSON document.
     #: 3: edits, replacements, collapses, the compaction and the memory are typed records.
     #: 4: compaction records keep the cursor they reset, and the boundaries the latest superseded.
-    version: ClassVar[int] = 4
+    #: 5: the compaction summary prepared ahead (``prepared``).
+    version: ClassVar[int] = 5
 
     def initial(self) -> ApiContextState:
         """An empty conversation."""
@@ -839,6 +877,7 @@ def _records_from_json(header: dict[str, Any]) -> dict[str, Any]:
         CompactionRecord.from_json(data) for data in header["earlier_compactions"]
     ]
     fields_["memory"] = record_from_json(MemoryRecord, header["memory"])
+    fields_["prepared"] = record_from_json(PreparedCompaction, header["prepared"])
     return fields_
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "CompactionRecord",
     "MemoryRecord",
     "PendingReplacement",
+    "PreparedCompaction",
     "ResultReplacement",
     "ResultsEdit",
     "SnipEdit",
@@ -172,6 +173,25 @@ class CompactionRecord(StateRecord):
     #: differently than without it): a revert could not give the request without it, so it is
     #: refused (0: none).
     diverged_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCompaction(StateRecord):
+    """A compaction summary prepared ahead and not yet committed or discarded (``CompactionPrepared``)."""
+
+    _TUPLES: ClassVar[frozenset[str]] = frozenset({"hook_messages"})
+    event_id: str
+    seq: int
+    summary: str
+    summarizer: str
+    through_seq: int
+    covered_tokens: int
+    base_compaction_event_id: str | None
+    tokens_at_preparation: int
+    custom_instructions: str | None
+    hook_messages: tuple[str, ...]
+    ptl_retries: int
+    ptl_dropped_before_seq: int
 
 
 @dataclass(frozen=True, slots=True)
