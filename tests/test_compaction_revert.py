@@ -251,6 +251,23 @@ class TestDoesNotFit:
         assert session.token_state().used < session.token_state().window.blocking_limit
 
 
+    def test_recompact_of_anything_but_a_compaction_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`--recompact` on a snip: one error line, nothing recorded (the API answers 422)."""
+        db = _database(tmp_path)
+        session = _session(4, store=sessionstore.open_store(db))
+        snipped = snip(session, 1)
+        seq = session.last_seq
+
+        status = main(["revert", "--db", db, session.id, snipped.event_ids[0], "--recompact"])
+
+        assert status == 1
+        assert "recompact applies to a compaction only" in capsys.readouterr().err
+        session.refresh()
+        assert session.last_seq == seq
+
+
 class TestAudit:
     def test_audit_shows_the_revert_and_earlier_turns_replay_unchanged(self) -> None:
         store = sessionstore.open_store(":memory:")

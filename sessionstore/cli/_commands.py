@@ -40,6 +40,7 @@ from ..store import (
     upgrade,
 )
 from ._compaction import print_preview, run_revert, summarizer_for
+from ._compare import run_compare
 from ._demo import run_demo
 from ._erasure import run_erase, run_purge
 from ._output import style, terminal_width, use_color
@@ -192,6 +193,8 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         else:
             print(f"compact failed ({compacted.reason}); recorded as {compacted.event_id}", file=out)
         return 0 if compacted.ok else 1
+    elif args.command == "compare":
+        return run_compare(args, Session(store, args.session_id, _session_config()), out)
     elif args.command == "collapse":
         session = Session(store, args.session_id)
         collapsed = collapse(

@@ -30,13 +30,17 @@ from ..projections import Session
 __all__ = ["print_preview", "run_revert", "summarizer_for"]
 
 
-def summarizer_for(choice: str, session: Session) -> Summarizer:
+def summarizer_for(choice: str, session: Session, model: str | None = None) -> Summarizer:
     """The summarizer ``--summarizer`` names: auto (the model when a key is set), offline, anthropic.
 
+    Args:
+        model: the model to ask (default: the session's).
+
     Raises:
-        ValidationError: anthropic without a model in the session or without ``ANTHROPIC_API_KEY``.
+        ValidationError: anthropic without a model (given or the session's) or without
+            ``ANTHROPIC_API_KEY``.
     """
-    model = session.api_state.model
+    model = model or session.api_state.model
     if choice == "offline":
         return OfflineSummarizer()
     if choice == "auto":
@@ -93,11 +97,10 @@ def _asdict(report: CompactPreview | CompactReport) -> dict[str, object]:
 
 
 def run_revert(args: argparse.Namespace, session: Session, out: TextIO) -> int:
-    """``revert``: undo the edit; a compaction with ``--recompact`` is compacted again at once."""
-    recompact = args.recompact and _is_compaction(session, args.event_id)
+    """``revert``: undo the edit; ``--recompact`` (a compaction only) compacts again at once."""
     recompacted: CompactReport | None = None
     try:
-        if recompact:
+        if args.recompact:
             summarizer = default_summarizer(model=session.api_state.model)
             report, recompacted = revert_and_recompact(session, args.event_id, summarizer)
         else:
@@ -134,12 +137,6 @@ def run_revert(args: argparse.Namespace, session: Session, out: TextIO) -> int:
             file=out,
         )
     return EXIT_OK
-
-
-def _is_compaction(session: Session, event_id: str) -> bool:
-    state = session.api_state
-    latest = [state.compact] if state.compact is not None else []
-    return any(c.event_id == event_id for c in [*state.earlier_compactions, *latest])
 
 
 def _print_too_large(session_id: str, error: CompactionRevertTooLargeError) -> None:

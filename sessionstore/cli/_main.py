@@ -30,6 +30,7 @@ from ..errors import (
     DataCorruptionError,
     SessionStoreError,
 )
+from ._compare import add_commands as _add_compare_commands
 from ._completion import add_commands as _add_completion_commands
 from ._completion import run_completion
 from ._erasure import add_commands as _add_erasure_commands
@@ -269,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     revert_cmd.add_argument("--json", action="store_true")
 
+    _add_compare_commands(commands, _add_db)  # compare (sessionstore/cli/_compare.py)
     _add_interchange_commands(commands, _add_db)  # import, export (sessionstore/cli/_transcripts.py)
     _add_serve_command(commands, _add_db)  # serve: the JSON API and the viewer (sessionstore/cli/_serve.py)
     _add_plot_commands(commands, _add_db)  # plot (sessionstore/cli/_plot.py)

@@ -46,6 +46,10 @@ from ._context import (
     SnipApplied,
     ToolResultPersisted,
 )
+from ._experiments import (
+    CompactionExperiment,
+    ReplacedFactKept,
+)
 from ._files import (
     ConversationRewound,
     FileBackedUp,
@@ -84,6 +88,7 @@ __all__ = [
     "CollapseStaged",
     "CompactBoundary",
     "CompactFailed",
+    "CompactionExperiment",
     "CompactionPreparationDiscarded",
     "CompactionPrepared",
     "ContentBlock",
@@ -115,6 +120,7 @@ __all__ = [
     "PlanUpdated",
     "QuerySource",
     "ReactiveRecovery",
+    "ReplacedFactKept",
     "ServerEditsApplied",
     "SessionMemoryUpdated",
     "SessionStarted",

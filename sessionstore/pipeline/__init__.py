@@ -32,6 +32,7 @@ from ._compaction import (
     shell_pre_compact_hook,
     shell_text_hook,
 )
+from ._compare import CompactionComparison, CompactionVariant, compare_compactions
 from ._microcompact import (
     COMPACTABLE_TOOLS,
     CONTEXT_MANAGEMENT_BETA,
@@ -76,6 +77,8 @@ __all__ = [
     "CompactHooks",
     "CompactPreview",
     "CompactReport",
+    "CompactionComparison",
+    "CompactionVariant",
     "MicrocompactConfig",
     "MicrocompactStage",
     "OfflineSummarizer",
@@ -99,6 +102,7 @@ __all__ = [
     "compact",
     "compact_preview",
     "compact_prompt",
+    "compare_compactions",
     "configured_stages",
     "default_summarizer",
     "drain_collapses",
