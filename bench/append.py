@@ -531,14 +531,20 @@ def plain_pg_url(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-def sessionstore_pg(base_url: str, *, batch: int) -> Callable[[list[Message], Path], Run]:
+def sessionstore_pg(
+    base_url: str, *, batch: int, counting: bool = False
+) -> Callable[[list[Message], Path], Run]:
     def run(messages: list[Message], _folder: Path) -> Run:
+        counter = AuditedCounter().warm_up() if counting else None
         with pg_schema(base_url) as (url, _schema):
-            store = sessionstore.open_store(url, migrate=True, token_counter=None)
+            store = sessionstore.open_store(url, migrate=True, token_counter=counter)
             try:
                 seconds, cpu, session_id = _timed_store_appends(store, messages, batch)
-                result = Run(seconds, cpu, settings="synchronous_commit=" + _pg_sync(store))
+                result = Run(seconds, cpu, settings=_pg_durability(store))
                 result.read_seconds = timed_read(_store_read(store, session_id, len(messages)))
+                if counter is not None:
+                    result.problems = _audit(counter, store, messages)
+                    result.counter_cpu_seconds = counter.cpu_seconds
                 return result
             finally:
                 store.close()
@@ -546,9 +552,17 @@ def sessionstore_pg(base_url: str, *, batch: int) -> Callable[[list[Message], Pa
     return run
 
 
-def _pg_sync(store: sessionstore.SessionStore) -> str:
+#: The server settings that decide whether an acknowledged COMMIT survives a crash of the server.
+PG_DURABILITY_SQL = "SELECT current_setting('synchronous_commit'), current_setting('fsync')"
+
+
+def pg_durability_text(row: Any) -> str:
+    return f"synchronous_commit={row[0]} fsync={row[1]}"
+
+
+def _pg_durability(store: sessionstore.SessionStore) -> str:
     with store.engine.connect() as conn:  # type: ignore[attr-defined]
-        return str(conn.exec_driver_sql("SHOW synchronous_commit").scalar())
+        return pg_durability_text(conn.exec_driver_sql(PG_DURABILITY_SQL).one())
 
 
 _RAW_PG_DDL = """
@@ -586,8 +600,7 @@ def raw_psycopg(base_url: str, *, batch: int) -> Callable[[list[Message], Path],
                 conn.commit()
                 seq += len(rows)
             times = watch.read()
-            sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-            result = Run(*times, settings=f"synchronous_commit={sync}")
+            result = Run(*times, settings=pg_durability_text(conn.execute(PG_DURABILITY_SQL).fetchone()))
             select = _RAW_SELECT.replace("?", "%s")
             result.read_seconds = timed_read(lambda: conn.execute(select, ("s1",)).fetchall())
             return result

@@ -40,6 +40,8 @@ the counting tokenizer yet); one warm-up turn follows.
   ``.encode()`` of the same request dict: the stdlib producing the very same bytes and nothing
   else. The bytes have to be produced to send the request at all.
 * ``turn/dumps``: how many times the floor a turn costs. Target: <= 3 at every size.
+* ``bytes/dumps``: the request's bytes alone against the floor. Target: <= 0.1 at the largest
+  size (the bytes of history already sent are joined, not serialized again).
 * ``refresh`` and ``fold``, in microseconds per turn: the incremental update alone, neither
   the store append nor serialization. ``refresh`` is ``Session.refresh()`` (read the tail from
   SQLite, decode, fold); ``fold`` only the ``apply`` calls of the two projections (decoding
@@ -136,6 +138,7 @@ QUICK_SIZES = (200, 1_000)
 SETUP_BATCH = 500
 WARMUP_TURNS = 1
 TARGET_TURN_OVER_DUMPS = 3.0
+TARGET_BYTES_OVER_DUMPS = 0.1
 TARGET_JSONL_OVER_SNAPSHOT = 10.0
 TARGET_FOLD_GROWTH = 2.0
 
@@ -597,7 +600,7 @@ class ResumeRow:
     jsonl_phases: dict[str, float]
 
 
-def _open(path: Path, *, counting: bool = True) -> sessionstore.SessionStore:
+def _open(path: Path | str, *, counting: bool = True) -> sessionstore.SessionStore:
     if counting:
         store = open_store(path, migrate=True)
         store.token_counter.count_text("warm up the tokenizer")  # type: ignore[union-attr]
@@ -605,7 +608,9 @@ def _open(path: Path, *, counting: bool = True) -> sessionstore.SessionStore:
     return open_store(path, migrate=True, token_counter=None)
 
 
-def build_history(path: Path, jsonl: Path, workload: Workload, turns: int) -> tuple[str, TranscriptWriter]:
+def build_history(
+    path: Path | str, jsonl: Path, workload: Workload, turns: int
+) -> tuple[str, TranscriptWriter]:
     """Create the session and append ``turns`` turns in batches (counting off). Not timed.
 
     Every turn is also written to the Claude Code transcript at ``jsonl`` as it is generated
@@ -707,7 +712,7 @@ def measure_turns(
     )
 
 
-def _resume_store(path: Path, sid: str, *, use_snapshots: bool) -> tuple[int, bytes, float]:
+def _resume_store(path: Path | str, sid: str, *, use_snapshots: bool) -> tuple[int, bytes, float]:
     t0 = time.perf_counter_ns()
     store = _open(path)
     t1 = time.perf_counter_ns()
@@ -731,7 +736,7 @@ def _resume_jsonl(path: Path, phases: dict[str, list[int]]) -> tuple[int, bytes]
 
 
 def measure_resume(
-    db: Path,
+    db: Path | str,
     jsonl: Path,
     sid: str,
     expected: bytes,
@@ -856,6 +861,7 @@ def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: 
             ("turn", "ms", 8),
             ("dumps", "ms", 8),
             ("turn/dumps", "", 10),
+            ("bytes/dumps", "", 11),
             ("refresh", "us", 8),
             ("fold", "us", 7),
             ("max append", "ms", 10),
@@ -871,6 +877,7 @@ def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: 
                 f"{r.turn_ms:.2f}",
                 f"{r.dumps_ms:.2f}",
                 f"{r.ratio:.2f}x",
+                f"{r.bytes_ms / r.dumps_ms:.3f}x",
                 f"{r.refresh_us:.0f}",
                 f"{r.fold_us:.0f}",
                 f"{r.max_append_ms:.1f}",
@@ -940,6 +947,14 @@ def print_tables(turn_rows: list[TurnRow], resume_rows: list[ResumeRow], turns: 
     ratios = ", ".join(f"{r.turns:,}: {r.ratio:.2f}x" for r in turn_rows)
     verdict = _verdict(worst.ratio <= TARGET_TURN_OVER_DUMPS)
     print(f"  [{verdict}] turn within {TARGET_TURN_OVER_DUMPS:.0f}x of json.dumps: {ratios}")
+    largest = turn_rows[-1]
+    bytes_ratio = largest.bytes_ms / largest.dumps_ms
+    verdict = _verdict(bytes_ratio <= TARGET_BYTES_OVER_DUMPS)
+    print(
+        f"  [{verdict}] request_bytes() <= {TARGET_BYTES_OVER_DUMPS}x json.dumps of the request at "
+        f"{largest.turns:,} turns: {bytes_ratio:.3f}x "
+        f"({largest.bytes_ms:.1f} ms against {largest.dumps_ms:.1f} ms)"
+    )
     fold_growth = turn_rows[-1].fold_us / turn_rows[0].fold_us
     refresh_growth = turn_rows[-1].refresh_us / turn_rows[0].refresh_us
     verdict = _verdict(max(fold_growth, refresh_growth) <= TARGET_FOLD_GROWTH)

@@ -3,7 +3,8 @@
 Started the way ``.ci/postgres.sh`` starts the suite's server: ``initdb`` in a temp dir under
 /tmp, run as a non-root OS user (``runuser`` when we are root), on a free loopback port.
 Without server binaries the tests using it skip, unless ``SESSIONSTORE_REQUIRE_PG=1`` (as in
-CI), where they fail.
+CI), where they fail. ``bench/postgres.py`` starts one too (``start_cluster(durable=True)``)
+when it is given no server.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class PrivateCluster:
     directory: Path
     port: int
     user: str | None
+    #: fsync and full_page_writes at the server's defaults (a commit survives a power loss), as a
+    #: benchmark needs; tests turn them off for speed: they kill clients, never this server.
+    durable: bool = False
 
     @property
     def url(self) -> str:
@@ -99,8 +103,10 @@ class PrivateCluster:
     def pg_ctl(self, action: str, *extra: str) -> None:
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.directory / 'sock'} "
-            "-c fsync=off -c full_page_writes=off -c max_connections=100"
+            "-c max_connections=100"
         )
+        if not self.durable:
+            options += " -c fsync=off -c full_page_writes=off"
         data = str(self.directory / "data")
         log = str(self.directory / "server.log")
         self.run("pg_ctl", "-w", "-t", "60", "-D", data, "-l", log, "-o", options, *extra, action)
@@ -124,7 +130,8 @@ class PrivateCluster:
         return len(rows)
 
 
-def _start_cluster(bindir: Path) -> PrivateCluster:
+def start_cluster(bindir: Path, *, durable: bool = False) -> PrivateCluster:
+    """Initialize and start a cluster with a ``sessionstore_test`` database; ``remove_cluster`` ends it."""
     user = _server_user()
     if user == "sessionstore-pg":
         subprocess.run(
@@ -134,7 +141,7 @@ def _start_cluster(bindir: Path) -> PrivateCluster:
         )
     # Under /tmp (world-traversable), so the server's user can reach its data dir.
     directory = Path(tempfile.mkdtemp(prefix="sessionstore-faults-pg.", dir="/tmp"))
-    cluster = PrivateCluster(bindir, directory, _free_port(), user)
+    cluster = PrivateCluster(bindir, directory, _free_port(), user, durable)
     (directory / "sock").mkdir()
     if user is not None:
         shutil.chown(directory, user)
@@ -146,12 +153,13 @@ def _start_cluster(bindir: Path) -> PrivateCluster:
         with psycopg.connect(cluster.admin_dsn, autocommit=True) as conn:
             conn.execute("CREATE DATABASE sessionstore_test")
     except BaseException:
-        _remove_cluster(cluster)
+        remove_cluster(cluster)
         raise
     return cluster
 
 
-def _remove_cluster(cluster: PrivateCluster) -> None:
+def remove_cluster(cluster: PrivateCluster) -> None:
+    """Stop the cluster (fast, else immediate) and delete its folder."""
     if (cluster.directory / "data" / "postmaster.pid").exists():
         try:
             cluster.stop()
@@ -168,7 +176,7 @@ def private_pg() -> Iterator[PrivateCluster]:
         if bindir is None:
             msg = "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found"
             raise RuntimeError(msg)
-        cluster = _start_cluster(bindir)
+        cluster = start_cluster(bindir)
     except (RuntimeError, OSError, subprocess.TimeoutExpired, psycopg.Error) as e:
         if REQUIRE_PG:
             pytest.fail(f"SESSIONSTORE_REQUIRE_PG=1 but a private PostgreSQL cluster did not start: {e}")
@@ -176,4 +184,4 @@ def private_pg() -> Iterator[PrivateCluster]:
     try:
         yield cluster
     finally:
-        _remove_cluster(cluster)
+        remove_cluster(cluster)
