@@ -9,7 +9,7 @@ still admits ACCESS SHARE), so positions are assigned in commit order and a read
 ``read_all`` can never skip. It also makes the per-session head check race-free, so seqs stay
 gap-free. We chose the table lock over a transaction-id horizon reader because its
 correctness is evident and holds for every reader query; its cost (appends to different
-sessions serialize) is measured in bench/append.py. ``lock_timeout`` bounds the wait.
+sessions serialize) is measured in bench/postgres.py. ``lock_timeout`` bounds the wait.
 
 Durability: ``synchronous_commit`` is left at the server default (``on``).
 """
