@@ -26,6 +26,7 @@ from sessionstore.pipeline import (
 from sessionstore.pipeline._replaced_facts import ReplacedFact, facts_kept, replaced_facts
 from sessionstore.projections import WindowConfig
 
+from ._claude_code_corpus import corpus_file
 from .messages_api import MessagesAPIServer, prompt_too_long, text_message
 
 CONFIG = SessionConfig(snapshot_every=0)
@@ -212,6 +213,34 @@ class TestCompareCompactions:
         with pytest.raises(CompactionDisabledError):
             compare_compactions(session, 3, [CompactionVariant(OfflineSummarizer())])
         assert [s.id for s in store.list_sessions()] == [session.id]
+
+
+class TestRealCompaction:
+    def test_claude_codes_own_summary_is_measured_beside_the_offline_one(self) -> None:
+        """The corpus's real compaction of a 155k-token review session: Claude Code's summary
+        names 7 of the 12 files the replaced messages read or edited (two only by a file name
+        another of them shares, which does not count) and 1 of the 2 errors; the offline
+        summarizer lists them all."""
+        from sessionstore.claude_code import import_claude_code
+
+        store = sessionstore.open_store(":memory:")
+        imported = import_claude_code(store, [corpus_file("entireio__cli__98-78b713483d-0-full.jsonl")])
+        session = Session(store, imported.sessions[0].session_id)
+        boundary = next(e for e in session.transcript if e.type == "compact_boundary")
+
+        recorded, offline = compare_compactions(
+            session, boundary.event_id, [CompactionVariant(OfflineSummarizer())]
+        ).trials
+
+        def kept(trial: CompactionExperiment, kind: str) -> tuple[int, int]:
+            facts = [f for f in trial.facts if f.kind == kind]
+            return sum(f.kept for f in facts), len(facts)
+
+        assert recorded.tokens_before > 150_000
+        assert (kept(recorded, "file"), kept(recorded, "error")) == ((7, 12), (1, 2))
+        assert (kept(offline, "file"), kept(offline, "error")) == ((12, 12), (2, 2))
+        lost = {"/".join(f.name.split("/")[-2:]) for f in recorded.facts if f.kind == "file" and not f.kept}
+        assert "session/state.go" in lost and "cli/cleanup.go" in lost
 
 
 class TestAnthropicSummarizer:
