@@ -429,6 +429,7 @@ class TestCommand:
             db,
         )
         _, events = _cli("events", "lab", "--type", "compaction_experiment", "--json", "--db", db)
+        _, with_summaries = _cli("compare", session.id, "--at", "5", "--summaries", "--db", db)
 
         assert status == 0
         assert "recorded" in table and "offline" in table and "failed: no usable session memory" in table
@@ -442,6 +443,7 @@ class TestCommand:
             "offline",
             "memory",
         ]
+        assert "--- offline ---" in with_summaries and "1. Primary request and intent:" in with_summaries
         session.refresh()
         assert session.last_seq == seq
 
