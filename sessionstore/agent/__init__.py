@@ -9,6 +9,7 @@ from ._conversation import (
     ReactiveRecovery,
     TokenBudget,
     budget_decision,
+    finish_subagent,
     spawn_subagent,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "ReactiveRecovery",
     "TokenBudget",
     "budget_decision",
+    "finish_subagent",
     "spawn_subagent",
 ]

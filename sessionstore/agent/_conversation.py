@@ -36,6 +36,7 @@ from ..events._base import (
     SubagentStarted,
     UsageRecorded,
 )
+from ..events._post_compact import SubagentFinished
 from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
 from ..pipeline._collapse import CollapseConfig, check_spawn, drain_collapses
 from ..pipeline._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
@@ -52,6 +53,7 @@ __all__ = [
     "ReactiveRecovery",
     "TokenBudget",
     "budget_decision",
+    "finish_subagent",
     "is_prompt_too_long",
     "spawn_subagent",
 ]
@@ -731,6 +733,7 @@ def spawn_subagent(
     tools: Sequence[dict[str, Any]] | None = None,
     collapse: CollapseConfig | None = None,
     session_id: str | None = None,
+    background: bool = False,
 ) -> Session:
     """A child session for one tool call of ``parent``, linked both ways.
 
@@ -742,9 +745,15 @@ def spawn_subagent(
     never touch the parent's state (their query source is ``subagent``). After a prompt-too-long
     a sub-agent's loop compacts the child's own log (reactive recovery), as any session's does.
 
+    The parent's log knows the sub-agent runs until the tool call's result arrives (its
+    answer), or, with ``background=True`` (the result only acknowledges the launch), until
+    ``finish_subagent``. A compaction of the parent tells the model again about each sub-agent
+    still running (docs/compaction.md).
+
     Args:
         system: the child's system prompt (default: the parent's).
         tools: the child's tool definitions (default: the parent's; ``()`` for none).
+        background: the sub-agent runs on after the tool call is answered.
 
     Raises:
         SubagentSpawnRefusedError: collapse is enabled and the parent is at 95% of its window.
@@ -768,7 +777,34 @@ def spawn_subagent(
         metadata={"agent_type": agent_type} if agent_type else None,
         events=events,
     )
-    parent.append(
-        [SubagentStarted(child_session_id=child.id, parent_tool_use_id=tool_use_id, agent_type=agent_type)]
+    started = SubagentStarted(
+        child_session_id=child.id,
+        parent_tool_use_id=tool_use_id,
+        agent_type=agent_type,
+        background=background,
     )
+    parent.append([started])
     return Session(parent.store, child.id, parent.config)
+
+
+def finish_subagent(
+    parent: Session, child_session_id: str, status: Literal["completed", "failed", "stopped"] = "completed"
+) -> SubagentFinished:
+    """Record in ``parent`` that a sub-agent's result was delivered: it no longer runs.
+
+    Needed for a ``background`` sub-agent (deliver its result as a message, then call this);
+    any other finishes when its tool call's result arrives, and this is then harmless.
+
+    Raises:
+        ValidationError: ``parent`` started no sub-agent with that session id.
+    """
+    started = any(
+        entry.type == "subagent_started" and entry.child_session_id == child_session_id
+        for entry in parent.transcript_state.entries
+    )
+    if not started:
+        msg = f"session {parent.id!r} started no sub-agent {child_session_id!r}"
+        raise ValidationError(msg, field="child_session_id")
+    finished = SubagentFinished(child_session_id=child_session_id, status=status)
+    parent.append([finished])
+    return finished

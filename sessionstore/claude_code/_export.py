@@ -21,7 +21,6 @@ import decimal
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -29,13 +28,14 @@ from typing import Any
 
 from .._paths import inside, name_problem
 from ..errors import PathRefusedError, ValidationError
+from ..events._post_compact import line_uuid
+from ..pipeline._post_compact import kept_message_uuids
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
 from ..store._contract import RecordedEvent, SessionStore
 from ..store._lineage import SessionLog
 
 __all__ = ["ExportedFile", "export_claude_code", "write_claude_code"]
 
-_NAMESPACE = uuid.UUID("9d6f1a52-3c7e-5b8a-8f40-1e2d3c4b5a69")
 #: Event types that are the source lines themselves.
 _LINE_TYPES = frozenset({"imported_entry", "opaque_entry"})
 #: Envelope keys carried over from the last imported line to lines written after it.
@@ -144,8 +144,8 @@ def _source_lines(
     return numbered, covered, context
 
 
-def _line_uuid(event_id: str, part: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, f"{event_id}\n{part}"))
+#: The line a native event becomes has a uuid derived from it (a preserved segment names its anchor).
+_line_uuid = line_uuid
 
 
 def _envelope(ctx: _Context, parent: str | None, timestamp: str, key: str) -> dict[str, Any]:
@@ -173,6 +173,11 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
         for r in events
         if r.type == "context_edit_reverted" and r.payload_dict()["target_type"] == "compact_boundary"
     }
+    agents_listed = any(
+        r.type == "listing_delta" and r.payload_dict()["kind"] == "agents"
+        for r in events
+        if r.event_id in covered
+    )
     for recorded in events:
         if recorded.event_id in covered or recorded.event_id in reverted:
             continue
@@ -227,6 +232,7 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
                 "compactMetadata": {
                     "trigger": payload["trigger"] if payload["trigger"] in ("auto", "manual") else "auto",
                     "preTokens": payload.get("pre_compact_tokens", 0),
+                    **_preserved_metadata(events, payload.get("preserved_segment")),
                 },
             }
             yield _dump(line)
@@ -239,6 +245,19 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
             summary["isVisibleInTranscriptOnly"] = True
             ctx.previous_uuid = summary_key
             yield _dump(summary)
+        elif recorded.type == "listing_delta":
+            key = _line_uuid(recorded.event_id, "listing")
+            line = _envelope(ctx, ctx.previous_uuid, moment, key)
+            line = {
+                "parentUuid": line.pop("parentUuid"),
+                "isSidechain": line.pop("isSidechain"),
+                "attachment": _listing_attachment(payload, first_agents=not agents_listed),
+                "type": "attachment",
+                **line,
+            }
+            agents_listed = agents_listed or payload["kind"] == "agents"
+            ctx.previous_uuid = key
+            yield _dump(line)
         elif recorded.type == "microcompact_applied":
             key = _line_uuid(recorded.event_id, "microcompact")
             line = _envelope(ctx, ctx.previous_uuid, moment, key)
@@ -259,6 +278,56 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
             )
             ctx.previous_uuid = key
             yield _dump(line)
+
+
+def _preserved_metadata(events: list[RecordedEvent], segment: object) -> dict[str, Any]:
+    """``preservedSegment`` and ``preservedMessages`` of a boundary that kept messages ({}: none).
+
+    The kept messages run from the segment's head to its tail, as the log holds them.
+    """
+    if not isinstance(segment, dict):
+        return {}
+    head, anchor, tail = segment["head_uuid"], segment["anchor_uuid"], segment["tail_uuid"]
+    uuids = kept_message_uuids(events)
+    if head in uuids and tail in uuids:
+        uuids = uuids[uuids.index(head) : uuids.index(tail) + 1]
+    else:  # pragma: no cover - a segment names messages of the log it was recorded in
+        uuids = [head, tail] if head != tail else [head]
+    return {
+        "preservedSegment": {"headUuid": head, "anchorUuid": anchor, "tailUuid": tail},
+        "preservedMessages": {"anchorUuid": anchor, "uuids": uuids},
+    }
+
+
+def _listing_attachment(payload: dict[str, Any], *, first_agents: bool) -> dict[str, Any]:
+    """A ``ListingDelta`` as the attachment Claude Code writes for it (FORMAT.md 4.8)."""
+    added: dict[str, str] = payload.get("added") or {}
+    removed: list[str] = payload.get("removed") or []
+    kind = payload["kind"]
+    if kind == "deferred_tools":
+        return {
+            "type": "deferred_tools_delta",
+            "addedNames": list(added),
+            "addedLines": [line or name for name, line in added.items()],
+            "removedNames": removed,
+            "readdedNames": [],
+            "pendingMcpServers": [],
+        }
+    if kind == "agents":
+        return {
+            "type": "agent_listing_delta",
+            "addedTypes": list(added),
+            "addedLines": [f"- {name}: {line}" if line else f"- {name}" for name, line in added.items()],
+            "removedTypes": removed,
+            "isInitial": first_agents or payload.get("compaction_event_id") is not None,
+            "showConcurrencyNote": False,
+        }
+    return {
+        "type": "mcp_instructions_delta",
+        "addedNames": list(added),
+        "addedBlocks": list(added.values()),
+        "removedNames": removed,
+    }
 
 
 def _visible_events(store: SessionStore, session_id: str) -> list[RecordedEvent]:

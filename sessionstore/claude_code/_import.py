@@ -61,7 +61,8 @@ from ..events._base import (
     UsageRecorded,
     json_problem,
 )
-from ..events._context import CompactBoundary, MicrocompactApplied, ToolResultPersisted
+from ..events._context import CompactBoundary, MicrocompactApplied, PreservedSegment, ToolResultPersisted
+from ..events._post_compact import ListingDelta, ListingKind
 from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
 from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id
 
@@ -521,6 +522,8 @@ class _Plan:
     #: A compaction that kept messages verbatim: boundary event id -> event id of the first kept
     #: message. Its seq (``keep_from_seq``) is only known when the session is written.
     kept_from: dict[str, str] = field(default_factory=dict)
+    #: Listing deltas derived from attachment lines: their event id -> the line's entry event id.
+    listing_lines: dict[str, str] = field(default_factory=dict)
     # Indexes of the file, built before conversion.
     tool_uses: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     agent_results: dict[str, tuple[str, int]] = field(default_factory=dict)
@@ -707,6 +710,9 @@ class _Converter:
             derived = [self._microcompact(line)]
         elif kind in ("file-history-snapshot", "file-history-delta"):
             derived = [self._file_history(line)]
+        elif kind == "attachment" and _attachment_type(entry) in _LISTING_ATTACHMENTS:
+            derived = [self._listing(line)]
+            self.plan.listing_lines[str(derived[0].event_id)] = str(self.eid(line, "entry"))
         else:
             return [self._opaque(line)]
         return [self._imported(line, entry, derived, False), *derived]
@@ -856,6 +862,26 @@ class _Converter:
             pre_compact_tokens=_nonneg(metadata.get("preTokens")),
             post_compact_raw_tokens=sum(self.count_text(text) for text in [summary, *kept_texts] if text),
             post_compact_blocks=(1 if summary.strip() else 0) + len(kept),
+            preserved_segment=_segment(entry),
+        )
+
+    def _listing(self, line: _Line) -> ListingDelta:
+        """A listing delta Claude Code announced, kept as state: its rendering is not in the file."""
+        attachment = line.entry["attachment"]
+        kind = _LISTING_ATTACHMENTS[attachment["type"]]
+        names_key, lines_key, removed_key = _LISTING_KEYS[kind]
+        names, lines, removed = (attachment.get(k, []) for k in (names_key, lines_key, removed_key))
+        if not all(
+            isinstance(v, list) and all(isinstance(i, str) for i in v) for v in (names, lines, removed)
+        ):
+            msg = f"'{names_key}', '{lines_key}' and '{removed_key}' must be lists of strings"
+            raise _BadLineError(msg)
+        added = {
+            name: _listing_line(kind, name, lines[i] if i < len(lines) else "")
+            for i, name in enumerate(names)
+        }
+        return ListingDelta(
+            event_id=self.eid(line, "listing"), kind=kind, added=added, removed=list(removed), shown=False
         )
 
     def _microcompact(self, line: _Line) -> MicrocompactApplied:
@@ -919,6 +945,47 @@ def _preserved(boundary: dict[str, Any]) -> dict[str, Any]:
     metadata = boundary.get("compactMetadata")
     segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
     return segment if isinstance(segment, dict) else {}
+
+
+def _segment(boundary: dict[str, Any]) -> PreservedSegment | None:
+    """A boundary line's ``preservedSegment`` as recorded (None: none, or not three uuids)."""
+    segment = _preserved(boundary)
+    keys = ("headUuid", "anchorUuid", "tailUuid")
+    if not all(isinstance(segment.get(k), str) for k in keys):
+        return None
+    return PreservedSegment(
+        head_uuid=segment["headUuid"], anchor_uuid=segment["anchorUuid"], tail_uuid=segment["tailUuid"]
+    )
+
+
+#: Claude Code's listing attachments (FORMAT.md 4.8) and the listing each changes.
+_LISTING_ATTACHMENTS: dict[str, ListingKind] = {
+    "deferred_tools_delta": "deferred_tools",
+    "agent_listing_delta": "agents",
+    "mcp_instructions_delta": "mcp_instructions",
+}
+#: Each listing attachment's keys: names added, their lines, names removed.
+_LISTING_KEYS: dict[ListingKind, tuple[str, str, str]] = {
+    "deferred_tools": ("addedNames", "addedLines", "removedNames"),
+    "agents": ("addedTypes", "addedLines", "removedTypes"),
+    "mcp_instructions": ("addedNames", "addedBlocks", "removedNames"),
+}
+
+
+def _attachment_type(entry: dict[str, Any]) -> object:
+    attachment = entry.get("attachment")
+    return attachment.get("type") if isinstance(attachment, dict) else None
+
+
+def _listing_line(kind: ListingKind, name: str, line: str) -> str:
+    """An added entry's line without what Claude Code wraps it in (the name, a list dash)."""
+    if kind == "deferred_tools" and line == name:
+        return ""
+    if kind == "agents":
+        for prefix in (f"- {name}: ", f"- {name}"):
+            if line.startswith(prefix):
+                return line[len(prefix) :]
+    return line
 
 
 def _entry_type(entry: dict[str, Any]) -> str:
@@ -1198,8 +1265,14 @@ def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[Ses
     stored = store.read(plan.session_id)
     _check_imported(store, plan, stored[0].event if stored else None)
     known = {recorded.event_id: recorded.seq for recorded in stored}
-    # A transcript that grew since (Claude Code appends on resume) adds its new lines only.
-    new = [event for event in plan.events if str(event.event_id) not in known]
+    # A transcript that grew since (Claude Code appends on resume) adds its new lines only. A
+    # listing line stored before listings were read stays what it became (no delta at the end).
+    earlier = {listing for listing, line in plan.listing_lines.items() if line in known}
+    new = [
+        event
+        for event in plan.events
+        if str(event.event_id) not in known and str(event.event_id) not in earlier
+    ]
     if not new:
         return None, 0, False
     events = _resolve_kept_from(plan, new, known)

@@ -191,6 +191,9 @@ class SubagentStarted(Event):
     child_session_id: str
     parent_tool_use_id: str | None = None
     agent_type: str | None = None
+    #: True: the spawning tool call's result only acknowledges the launch; the sub-agent runs
+    #: on until a ``SubagentFinished`` (False: until that result arrives).
+    background: bool = False
 
 
 AnyEvent = Annotated[

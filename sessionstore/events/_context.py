@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from ._base import Event, register_event, register_upcaster
 
@@ -26,6 +26,7 @@ __all__ = [
     "ContextServed",
     "MicrocompactApplied",
     "PlanUpdated",
+    "PreservedSegment",
     "REVERTIBLE_TYPES",
     "ServerEditsApplied",
     "SnipApplied",
@@ -155,6 +156,21 @@ class CollapseCommitted(Event):
     tokens_freed: NonNegativeInt
 
 
+class PreservedSegment(BaseModel):
+    """The messages a compaction kept verbatim, by uuid (Claude Code's ``preservedSegment``).
+
+    ``head_uuid`` and ``tail_uuid`` are the first and last kept message; ``anchor_uuid`` is the
+    line the kept messages hang off in a transcript: the summary when they follow it, the
+    boundary itself when they precede it (a partial "from" compaction).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    head_uuid: str
+    anchor_uuid: str
+    tail_uuid: str
+
+
 @register_event
 class CompactBoundary(Event):
     """A compaction: from here the request starts with ``summary`` instead of the history.
@@ -192,6 +208,8 @@ class CompactBoundary(Event):
     discovered_tools: list[str] = Field(default_factory=list)
     #: The ``CompactionPrepared`` whose summary this boundary committed (None: summarized now).
     prepared_event_id: str | None = None
+    #: The kept messages by uuid (None: nothing kept, or recorded before uuids were).
+    preserved_segment: PreservedSegment | None = None
 
 
 @register_upcaster("compact_boundary", 1)

@@ -33,6 +33,7 @@ from ._compaction import (
     shell_text_hook,
 )
 from ._compare import CompactionComparison, CompactionVariant, compare_compactions
+from ._listings import announce_listings, listings
 from ._microcompact import (
     COMPACTABLE_TOOLS,
     CONTEXT_MANAGEMENT_BETA,
@@ -50,6 +51,7 @@ from ._pipeline import (
     ServerCompactionConfig,
     configured_stages,
 )
+from ._post_compact import RunningSubagent, running_subagents
 from ._revert import revert, revert_and_recompact
 from ._snip import SnipConfig, SnipStage, snip
 from ._stage import Stage, StageReport, record_events
@@ -85,6 +87,7 @@ __all__ = [
     "Pipeline",
     "PipelineConfig",
     "PreparedRequest",
+    "RunningSubagent",
     "STAGE_ORDER",
     "SUMMARY_SECTIONS",
     "ServerCompactionConfig",
@@ -95,6 +98,7 @@ __all__ = [
     "Summarizer",
     "Summary",
     "SummaryRequest",
+    "announce_listings",
     "breaker_open",
     "check_spawn",
     "collapse",
@@ -107,6 +111,7 @@ __all__ = [
     "default_summarizer",
     "drain_collapses",
     "format_summary",
+    "listings",
     "maybe_extract_memory",
     "microcompact",
     "persisted_preview",
@@ -115,6 +120,7 @@ __all__ = [
     "record_events",
     "revert",
     "revert_and_recompact",
+    "running_subagents",
     "shell_pre_compact_hook",
     "shell_text_hook",
     "snip",

@@ -46,7 +46,9 @@ from ..projections._api_records import PreparedCompaction
 from ..projections._session import Session
 from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
+from ._listings import listing_texts
 from ._observed import log_compaction
+from ._post_compact import post_compact_events, with_preserved_segment
 from ._precompute import StaleReason, preparation_mark, prepared_keep_index, stale_reason
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
@@ -426,23 +428,27 @@ def _message_tokens(session: Session, message: Message) -> int:
 
 def summarizer_input(session: Session) -> list[Message]:
     """The request's messages as a summarizer should see them: what the last compaction put back
-    (its summary, restored files, skills and plan, hook results) is stripped.
+    (its summary, restored files, skills and plan, listings, hook results) and the listings
+    announced in the conversation are stripped.
 
-    The attachments come back from the session's state after the new boundary anyway, and the
-    previous summary goes to the summarizer separately (``SummaryRequest.previous_summary``),
-    so neither is summarized again and summaries never nest.
+    The attachments and listings come back from the session's state after the new boundary
+    anyway, and the previous summary goes to the summarizer separately
+    (``SummaryRequest.previous_summary``), so neither is summarized again and summaries never nest.
     """
     messages = session.request()["messages"]
     compact_state = session.api_state.compact
-    if compact_state is None:
+    reinjected = listing_texts(session.transcript_state.entries)
+    if compact_state is None and not reinjected:
         return list(messages)
-    summary = compact_state.summary
-    reinjected = {
-        summary,
-        COMPACT_SUMMARY_PREFIX + summary,
-        *compact_state.attachments,
-        *compact_state.hook_results,
-    }
+    if compact_state is not None:
+        summary = compact_state.summary
+        reinjected |= {
+            summary,
+            COMPACT_SUMMARY_PREFIX + summary,
+            *compact_state.attachments,
+            *compact_state.announcements,
+            *compact_state.hook_results,
+        }
     stripped: list[Message] = []
     for message in messages:
         content = message["content"]
@@ -853,13 +859,16 @@ def _compact(
         )
     except SummaryFailedError as e:
         return _failed(session, trigger, e.reason, before)
+    boundary = with_preserved_segment(session, boundary)
+    # Listings told again and sub-agents still running go in with the boundary, naming it.
+    told = post_compact_events(session, boundary)
     pending = session.api_state.prepared
     if pending is not None and boundary.prepared_event_id != pending.event_id:
         # Prepared on the history this boundary replaces: it could never be committed after it.
         superseded = f"superseded by a {strategy} compaction ({trigger})"
-        session.append([_discarded(pending, "compacted", superseded), boundary])
+        session.append([_discarded(pending, "compacted", superseded), boundary, *told])
     else:
-        session.append([boundary])
+        session.append([boundary, *told])
     after = session.used_tokens()
     return CompactReport(
         str(boundary.event_id),

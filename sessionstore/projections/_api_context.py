@@ -38,6 +38,10 @@ Context edits, each one step (``_apply_edit``), each undone by ``ContextEditReve
   kept messages (``_with_compaction``).
 * ``CompactionPrepared``: the next compaction's summary is kept ready; nothing changes yet. A
   ``CompactionPreparationDiscarded`` or the boundary that commits it drops it.
+* ``ListingDelta`` (shown, in the conversation): its text joins the conversation as user text,
+  as a message would. ``ListingDelta`` and ``SubagentStatusRestored`` recorded with the latest
+  compaction: their text follows its attachments, before its hook results (part of the
+  compaction: a revert takes them out with it).
 * ``ContextEditReverted`` of the latest ``CompactBoundary``: the request is built as it was
   before that boundary (the messages never left the view; the boundary's record goes, the
   compaction it superseded, if any, shapes the request again) and the fold's cursor the
@@ -73,6 +77,7 @@ from ..events._context import (
     SnipApplied,
     ToolResultPersisted,
 )
+from ..events._post_compact import ListingDelta, SubagentStatusRestored
 from ..store._contract import RecordedEvent
 from ._api_records import (
     ActiveEdit,
@@ -710,6 +715,42 @@ def _fold_preparation_discarded(
         state.prepared = None
 
 
+def _fold_listing(state: ApiContextState, event: RecordedEvent, delta: ListingDelta) -> None:
+    if not delta.shown:
+        return
+    if delta.compaction_event_id is None:
+        _fold_message(
+            state, event, MessageAppended(role="user", content=[{"type": "text", "text": delta.text}])
+        )
+    else:
+        _announce_after_compaction(state, event, delta.compaction_event_id, delta.text)
+
+
+def _fold_subagent_restored(
+    state: ApiContextState, event: RecordedEvent, restored: SubagentStatusRestored
+) -> None:
+    _announce_after_compaction(state, event, restored.compaction_event_id, restored.text)
+
+
+def _announce_after_compaction(
+    state: ApiContextState, event: RecordedEvent, compaction: str, text: str
+) -> None:
+    """``text`` joins what the latest compaction puts back, when it names that compaction."""
+    record = state.compact
+    if record is None or record.event_id != compaction or not text.strip():
+        return  # a compaction reverted or superseded since: nothing of it is shown
+    tokens = event.token_count or 0
+    state.compact = dataclasses.replace(
+        record,
+        announcements=(*record.announcements, text),
+        base_tokens=record.base_tokens + tokens,
+        base_blocks=record.base_blocks + 1,
+    )
+    if state.usage_total is not None:  # a usage measured the compacted request without it
+        state.tokens_since_usage += tokens
+        state.blocks_since_usage += 1
+
+
 def _fold_compact_failed(state: ApiContextState, event: RecordedEvent, failed: CompactFailed) -> None:
     if failed.trigger == "auto":
         state.compact_failures += 1
@@ -760,6 +801,8 @@ _FOLDS: dict[type[Event], Callable[[ApiContextState, RecordedEvent, Any], None]]
     PlanUpdated: _fold_plan,
     SessionMemoryUpdated: _fold_memory,
     ContextServed: _fold_served,
+    ListingDelta: _fold_listing,
+    SubagentStatusRestored: _fold_subagent_restored,
 }
 
 
@@ -1067,7 +1110,8 @@ def _with_compaction(state: ApiContextState, parts: list[Part], starts: list[int
         else []
     )
     kept = bisect.bisect_left(starts, bisect.bisect_left(state.message_first_seq, compact.seq + 1))
-    extra = [{"type": "text", "text": text} for text in [*compact.attachments, *compact.hook_results] if text]
+    restored = [*compact.attachments, *compact.announcements, *compact.hook_results]
+    extra = [{"type": "text", "text": text} for text in restored if text]
     middle: list[Part] = [{"role": "user", "content": extra}] if extra else []
     if compact.from_seq:
         # Partial "from": the earlier messages stay first, the summary covers the rest.

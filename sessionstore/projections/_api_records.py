@@ -138,7 +138,7 @@ class CompactionRecord(StateRecord):
     """A compact boundary: what it keeps and adds, the view's counts when it was folded, and
     the fold's cursor it reset (so that a revert can restore it)."""
 
-    _TUPLES: ClassVar[frozenset[str]] = frozenset({"attachments", "hook_results", "open_at"})
+    _TUPLES: ClassVar[frozenset[str]] = frozenset({"attachments", "hook_results", "open_at", "announcements"})
     #: Seq and event id of the boundary event.
     seq: int
     event_id: str
@@ -173,6 +173,9 @@ class CompactionRecord(StateRecord):
     #: differently than without it): a revert could not give the request without it, so it is
     #: refused (0: none).
     diverged_seq: int = 0
+    #: What events recorded with the compaction told the model again after its attachments
+    #: (listings, sub-agents still running); they go with it when it is reverted.
+    announcements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
