@@ -471,3 +471,32 @@ def test_with_announcements_and_sub_agents_reverting_every_compaction_gives_the_
         except ValidationError:
             return
     assert session.request_bytes() == _without_compactions(session.store, session).request_bytes()
+
+
+def test_a_listing_line_an_earlier_import_kept_opaque_stays_so_when_the_file_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transcript imported before listings were read, then grown: only its new lines are added,
+    no listing delta for an old line lands at the end of the log."""
+    from sessionstore.claude_code import _import
+
+    session = _session(1)
+    announce_listings(session, agents=AGENTS)
+    write_claude_code(session.store, session.id, tmp_path)
+    path = tmp_path / f"{session.id}.jsonl"
+    store = sessionstore.open_store(":memory:")
+    with monkeypatch.context() as patched:
+        patched.setattr(_import, "_LISTING_ATTACHMENTS", {})
+        copy_id = import_claude_code(store, [path]).sessions[0].session_id
+    assert [r.type for r in store.read(copy_id)].count("opaque_entry") == 1
+    grown = json.loads(path.read_text().splitlines()[-1])
+    grown.update({"uuid": "late", "parentUuid": grown["uuid"], "type": "user"})
+    grown.pop("attachment")
+    grown["message"] = {"role": "user", "content": "one more"}
+    path.write_text(path.read_text() + json.dumps(grown) + "\n")
+
+    report = import_claude_code(store, [path])
+
+    added = [r.type for r in store.read(copy_id)][-report.sessions[0].written :]
+    assert added == ["imported_entry", "message_appended"]
+    assert "listing_delta" not in [r.type for r in store.read(copy_id)]
