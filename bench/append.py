@@ -23,6 +23,11 @@ Contenders, each one event per transaction ("single") and 100 per transaction ("
   ``BEGIN IMMEDIATE ... COMMIT``, nothing else. It is the floor: the cost of the database.
 * ``SQLiteSession``: the OpenAI Agents SDK's session (``pip install openai-agents``; the row
   is skipped with a note when it is not installed), ``add_items`` with Responses-API items.
+* ``estimate: count after COMMIT``: counting off, and a thread that counts each batch's events
+  (``TiktokenCounter.count``) once its append returned. The store has no such mode (a count is
+  hashed with its event, so it is taken before COMMIT); the row estimates what counting after
+  COMMIT in the same process would give on this machine: the rate at which appends return, and
+  (in the ratios) the rate at which everything is counted.
 * With ``--pg URL`` (or ``SESSIONSTORE_TEST_PG_URL``): sessionstore on PostgreSQL against
   raw psycopg on an equivalent table, each in a fresh schema that is dropped afterwards.
 
@@ -64,7 +69,10 @@ Reads, disk and memory
   gained is printed. Target: counting on adds less than 40 MB.
 
 ``--profile`` prints a cProfile of single appends (counting off) to show where the store's
-time goes beyond the database's.
+time goes beyond the database's. Every run also prints the CPU per message of each step of a
+100-event batch (the caller's event model, validation, serialization, hash chain) beside
+``SQLiteSession``'s item building and ``json.dumps``; the rest of each run's CPU per message is
+the database, the transaction and the per-call cost.
 """
 
 from __future__ import annotations
@@ -76,12 +84,14 @@ import gc
 import json
 import os
 import pstats
+import queue
 import random
 import shutil
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -261,6 +271,7 @@ class Run:
     counter_cpu_seconds: float = 0.0  # CPU inside the token counter (counting-on runs)
     read_seconds: float = float("nan")  # one full read of what was appended (median of READS)
     disk_bytes: int = 0  # the database file after a checkpoint (WAL emptied)
+    counted_seconds: float = float("nan")  # until a counting thread caught up (estimate rows)
 
 
 @dataclass
@@ -413,6 +424,52 @@ def sessionstore_sqlite(
                 result.problems = _audit(counter, store, messages)
                 result.counter_cpu_seconds = counter.cpu_seconds
         finally:
+            store.close()
+        result.disk_bytes = disk_bytes(folder / "store.db")
+        return result
+
+    return run
+
+
+def sessionstore_count_after_commit(*, batch: int) -> Callable[[list[Message], Path], Run]:
+    """Counting off, and a thread counting each batch once its append returned: what counting
+    after COMMIT would cost on this machine. An estimate (the store counts before COMMIT, as the
+    count is hashed): the timer stops when the appends return, ``counted_seconds`` when the
+    thread has counted everything."""
+
+    def run(messages: list[Message], folder: Path) -> Run:
+        counter = TiktokenCounter()
+        counter.count_text("warm up")
+        store = sessionstore.open_store(
+            folder / "store.db", migrate=True, token_counter=None, durability="full"
+        )
+        pending: queue.SimpleQueue[list[MessageAppended] | None] = queue.SimpleQueue()
+        counts: list[int | None] = []
+
+        def count_all() -> None:
+            while (events := pending.get()) is not None:
+                counts.extend(counter.count(event) for event in events)
+
+        worker = threading.Thread(target=count_all, name="count-after-commit")
+        try:
+            session_id = store.create_session().id
+            watch = Stopwatch()
+            worker.start()
+            seq = 0
+            for group in chunks(messages, batch):
+                events = [to_event(m) for m in group]
+                seq = store.append(session_id, events, expected_seq=seq).last_seq
+                pending.put(events)
+            seconds, cpu = watch.read()
+            pending.put(None)
+            worker.join()
+            counted_seconds, _ = watch.read()
+            result = Run(seconds, cpu, settings=_store_pragmas(store))
+            result.counted_seconds = counted_seconds
+            if len(counts) != len(messages):
+                result.problems.append(f"the counting thread counted {len(counts)} of {len(messages)}")
+        finally:
+            pending.put(None)
             store.close()
         result.disk_bytes = disk_bytes(folder / "store.db")
         return result
@@ -644,6 +701,16 @@ def sqlite_contenders() -> tuple[list[Contender], str | None]:
             BATCH,
             sessionstore_sqlite(counting=True, durability="full", batch=BATCH),
         ),
+        Contender(
+            "after-1", "estimate: count after COMMIT", "full", 1, sessionstore_count_after_commit(batch=1)
+        ),
+        Contender(
+            "after-100",
+            "estimate: count after COMMIT",
+            "full",
+            BATCH,
+            sessionstore_count_after_commit(batch=BATCH),
+        ),
         Contender("raw-1-normal", "raw sqlite3", "normal", 1, raw_sqlite(durability="normal", batch=1)),
         Contender(
             "off-1-normal",
@@ -729,6 +796,83 @@ def tokenization_seconds(messages: list[Message], repeats: int) -> tuple[float, 
     return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
 
 
+def _cpu_us_per_message(step: Callable[[], object], count: int, repeats: int = 5) -> float:
+    """Best-of-``repeats`` CPU microseconds per message of ``step`` (which handles ``count``)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        step()
+        best = min(best, time.process_time() - start)
+    return 1e6 * best / count
+
+
+def batch_cpu_steps(messages: list[Message]) -> list[tuple[str, float]]:
+    """CPU microseconds per message of each step a 100-event append takes before the database,
+    and of what ``SQLiteSession.add_items`` does with an item before its INSERT.
+
+    Measured on the same messages outside any transaction, so the rest of a run's CPU per
+    message is the database, the transaction and the store's fixed cost per call.
+    """
+    from sessionstore.events._base import encode_event, parse_event
+    from sessionstore.store._driver import Prepared, chain_rows, sqlite_timestamp
+
+    count = len(messages)
+    events = [to_event(m) for m in messages]
+    payloads = [encode_event(e) for e in events]
+    prepared = [
+        Prepared(str(e.event_id), e.type, e.SCHEMA_VERSION, payload, None)
+        for e, payload in zip(events, payloads, strict=True)
+    ]
+    now = datetime.now(UTC)
+    session_id = str(uuid.uuid4())
+
+    def chain() -> None:
+        for start in range(0, count, BATCH):
+            chain_rows(session_id, start, "0" * 64, prepared[start : start + BATCH], now, sqlite_timestamp)
+
+    items = [to_openai_item(m) for m in messages]
+    return [
+        (
+            "caller: build MessageAppended",
+            _cpu_us_per_message(lambda: [to_event(m) for m in messages], count),
+        ),
+        (
+            "store: validate (parse_event)",
+            _cpu_us_per_message(lambda: [parse_event(e) for e in events], count),
+        ),
+        (
+            "store: serialize (encode_event)",
+            _cpu_us_per_message(lambda: [encode_event(e) for e in events], count),
+        ),
+        ("store: hash chain (chain_rows)", _cpu_us_per_message(chain, count)),
+        (
+            "SQLiteSession peer: build item",
+            _cpu_us_per_message(lambda: [to_openai_item(m) for m in messages], count),
+        ),
+        (
+            "SQLiteSession peer: json.dumps item",
+            _cpu_us_per_message(lambda: [json.dumps(i) for i in items], count),
+        ),
+    ]
+
+
+def print_batch_steps(contenders: list[Contender], count: int, steps: list[tuple[str, float]]) -> None:
+    """Where a 100-event batch's CPU per message goes, against SQLiteSession.add_items'."""
+    by_key = {c.key: c for c in contenders if c.runs}
+    print(f"\nCPU per message of a {BATCH}-event batch, by step (best of 5, outside any transaction):")
+    for name, micros in steps:
+        print(f"  {name:<38} {micros:7.1f} us")
+    ours = sum(micros for name, micros in steps if not name.startswith("SQLiteSession"))
+    theirs = sum(micros for name, micros in steps if name.startswith("SQLiteSession"))
+    for key, before in ((f"off-{BATCH}", ours), (f"agents-{BATCH}", theirs)):
+        if key in by_key:
+            total = 1000 * by_key[key].cpu_ms(count)
+            print(
+                f"  {by_key[key].label:<38} {total:7.1f} us in the run: {total - before:.1f} us "
+                "database, transaction and per-call cost"
+            )
+
+
 # --- the report ----------------------------------------------------------------------------
 
 
@@ -764,9 +908,10 @@ def print_table(contenders: list[Contender], count: int, payload: int) -> None:
             settings += "  ** NOT synchronous=FULL: not at equal durability **"
         failed = f"  ({len(c.failures)} failed attempt(s))" if c.failures else ""
         disk = f"{c.disk() / payload:.2f}" if c.disk() else "-"
+        read = "-" if c.read_ms() != c.read_ms() else f"{c.read_ms():.1f}"  # NaN: not read back
         print(
             f"{c.label:<34} {c.durability:<11} {c.batch:>5} {rate:>8.0f} {1000 / rate:>7.3f} "
-            f"{c.cpu_ms(count):>10.3f} {c.read_ms():>8.1f} {disk:>12}  {settings}{failed}"
+            f"{c.cpu_ms(count):>10.3f} {read:>8} {disk:>12}  {settings}{failed}"
         )
     print("(msg/s and ms/msg: wall clock; cpu ms/msg: this process's CPU, all threads; medians of the runs)")
     print(
@@ -816,6 +961,15 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
                     f"[cpu {cpu(theirs) / cpu(ours):.2f}]  (target >= {TARGET_OURS_OVER_SQLITESESSION}: "
                     f"{_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
                 )
+    for batch in (1, BATCH):
+        ours, theirs = f"after-{batch}", f"agents-{batch}"
+        if {ours, theirs} <= by_key.keys():
+            counted = count / statistics.median(r.counted_seconds for r in by_key[ours].runs)
+            print(
+                f"  batch {batch:>3}: estimate, counting off and a thread counting after each append: "
+                f"appends returned at {rate(ours) / rate(theirs):.2f}x SQLiteSession "
+                f"[cpu {cpu(theirs) / cpu(ours):.2f}], all counted at {counted / rate(theirs):.2f}x"
+            )
     if "raw-1" in by_key:
         floor = by_key["raw-1"].read_ms()
         for key in ("off-1", "on-1", "agents-1"):
@@ -1009,6 +1163,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         problems = run_all(contenders, messages, args.repeats, workdir)
         tok_wall, tok_cpu = tokenization_seconds(messages, max(3, args.repeats))
+        steps = batch_cpu_steps(messages)
         print_load("end")
         print_table(contenders, len(messages), payload_bytes(messages))
         print(f"\nNOTE: {sqlite_session_note(by_key, import_note)}")
@@ -1019,6 +1174,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{tok_wall:.2f} s wall, {tok_cpu:.2f} s cpu = {len(messages) / tok_wall:.0f} msg/s"
         )
         print_ratios(contenders, len(messages), tok_cpu)
+        print_batch_steps(contenders, len(messages), steps)
         growth = append_rss_growth()
         extra = growth["on"] - growth["off"]
         print(

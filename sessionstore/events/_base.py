@@ -250,6 +250,11 @@ def _dotted(path: tuple[str, ...]) -> str:
 
 
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: Leaves that are always storable, recognised by exact type without a call: most of an event's
+#: fields (ids, flags, unset options, timestamps). Datetimes and UUIDs only when not ``strict``
+#: (a typed field's model serializes them); strict JSON has neither.
+_FINE_LEAVES = frozenset({bool, type(None)})
+_FINE_TYPED_LEAVES = _FINE_LEAVES | {datetime, UUID}
 
 
 def _is_container(value: object) -> bool:
@@ -291,6 +296,7 @@ def json_problem(
     # root; the dotted path is spelled out only for a problem. Plain strings, dicts and lists are
     # recognised by exact type first: this walk runs over every event appended.
     containers: list[tuple[object, int, _Where]] = [(value, 0, None)]
+    fine_leaves = _FINE_LEAVES if strict else _FINE_TYPED_LEAVES
     while containers:
         item, depth, where = containers.pop()
         if depth >= max_depth:
@@ -298,22 +304,25 @@ def json_problem(
         children: Iterable[tuple[object, object]]
         if isinstance(item, list | tuple):
             children = enumerate(item)
-        else:  # an object, or a model's fields (extra="forbid": its __dict__ holds only those)
-            fields: dict[Any, Any] = item if isinstance(item, dict) else vars(item)
-            for key in fields:
+        elif isinstance(item, dict):
+            for key in item:
                 if type(key) is str and key.isascii():
                     continue
                 problem = _key_problem(key)
                 if problem is not None:
                     return f"{_dotted(_path(where))}: {problem}"
-            children = fields.items()
+            children = item.items()
+        else:  # a model's fields (extra="forbid": its __dict__ holds only those, named in Python)
+            children = vars(item).items()
         for key, child in children:
+            kind = type(child)
+            if kind in fine_leaves:
+                continue
             if isinstance(child, str):
                 problem = _surrogate_problem(child) if strings and not child.isascii() else None
                 if problem is not None:
                     return f"{_dotted((*_path(where), str(key)))}: {problem}"
                 continue
-            kind = type(child)
             if kind is dict or kind is list or (kind not in _PLAIN_SCALARS and _is_container(child)):
                 containers.append((child, depth + 1, (where, str(key))))
                 continue

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
 from ._contract import AppendResult, RecordedEvent, stored_event
-from ._hashing import SessionIdentity, as_utc, event_hash, fork_point_hash, session_genesis
+from ._hashing import SessionIdentity, as_utc, batch_hasher, fork_point_hash, session_genesis
 from ._listen import channel_sql
 from ._schema import StoreTables
 
@@ -252,10 +252,9 @@ def chain_rows(
     stamp = to_timestamp(now)
     rows = []
     prev = head_hash
+    hash_event = batch_hasher(session_id, now)
     for seq, p in zip(seqs, prepared, strict=True):
-        digest = event_hash(
-            prev, session_id, seq, p.event_id, p.type, p.schema_version, p.token_count, now, p.payload
-        )
+        digest = hash_event(prev, seq, p.event_id, p.type, p.schema_version, p.token_count, p.payload)
         rows.append(
             (
                 session_id,
