@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
 from sessionstore import MessageAppended, Session, SessionConfig, SessionStore
-from sessionstore.agent import finish_subagent, spawn_subagent
+from sessionstore.agent import Conversation, finish_subagent, spawn_subagent
 from sessionstore.claude_code import export_claude_code, import_claude_code, write_claude_code
 from sessionstore.errors import ValidationError
 from sessionstore.events import ListingDelta, SubagentStatusRestored, line_uuid
@@ -21,6 +22,7 @@ from sessionstore.pipeline import (
     CompactConfig,
     CompactHooks,
     announce_listings,
+    compact_preview,
     listings,
     revert,
     running_subagents,
@@ -28,6 +30,7 @@ from sessionstore.pipeline import (
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 
+from .messages_api import BASH_TOOL, prompt_too_long, text_message, tool_use_message
 from .strategies import examples
 from .test_compaction import _session
 from .test_compaction_revert import _turn, _without_compactions
@@ -329,6 +332,54 @@ class TestRunningSubagents:
         for other in _rebuilt(parent):
             assert other.request_bytes() == parent.request_bytes()
 
+    def test_a_parent_loop_that_compacts_while_its_sub_agent_runs_sends_the_restore(
+        self, store: SessionStore, messages_api: Any
+    ) -> None:
+        """On each backend, the real SDK against the local Messages API: the parent's tool starts a
+        background sub-agent; the next call is refused as too long, the reactive compaction runs,
+        and the retried request tells the model the sub-agent still runs and its agent types."""
+        messages_api.queue += [
+            tool_use_message("toolu_agent", "Agent", {"prompt": "audit the parser"}, "msg_1"),
+            prompt_too_long(210_000),
+            text_message("waiting for the audit", "msg_2"),
+        ]
+        agent_tool = {**BASH_TOOL, "name": "Agent", "description": "Start a sub-agent."}
+        parent = Session.create(store, model="claude-opus-5-5", tools=[agent_tool], config=CONFIG)
+        for n in range(4):
+            parent.append(
+                [
+                    MessageAppended(role="user", content=f"q{n}"),
+                    MessageAppended(role="assistant", content=f"a{n} " * 200),
+                ]
+            )
+        announce_listings(parent, agents=AGENTS)
+        children: list[Session] = []
+
+        def start_agent(use: dict[str, Any]) -> str:
+            child = spawn_subagent(parent, use["id"], agent_type="Explore", background=True)
+            child.append([MessageAppended(role="user", content=use["input"]["prompt"])])
+            children.append(child)
+            return "Launched in the background."
+
+        client = anthropic.Anthropic(api_key="k", base_url=messages_api.url, max_retries=0)
+        loop = Conversation(parent, client, model="claude-opus-5-5")
+        loop.user("audit the parser in the background")
+        loop.run(start_agent)
+
+        retried = messages_api.requests[-1]["body"]["messages"]
+        sent = [
+            b["text"]
+            for m in retried
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "text"
+        ]
+        restored = _recorded(parent, SubagentStatusRestored)
+        assert [r.child_session_id for r in restored] == [children[0].id]
+        assert restored[0].text in sent
+        assert "audit the parser" in restored[0].text
+        assert any("- Explore: Read-only search agent" in t for t in sent)
+        assert sent[0].startswith("This session continues")
+
     def test_a_finished_sub_agent_is_not_restored(self) -> None:
         """``finish_subagent`` (its result delivered) ends it; so does a foreground one's answer."""
         parent = self._parent()
@@ -371,6 +422,20 @@ class TestRunningSubagents:
         compact(parent, OfflineSummarizer())
 
         assert [r.child_session_id for r in _recorded(parent, SubagentStatusRestored)] == [child.id]
+
+    def test_the_dry_run_lists_what_the_compaction_would_tell_again(self) -> None:
+        """``compact_preview`` names each listing and running sub-agent, and counts them in the
+        tokens after, which the compaction then reaches."""
+        parent = self._parent()
+        child = spawn_subagent(parent, "toolu_agent", background=True)
+        announce_listings(parent, agents=AGENTS)
+
+        preview = compact_preview(parent, OfflineSummarizer())
+        done = compact(parent, OfflineSummarizer())
+
+        told = [(kind, name) for kind, name, tokens in preview.attachments if tokens > 0]
+        assert told == [("listing", "agents"), ("subagent", child.id)]
+        assert preview.tokens_after == done.tokens_after
 
     def test_reverting_the_compaction_takes_the_restore_with_it(self) -> None:
         """Byte for byte the request before the compaction."""

@@ -48,7 +48,7 @@ from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._listings import listing_texts
 from ._observed import log_compaction
-from ._post_compact import post_compact_events, with_preserved_segment
+from ._post_compact import post_compact_events, told_again, with_preserved_segment
 from ._precompute import StaleReason, preparation_mark, prepared_keep_index, stale_reason
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
@@ -232,7 +232,8 @@ class CompactPreview:
     kept_messages: int
     kept_from_seq: int
     kept_before_seq: int
-    #: (kind, name, tokens) of each file, skill or plan put back after the summary.
+    #: (kind, name, tokens) of each file, skill or plan put back after the summary, then of each
+    #: listing (``listing``, its kind) and sub-agent still running (``subagent``, its session) told again.
     attachments: tuple[tuple[str, str, int], ...]
     hook_results: tuple[str, ...]
 
@@ -975,16 +976,18 @@ def compact_preview(
         kept = len(state.messages) - bisect.bisect_left(state.message_first_seq, boundary.keep_from_seq)
     else:
         kept = 0
+    told = told_again(session, boundary)
+    raw = boundary.post_compact_raw_tokens + sum(tokens for _, _, tokens in told)
     return CompactPreview(
         strategy=strategy,
         summarizer=boundary.summarizer,
         summary=boundary.summary,
         tokens_before=boundary.pre_compact_tokens,
-        tokens_after=_predicted_used(session, boundary.post_compact_raw_tokens, boundary.post_compact_blocks),
+        tokens_after=_predicted_used(session, raw, boundary.post_compact_blocks + len(told)),
         kept_messages=kept,
         kept_from_seq=boundary.keep_from_seq,
         kept_before_seq=boundary.summarized_from_seq,
-        attachments=tuple(_attachment_line(a) for a in boundary.attachments),
+        attachments=(*(_attachment_line(a) for a in boundary.attachments), *told),
         hook_results=tuple(boundary.hook_results),
     )
 

@@ -36,6 +36,7 @@ __all__ = [
     "kept_message_uuids",
     "post_compact_events",
     "running_subagents",
+    "told_again",
     "with_preserved_segment",
 ]
 
@@ -214,3 +215,15 @@ def post_compact_events(session: Session, boundary: CompactBoundary) -> list[Eve
             )
         )
     return events
+
+
+def told_again(session: Session, boundary: CompactBoundary) -> tuple[tuple[str, str, int], ...]:
+    """(kind, name, raw tokens) of what ``post_compact_events`` would record with ``boundary``:
+    ``("listing", listing kind, ...)`` and ``("subagent", child session, ...)`` (a dry run's lines)."""
+    lines: list[tuple[str, str, int]] = []
+    for told in post_compact_events(session, boundary):
+        if isinstance(told, ListingDelta):
+            lines.append(("listing", told.kind, session.count_text(told.text)))
+        elif isinstance(told, SubagentStatusRestored):
+            lines.append(("subagent", told.child_session_id, session.count_text(told.text)))
+    return tuple(lines)
