@@ -5,11 +5,15 @@ The real ``anthropic`` SDK talks to it over loopback; nothing is mocked inside t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from sessionstore.store import TiktokenCounter
 
 #: An answer of the server: (HTTP status, JSON body).
 Reply = tuple[int, dict[str, Any]]
@@ -52,11 +56,149 @@ def with_tool_definitions(request: dict[str, Any]) -> dict[str, Any]:
     return {**request, "tools": tools}
 
 
-class MessagesAPIServer:
-    """Serves ``POST /v1/messages`` (non-streaming) and ``/v1/messages/count_tokens``; records requests."""
+#: Shortest prefix the API caches (Claude Opus and Sonnet models; Haiku models need 2,048).
+MIN_CACHEABLE_TOKENS = 1_024
+#: How many content blocks before a breakpoint the API checks for an earlier cache entry.
+CACHE_LOOKBACK_BLOCKS = 20
+#: The API's limit on ``cache_control`` breakpoints in one request.
+MAX_CACHE_BREAKPOINTS = 4
 
-    def __init__(self, count_tokens_result: int = 1234) -> None:
+
+class TooManyBreakpointsError(ValueError):
+    """A request with more ``cache_control`` breakpoints than the API accepts."""
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One piece of a request's prompt in the order the API renders it (tools, system, messages)."""
+
+    key: bytes
+    tokens: int
+    #: A content block (a tool, a system block, a message block): where the look-back stops.
+    block: bool
+    breakpoint: bool
+
+
+def _without_marker(block: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def _canonical(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class PromptCache:
+    """Prompt-cache accounting as the Messages API documents it, for the usage of a response.
+
+    The prompt is rendered tools, then system, then messages, as content blocks. A block
+    carrying ``cache_control`` is a breakpoint (a top-level ``cache_control`` puts one on the
+    last block); at most 4. A request reads the longest cached prefix found at a breakpoint or
+    at one of the 20 block boundaries before it, and writes an entry for every breakpoint
+    whose prefix has at least ``minimum`` tokens. An entry's key is the exact prefix up to its
+    breakpoint: the model, every block before it (without the ``cache_control`` markers, which
+    do not change what is cached), and, for a breakpoint in the messages, the request's
+    ``tool_choice`` and ``thinking``, whose changes invalidate the messages' cache but not the
+    tools' and system's. Entries never expire (no TTL: the tests do not wait).
+
+    Usage: ``cache_read_input_tokens`` = the prefix read; ``cache_creation_input_tokens`` = from
+    there to the last breakpoint written; ``input_tokens`` = the rest. Tokens are cl100k counts
+    of each block's canonical JSON: a stand-in for the API's tokenizer, consistent across
+    requests, which is all the accounting needs.
+    """
+
+    def __init__(
+        self, minimum: int = MIN_CACHEABLE_TOKENS, count_text: Callable[[str], int] | None = None
+    ) -> None:
+        self.minimum = minimum
+        self.count_text = count_text or TiktokenCounter().count_text
+        #: Keys (SHA-256 of the prefix) of the entries written so far.
+        self.entries: set[str] = set()
+
+    def _units(self, body: dict[str, Any]) -> Iterator[_Unit]:
+        def unit(block: dict[str, Any], where: object, *, last: bool = False) -> _Unit:
+            piece = _without_marker(block)
+            return _Unit(
+                _canonical([where, piece]),
+                self.count_text(_canonical(piece).decode()),
+                block=True,
+                breakpoint="cache_control" in block or last,
+            )
+
+        for tool in body.get("tools") or []:
+            yield unit(tool, "tool")
+        system = body.get("system") or []
+        for block in [{"type": "text", "text": system}] if isinstance(system, str) else system:
+            yield unit(block, "system")
+        settings = {"tool_choice": body.get("tool_choice"), "thinking": body.get("thinking")}
+        yield _Unit(_canonical(["messages", settings]), 0, block=False, breakpoint=False)
+        messages = body.get("messages") or []
+        automatic = bool(body.get("cache_control"))
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+            for at, block in enumerate(blocks):
+                final = automatic and index == len(messages) - 1 and at == len(blocks) - 1
+                yield unit(block, ["message", index, message.get("role")], last=final)
+
+    def account(self, body: dict[str, Any]) -> dict[str, int]:
+        """The request's input usage; records the entries it writes.
+
+        Raises:
+            TooManyBreakpointsError: more than 4 breakpoints (the API answers 400).
+        """
+        digest = hashlib.sha256(_canonical(["model", body.get("model")]))
+        keys: list[str] = []
+        prefix: list[int] = []  # tokens up to and including each unit
+        blocks: list[int] = []  # unit index of each content block
+        breakpoints: list[int] = []
+        total = 0
+        for index, piece in enumerate(self._units(body)):
+            digest.update(hashlib.sha256(piece.key).digest())
+            keys.append(digest.copy().hexdigest())
+            total += piece.tokens
+            prefix.append(total)
+            if piece.block:
+                blocks.append(index)
+            if piece.breakpoint:
+                breakpoints.append(index)
+        if len(breakpoints) > MAX_CACHE_BREAKPOINTS:
+            msg = (
+                f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+                f"Found {len(breakpoints)}."
+            )
+            raise TooManyBreakpointsError(msg)
+        read = -1
+        for point in breakpoints:
+            at = blocks.index(point)
+            for candidate in reversed(blocks[max(0, at - CACHE_LOOKBACK_BLOCKS) : at + 1]):
+                if keys[candidate] in self.entries:
+                    read = max(read, candidate)
+                    break
+        written = [p for p in breakpoints if prefix[p] >= self.minimum]
+        self.entries.update(keys[p] for p in written)
+        cache_read = prefix[read] if read >= 0 else 0
+        end = max((p for p in written if p > read), default=read)
+        creation = prefix[end] - cache_read if end > read else 0
+        return {
+            "input_tokens": total - cache_read - creation,
+            "cache_creation_input_tokens": creation,
+            "cache_read_input_tokens": cache_read,
+        }
+
+
+class MessagesAPIServer:
+    """Serves ``POST /v1/messages`` (non-streaming) and ``/v1/messages/count_tokens``; records requests.
+
+    Args:
+        prompt_cache: account prompt caching (``PromptCache``): a successful answer's usage
+            then reports the request's own input, cache-creation and cache-read tokens (its
+            output tokens stay the queued answer's), and each recorded request keeps that
+            usage under ``"usage"``. Off by default: answers carry their queued usage as is.
+    """
+
+    def __init__(self, count_tokens_result: int = 1234, *, prompt_cache: bool = False) -> None:
         self.count_tokens_result = count_tokens_result
+        self.prompt_cache = PromptCache() if prompt_cache else None
         self.requests: list[dict[str, Any]] = []
         #: Queued answers for ``POST /v1/messages``: (status, body), used first-in first-out;
         #: when empty, ``next_message`` is served.
@@ -82,7 +224,8 @@ class MessagesAPIServer:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 path = self.path.split("?", 1)[0]
-                server.requests.append({"path": path, "body": body, "headers": dict(self.headers)})
+                entry = {"path": path, "body": body, "headers": dict(self.headers)}
+                server.requests.append(entry)
                 if path == "/v1/messages/count_tokens":
                     self._reply(200, {"input_tokens": server.count_tokens_result})
                 elif path == "/v1/messages":
@@ -93,6 +236,8 @@ class MessagesAPIServer:
                             status, payload = server.queue.pop(0)
                         else:
                             status, payload = 200, server.next_message
+                        if server.prompt_cache is not None and status == 200:
+                            status, payload = server._accounted(body, payload, entry)
                     if body.get("stream") and status == 200:
                         self._stream(payload)
                     else:
@@ -157,6 +302,17 @@ class MessagesAPIServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def _accounted(self, body: dict[str, Any], payload: dict[str, Any], entry: dict[str, Any]) -> Reply:
+        """The answer with the request's prompt-cache usage, or the API's 400 for it."""
+        assert self.prompt_cache is not None
+        try:
+            usage = self.prompt_cache.account(body)
+        except TooManyBreakpointsError as e:
+            error = {"type": "invalid_request_error", "message": str(e)}
+            return 400, {"type": "error", "error": error, "request_id": "req_cache"}
+        entry["usage"] = usage
+        return 200, {**payload, "usage": {**payload["usage"], **usage}}
 
     def __enter__(self) -> MessagesAPIServer:
         self._thread.start()

@@ -32,18 +32,20 @@ from sessionstore.pipeline._compaction import (
     breaker_open,
     compact,
     drop_for_retry,
+    maybe_extract_memory,
+    memory_extraction_due,
+    memory_growth_interval,
     memory_keep_index,
 )
 from sessionstore.pipeline._microcompact import microcompact
 from sessionstore.pipeline._summarizers import (
-    PREVIOUS_SUMMARY_PREFIX,
     AnthropicSummarizer,
     OfflineSummarizer,
 )
 from sessionstore.projections import WindowConfig
 from sessionstore.projections._api_context import CLEARED_PLACEHOLDER, COMPACT_SUMMARY_PREFIX
 
-from .messages_api import BASH_TOOL, prompt_too_long, text_message
+from .messages_api import BASH_TOOL, MessagesAPIServer, prompt_too_long, text_message
 from .strategies import examples
 
 
@@ -792,7 +794,7 @@ class TestSessionMemoryFallbacks:
 class TestSecondCompaction:
     """What a compaction put back is not summarized again by the next one."""
 
-    def _compacted_twice(self, summarizer: Any) -> Session:
+    def _compacted_twice(self, summarizer: Any, requests_before: list[Any] | None = None) -> Session:
         from sessionstore.events._context import PlanUpdated, SkillInvoked
 
         session = _session(turns=3)
@@ -812,6 +814,8 @@ class TestSecondCompaction:
                 MessageAppended(role="assistant", content="changelog written", api_message_id="m9"),
             ]
         )
+        if requests_before is not None:
+            requests_before.append(session.request())
         compact(session, summarizer)
         return session
 
@@ -846,17 +850,27 @@ class TestSecondCompaction:
             "- now write the changelog",
         ]
 
-    def test_a_model_gets_the_previous_summary_once_as_context(self, messages_api: Any) -> None:
+    def test_a_model_gets_the_main_request_as_it_is_with_the_previous_summary_once(
+        self, messages_api: Any
+    ) -> None:
+        """The shared prefix: the request the model saw (earlier summary, restored parts) plus the prompt."""
         messages_api.queue.append(text_message("<summary>second summary</summary>", "msg_s2"))
+        main: list[Any] = []
 
-        session = self._compacted_twice(_anthropic(messages_api))
+        session = self._compacted_twice(_anthropic(messages_api), requests_before=main)
 
         first = next(e.payload for e in session.transcript if e.type == "compact_boundary")["summary"]
         body = messages_api.requests[-1]["body"]
-        texts = [b["text"] for m in body["messages"] for b in m["content"] if b.get("type") == "text"]
-        assert texts[0] == PREVIOUS_SUMMARY_PREFIX + first
-        assert texts[1:3] == ["now write the changelog", "changelog written"]
-        assert not any(t.startswith(("[Skill", "[Current plan]", "[Restored after")) for t in texts)
+        *sent, ask = [b for m in body["messages"] for b in m["content"]]
+        texts = [b["text"] for b in sent if b.get("type") == "text"]
+        assert sent == [b for m in main[0]["messages"] for b in m["content"]]
+        assert {k: body.get(k) for k in ("system", "tools")} == {
+            k: main[0].get(k) for k in ("system", "tools")
+        }
+        assert "tool_choice" not in body
+        assert texts[0] == COMPACT_SUMMARY_PREFIX + first
+        assert sum(first in t for t in texts) == 1
+        assert ask["text"].startswith("IMPORTANT: answer with plain text only")
         assert [e.payload for e in session.transcript if e.type == "compact_boundary"][1]["summary"] == (
             "second summary"
         )
@@ -878,3 +892,120 @@ def test_no_session_memory_is_extracted_when_compaction_is_disabled() -> None:
 
     assert seen == []
     assert "session_memory_updated" not in [e.type for e in session.transcript]
+
+
+def _grown_to(session: Session, used: int, *, calls: int = 0) -> None:
+    """One more turn whose usage puts "used" at ``used`` (a text answer, or ``calls`` tool calls)."""
+    n = session.last_seq
+    uses = [
+        {"type": "tool_use", "id": f"u{n}_{i}", "name": "Bash", "input": {"command": "ls"}}
+        for i in range(calls)
+    ]
+    content: list[dict[str, Any]] = uses or [{"type": "text", "text": f"answer {n}"}]
+    session.append(
+        [
+            MessageAppended(role="user", content=f"prompt {n}"),
+            MessageAppended(role="assistant", content=content, api_message_id=f"m{n}"),
+            UsageRecorded(input_tokens=used, output_tokens=0, api_message_id=f"m{n}"),
+        ]
+    )
+    if uses:
+        results = [{"type": "tool_result", "tool_use_id": u["id"], "content": "ok"} for u in uses]
+        session.append([MessageAppended(role="user", content=results)])
+
+
+class TestMemoryPacing:
+    """Extraction paces on the context's growth since the last extraction, relative to the window."""
+
+    def _session(self, window: int = 200_000) -> Session:
+        return Session.create(
+            sessionstore.open_store(":memory:"),
+            model="claude-opus-5-5",
+            context_window=window,
+            max_output_tokens=64_000,
+            tools=[BASH_TOOL],
+            config=SessionConfig(snapshot_every=0),
+        )
+
+    @pytest.mark.parametrize(
+        ("window", "interval"),
+        [(200_000, 18_000), (1_000_000, 20_000), (40_000, 5_000)],
+        ids=["10% of the effective window", "at most half the memory maximum", "at least 5,000"],
+    )
+    def test_the_interval_is_a_share_of_the_window_within_bounds(self, window: int, interval: int) -> None:
+        """10% of the effective window, never under 5,000 nor over half of the 40,000 a memory keeps."""
+        assert memory_growth_interval(self._session(window), CompactConfig()) == interval
+
+    def test_first_at_the_init_mark_then_after_the_interval_of_growth(self) -> None:
+        """10,000 tokens start the memory; the next update waits for 18,000 more, not 5,000."""
+        session = self._session()
+        config = CompactConfig()
+        _grown_to(session, 9_000)
+        early = memory_extraction_due(session, config)
+        _grown_to(session, 12_000)
+        assert maybe_extract_memory(session, OfflineSummarizer(), config)
+        extracted_at = session.api_state.memory.tokens_at_extraction  # type: ignore[union-attr]
+        _grown_to(session, extracted_at + 17_000)
+        short = memory_extraction_due(session, config)
+        _grown_to(session, extracted_at + 18_500)
+
+        assert not early
+        assert extracted_at >= 12_000
+        assert not short
+        assert memory_extraction_due(session, config)
+
+    def test_growth_alone_is_not_enough_mid_tool_use(self) -> None:
+        """After the growth, 3 tool calls since the last extraction or a turn without one are needed."""
+        session = self._session()
+        config = CompactConfig()
+        _grown_to(session, 12_000)
+        maybe_extract_memory(session, OfflineSummarizer(), config)
+        base = session.used_tokens()
+        _grown_to(session, base + 19_000, calls=2)
+        two_calls = memory_extraction_due(session, config)
+        _grown_to(session, base + 20_000, calls=1)
+
+        assert not two_calls
+        assert memory_extraction_due(session, config)
+
+    def test_after_a_compaction_growth_counts_from_the_compacted_context(self) -> None:
+        """Not an extraction at once because the context is over 10,000: it grows by the interval first."""
+        session = self._session()
+        config = CompactConfig()
+        for used in (12_000, 40_000, 80_000, 120_000):
+            _grown_to(session, used)
+            maybe_extract_memory(session, OfflineSummarizer(), config)
+        report = compact(session, OfflineSummarizer())
+        after = report.tokens_after
+        _grown_to(session, max(after, config.extract_init_tokens) + 1_000)
+        right_after = memory_extraction_due(session, config)
+        _grown_to(session, after + 19_000)
+
+        assert report.ok
+        assert not right_after
+        assert memory_extraction_due(session, config)
+
+    def test_the_extraction_reads_the_main_requests_cache(self) -> None:
+        """The memory call is the main request plus the prompt: what it writes, the next turn reads."""
+        with MessagesAPIServer(prompt_cache=True) as server:
+            client = anthropic.Anthropic(api_key="k", base_url=server.url, max_retries=0)
+            session = Session.create(
+                sessionstore.open_store(":memory:"),
+                model="claude-opus-5-5",
+                system="\n".join(f"Rule {i}: keep the build green; small diffs." for i in range(200)),
+                tools=[BASH_TOOL],
+                config=SessionConfig(snapshot_every=0, cache_control=True),
+            )
+            _grown_to(session, 12_000)
+            server.queue.append(text_message("<summary>notes</summary>", "msg_mem"))
+
+            assert maybe_extract_memory(
+                session, AnthropicSummarizer(client, "claude-opus-5-5"), CompactConfig()
+            )
+            extraction = server.requests[-1]["usage"]
+            client.messages.create(model="claude-opus-5-5", max_tokens=100, **session.request())
+            main = server.requests[-1]["usage"]
+
+        assert extraction["cache_creation_input_tokens"] > 1_024
+        assert main["cache_read_input_tokens"] == extraction["cache_creation_input_tokens"]
+        assert main["cache_creation_input_tokens"] == 0

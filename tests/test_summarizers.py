@@ -17,7 +17,7 @@ from sessionstore.pipeline._summarizers import (
     strip_media,
 )
 
-from .messages_api import prompt_too_long, text_message
+from .messages_api import MessagesAPIServer, prompt_too_long, text_message, tool_use_message
 
 CONVERSATION = [
     {"role": "user", "content": [{"type": "text", "text": "Fix the failing test in tests/test_a.py"}]},
@@ -195,3 +195,108 @@ def test_offline_summary_is_bounded_however_long_the_history() -> None:
     assert len(text) < 40_000
     assert "earlier messages omitted)" in text
     assert "message 3998" in text
+
+
+#: A system prompt well over the API's 1,024-token minimum for a cache entry.
+LONG_SYSTEM = "\n".join(f"Rule {i}: run the tests after each change; keep diffs small." for i in range(200))
+
+
+def _prefix() -> dict[str, Any]:
+    """A main request with its three breakpoints, as ``Session.request(cache_control=True)`` makes it."""
+    mark = {"type": "ephemeral"}
+    messages = [dict(m) for m in CONVERSATION[:-1]]
+    last = messages[-1]["content"][-1]
+    messages[-1] = {"role": "user", "content": [{**last, "cache_control": mark}]}
+    return {
+        "system": [{"type": "text", "text": LONG_SYSTEM, "cache_control": mark}],
+        "tools": [
+            {"name": "Read", "input_schema": {"type": "object"}},
+            {"name": "Edit", "input_schema": {"type": "object"}, "cache_control": mark},
+        ],
+        "messages": messages,
+    }
+
+
+class TestSharedPrefix:
+    """Given the main request, the summary request is that request plus the compact prompt."""
+
+    @pytest.fixture
+    def cached_api(self) -> Any:
+        with MessagesAPIServer(prompt_cache=True) as server:
+            yield server
+
+    def _summarizer(self, server: Any) -> AnthropicSummarizer:
+        client = anthropic.Anthropic(api_key="k", base_url=server.url, max_retries=0)
+        return AnthropicSummarizer(client, "claude-opus-5-5")
+
+    def test_the_main_request_goes_out_unchanged_with_the_prompt_appended(self, messages_api: Any) -> None:
+        """System, tools, messages and breakpoints as the main request has them; no tool_choice."""
+        messages_api.queue.append(text_message("<summary>1. Goal: fix</summary>"))
+        prefix = _prefix()
+
+        self._summarizer(messages_api).summarize(SummaryRequest(messages=CONVERSATION, prefix=prefix))
+
+        body = messages_api.requests[-1]["body"]
+        assert (body["system"], body["tools"]) == (prefix["system"], prefix["tools"])
+        assert "tool_choice" not in body
+        assert body["messages"][:-1] == prefix["messages"][:-1]
+        assert body["messages"][-1]["content"][:-1] == prefix["messages"][-1]["content"]
+        assert body["messages"][-1]["content"][-1]["text"].startswith(
+            "IMPORTANT: answer with plain text only"
+        )
+        assert body["messages"][2]["content"][1]["type"] == "image"  # kept: it is part of the prefix
+
+    def test_the_summary_reads_the_cache_the_main_request_wrote(self, cached_api: Any) -> None:
+        """Everything up to the main request's last breakpoint is a cache read, nothing is written."""
+        prefix = _prefix()
+        main = anthropic.Anthropic(api_key="k", base_url=cached_api.url, max_retries=0)
+        main.messages.create(model="claude-opus-5-5", max_tokens=100, **prefix)
+        written = cached_api.requests[-1]["usage"]
+        cached_api.queue.append(text_message("<summary>1. Goal: fix</summary>"))
+
+        summary = self._summarizer(cached_api).summarize(SummaryRequest(messages=CONVERSATION, prefix=prefix))
+
+        assert written["cache_creation_input_tokens"] > 1_024
+        assert summary.usage["cache_read_input_tokens"] == written["cache_creation_input_tokens"]
+        assert summary.usage["cache_creation_input_tokens"] == 0
+        assert summary.usage["input_tokens"] > 0  # the compact prompt
+
+    def test_a_tool_call_next_to_a_complete_summary_is_ignored(self, messages_api: Any) -> None:
+        """The summary in the text counts; the call is never run and nothing is asked again."""
+        answer = tool_use_message("t9", "Read", {"file_path": "a.py"}, "msg_s")
+        answer[1]["content"][0]["text"] = "<analysis>a</analysis><summary>1. Goal: fix</summary>"
+        messages_api.queue.append(answer)
+
+        summary = self._summarizer(messages_api).summarize(
+            SummaryRequest(messages=CONVERSATION, prefix=_prefix())
+        )
+
+        assert summary.text == "1. Goal: fix"
+        assert len(messages_api.requests) == 1
+
+    def test_a_tool_call_instead_of_a_summary_is_asked_again_with_tool_choice_none(
+        self, messages_api: Any
+    ) -> None:
+        """One more call, the same request with tool_choice none; both calls' usage is summed."""
+        messages_api.queue.append(tool_use_message("t9", "Read", {"file_path": "a.py"}, "msg_t"))
+        messages_api.queue.append(text_message("<summary>1. Goal: fix</summary>", "msg_s"))
+
+        summary = self._summarizer(messages_api).summarize(
+            SummaryRequest(messages=CONVERSATION, prefix=_prefix())
+        )
+
+        first, second = (r["body"] for r in messages_api.requests)
+        assert summary.text == "1. Goal: fix"
+        assert summary.api_message_id == "msg_s"
+        assert second == {**first, "tool_choice": {"type": "none"}}
+        assert summary.usage["output_tokens"] == 40 + 200
+
+    def test_a_second_tool_call_is_a_failure(self, messages_api: Any) -> None:
+        """A model that still calls a tool gives no summary: SummaryFailedError, never its text."""
+        messages_api.queue.append(tool_use_message("t9", "Read", {}, "msg_t1"))
+        messages_api.queue.append(tool_use_message("t10", "Read", {}, "msg_t2"))
+
+        with pytest.raises(SummaryFailedError, match="tool call"):
+            self._summarizer(messages_api).summarize(SummaryRequest(messages=CONVERSATION, prefix=_prefix()))
+
+        assert len(messages_api.requests) == 2

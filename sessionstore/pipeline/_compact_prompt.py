@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-__all__ = ["SUMMARY_SECTIONS", "Template", "compact_prompt", "format_summary"]
+__all__ = ["SUMMARY_SECTIONS", "Template", "compact_prompt", "format_summary", "has_summary"]
 
 Template = Literal["base", "partial_from", "partial_up_to"]
 
@@ -53,7 +53,11 @@ tags with these sections, numbered, each under its own heading:
 
 Under "All user messages", list every message the user wrote (not tool results), verbatim or nearly.
 Under "Optional next step", name the next step only if it follows directly from the latest request,
-and quote the most recent relevant messages word for word so nothing drifts."""
+and quote the most recent relevant messages word for word so nothing drifts.
+
+If the conversation opens with the summary of an earlier part, carry its content forward into
+these sections instead of quoting it. Files, skills and the plan restored after that summary are
+restored after this one too: name them, do not copy their text."""
 
 _TRAILER = "Reminder: reply with <analysis> then <summary> in plain text. Do not call any tool."
 
@@ -71,6 +75,12 @@ def compact_prompt(template: Template = "base", custom_instructions: str | None 
 _ANALYSIS = re.compile(r"<analysis>.*?</analysis>", re.DOTALL)
 _SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
 _BLANK_RUNS = re.compile(r"\n\s*\n(\s*\n)+")
+
+
+def has_summary(raw: str) -> bool:
+    """True when ``raw`` holds a complete ``<summary>...</summary>`` with text in it."""
+    match = _SUMMARY.search(_ANALYSIS.sub("", raw))
+    return match is not None and bool(match.group(1).strip())
 
 
 def format_summary(raw: str) -> str:

@@ -72,6 +72,8 @@ __all__ = [
     "maybe_extract_memory",
     "maybe_prepare_compaction",
     "prepare_compaction",
+    "memory_extraction_due",
+    "memory_growth_interval",
     "memory_keep_index",
     "round_groups",
     "shell_pre_compact_hook",
@@ -175,6 +177,9 @@ class CompactConfig:
     memory_max_tokens: int = 40_000
     extract_init_tokens: int = 10_000
     extract_growth_tokens: int = 5_000
+    #: Growth between extractions as a percentage of the effective window (at least
+    #: ``extract_growth_tokens``, at most half of ``memory_max_tokens``): ``memory_growth_interval``.
+    extract_growth_percent: float = 10.0
     extract_tool_calls: int = 3
     hooks: CompactHooks = field(default_factory=CompactHooks)
     #: Prepare the next compaction's summary ahead once "used" reaches this percent of the
@@ -189,12 +194,17 @@ class CompactConfig:
         """Refuse marks that could never fire or would fire at once.
 
         Raises:
-            ValidationError: ``precompute_percent`` not in (0, 100), or a growth share not in (0, 100].
+            ValidationError: ``precompute_percent`` not in (0, 100), a growth share not in (0, 100],
+                or ``extract_growth_percent`` not in [0, 100].
         """
         if self.precompute_percent is not None and not 0 < self.precompute_percent < 100:
             percent = self.precompute_percent
             msg = f"CompactConfig.precompute_percent must be above 0 and below 100, not {percent}"
             raise ValidationError(msg, field="precompute_percent")
+        if not 0 <= self.extract_growth_percent <= 100:
+            percent = self.extract_growth_percent
+            msg = f"CompactConfig.extract_growth_percent must be from 0 to 100, not {percent}"
+            raise ValidationError(msg, field="extract_growth_percent")
         if not 0 < self.precompute_max_growth_percent <= 100:
             msg = (
                 "CompactConfig.precompute_max_growth_percent must be above 0 and at most 100, "
@@ -364,39 +374,69 @@ def _index_after_seq(session: Session, seq: int) -> int:
     return bisect.bisect_right(session.api_state.message_first_seq, seq)
 
 
-def maybe_extract_memory(session: Session, summarizer: Summarizer, config: CompactConfig) -> bool:
-    """Update the session memory when due (first at 10,000 tokens, then every 5,000 more with 3
-    tool calls or a turn without one); returns True when it recorded a ``SessionMemoryUpdated``.
+def memory_growth_interval(session: Session, config: CompactConfig) -> int:
+    """Tokens the context grows between two session-memory extractions.
+
+    ``extract_growth_percent`` of the effective window (18,000 of a 200,000 window), never
+    less than ``extract_growth_tokens`` (5,000: the seeds' floor) and never more than half of
+    ``memory_max_tokens``: what a memory does not cover must still fit in what a memory compact
+    keeps verbatim when the threshold comes, a turn or so after the last extraction.
+    """
+    effective = session.token_state().window.effective_window
+    relative = int(effective * config.extract_growth_percent / 100)
+    return max(config.extract_growth_tokens, min(relative, config.memory_max_tokens // 2))
+
+
+def memory_extraction_due(session: Session, config: CompactConfig) -> bool:
+    """True when the session memory should be extracted (or updated) now.
+
+    First when the context reaches ``extract_init_tokens``; then when it has grown by
+    ``memory_growth_interval`` since the last extraction (or since the latest compaction, when
+    that came after it: the context it measured is gone) and either ``extract_tool_calls``
+    tool calls were made since the last extraction or the last turn made none.
     """
     state = session.api_state
     used = session.used_tokens()
-    memory = state.memory
-    compacted_since = (
-        memory is not None and state.compact is not None and memory.last_summarized_seq < state.compact.seq
-    )
-    if memory is None or compacted_since:
-        # First extraction, or the first since a compaction reset the context it measured.
-        due = used >= config.extract_init_tokens
-    else:
-        grown = used - memory.tokens_at_extraction >= config.extract_growth_tokens
-        calls = state.tool_calls - memory.tool_calls_at_extraction >= config.extract_tool_calls
-        last = state.messages[-1] if state.messages else None
-        quiet_turn = (
-            last is not None
-            and last["role"] == "assistant"
-            and not any(b.get("type") == "tool_use" for b in last["content"])
-        )
-        due = grown and (calls or quiet_turn)
-    if not due or not state.messages:
+    if used < config.extract_init_tokens or not state.messages:
         return False
+    memory, compaction = state.memory, state.compact
+    if compaction is not None and (memory is None or memory.last_summarized_seq < compaction.seq):
+        since = _predicted_used(session, compaction.base_tokens, compaction.base_blocks)
+    elif memory is not None:
+        since = memory.tokens_at_extraction
+    else:
+        return True  # the first extraction
+    if used - since < memory_growth_interval(session, config):
+        return False
+    calls = (
+        memory is not None and state.tool_calls - memory.tool_calls_at_extraction >= config.extract_tool_calls
+    )
+    last = state.messages[-1]
+    quiet_turn = last["role"] == "assistant" and not any(b.get("type") == "tool_use" for b in last["content"])
+    return memory is None or calls or quiet_turn
+
+
+def maybe_extract_memory(session: Session, summarizer: Summarizer, config: CompactConfig) -> bool:
+    """Update the session memory when due (``memory_extraction_due``); returns True when it
+    recorded a ``SessionMemoryUpdated``.
+
+    The summarizer is given the main request as its prefix, so a model call reads the prompt
+    cache the main requests wrote (and writes what the next main request reads).
+    """
+    if not memory_extraction_due(session, config):
+        return False
+    state = session.api_state
+    used = session.used_tokens()
+    request = session.request()
     try:
         summary = blocking_call(
             summarizer.summarize,
             SummaryRequest(
-                messages=session.request()["messages"],
+                messages=request["messages"],
                 system=state.system,
                 tools=state.tools,
                 model=state.model,
+                prefix=request,
             ),
         )
     except SummaryFailedError:
@@ -475,7 +515,11 @@ def _summarize_with_retries(
     messages = list(request.messages)
     for retry in range(MAX_PTL_RETRIES + 1):
         try:
-            summary = blocking_call(summarizer.summarize, dataclasses.replace(request, messages=messages))
+            # A retry drops rounds: its messages are no longer the main request's (no prefix).
+            prefix = request.prefix if retry == 0 else None
+            summary = blocking_call(
+                summarizer.summarize, dataclasses.replace(request, messages=messages, prefix=prefix)
+            )
             return summary.text, summary.summarizer, retry, messages
         except SummaryPromptTooLongError as e:
             if retry == MAX_PTL_RETRIES:
@@ -584,6 +628,7 @@ def _llm_plan(
     keep_index = len(state.messages)  # nothing kept
     template: Literal["base", "partial_from", "partial_up_to"] = "base"
     from_index = 0
+    prefix = None
     if up_to_uuid is not None:
         template = "partial_up_to"
         keep_index = session.message_index(up_to_uuid) + 1
@@ -600,6 +645,8 @@ def _llm_plan(
         messages = list(state.messages[from_index:])
     else:
         messages = summarizer_input(session)
+        # The whole request is summarized: a model can be sent it as it is (the cached prefix).
+        prefix = session.request()
     summary, name, retries, summarized = _summarize_with_retries(
         session,
         summarizer,
@@ -611,6 +658,7 @@ def _llm_plan(
             state.tools,
             state.model,
             previous_summary=None if template == "partial_from" else _previous_summary(session),
+            prefix=prefix,
         ),
     )
     dropped_before_seq = _first_seq_summarized(session, summarized) if retries else 0
@@ -667,6 +715,8 @@ def prepare_compaction(
                 state.tools,
                 state.model,
                 previous_summary=_previous_summary(session),
+                # The whole request is summarized: sent as it is, it reads the cached prefix.
+                prefix=session.request(),
             ),
         )
     except SummaryFailedError:

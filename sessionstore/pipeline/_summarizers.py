@@ -1,8 +1,11 @@
 """Summarizers: what turns a span of conversation into a summary, behind one small interface.
 
-* ``AnthropicSummarizer``: one ``client.messages.create`` turn with the compact prompt, no tools
-  (``tool_choice: none``), bounded output; it sends the main request's system prompt and tools
-  so the prompt cache's prefix is reused.
+* ``AnthropicSummarizer``: one ``client.messages.create`` turn with the compact prompt, bounded
+  output. Given the main request (``SummaryRequest.prefix``) it sends that request unchanged
+  (system, tools, messages and their cache breakpoints, no ``tool_choice``) with the compact
+  prompt appended to the last user message, so the prompt cache the main requests wrote is
+  read, not written again; an answer that calls a tool instead is asked once more with
+  ``tool_choice: none``.
 * ``OfflineSummarizer``: deterministic and extractive, no network — fills the nine sections from
   the messages themselves (user messages verbatim, files read and edited, errors, pending work,
   the latest task). The default when no API key is configured, and what the tests and the demo use.
@@ -15,13 +18,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._telemetry import model_call_span
 from ..errors import SummaryFailedError, SummaryPromptTooLongError
-from ._compact_prompt import SUMMARY_SECTIONS, Template, compact_prompt, format_summary
+from ._compact_prompt import SUMMARY_SECTIONS, Template, compact_prompt, format_summary, has_summary
 
 if TYPE_CHECKING:
     import anthropic
@@ -63,6 +66,11 @@ class SummaryRequest:
         previous_summary: the summary of an earlier compaction that ``messages`` continue
             (stripped from them): the new summary carries its content forward instead of
             quoting it, so summaries never nest.
+        prefix: the main request (``system``, ``tools``, ``messages``, with its cache
+            breakpoints) when the summary covers all of it: a summarizer that calls the API
+            sends it as it is, plus the compact prompt, so the cached prefix is reused (its
+            messages already hold any earlier summary as the model saw it). ``messages`` is
+            what the same request says for a summarizer that does not.
     """
 
     messages: Sequence[Message]
@@ -72,6 +80,7 @@ class SummaryRequest:
     tools: Sequence[dict[str, Any]] = ()
     model: str | None = None
     previous_summary: str | None = None
+    prefix: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -156,13 +165,45 @@ class AnthropicSummarizer:
         self.max_tokens = max_tokens
 
     def summarize(self, request: SummaryRequest) -> Summary:
-        """One turn, no tools; any bad outcome raises ``SummaryFailedError`` (or its subclass
-        ``SummaryPromptTooLongError``)."""
-        import anthropic
+        """One turn; any bad outcome raises ``SummaryFailedError`` (or its subclass
+        ``SummaryPromptTooLongError``).
 
-        messages = with_previous_summary(strip_media(request.messages), request.previous_summary)
+        With ``request.prefix`` the main request goes out unchanged plus the compact prompt,
+        tools defined and ``tool_choice`` left as the main request has it (the API keys the
+        messages' cache by it). An answer that calls a tool is never run: its ``<summary>``,
+        when its text has one, is the summary; otherwise the same request is sent once more
+        with ``tool_choice: none`` (the messages' cache is not read then) and its answer counts.
+        Without a prefix the messages are sent with media replaced, and ``tool_choice: none``
+        when there are tools.
+        """
+        params = self._params(request)
+        response = self._call(params)
+        usage = _usage(response)
+        unforced = "tools" in params and "tool_choice" not in params
+        if unforced and _calls_tool(response) and not has_summary(_text(response)):
+            response = self._call({**params, "tool_choice": {"type": "none"}})
+            usage = {key: usage[key] + value for key, value in _usage(response).items()}
+        if _calls_tool(response) and not has_summary(_text(response)):
+            raise SummaryFailedError("summarizer answered with a tool call instead of a summary")
+        text = format_summary(_text(response))
+        if not text:
+            raise SummaryFailedError("summarizer returned an empty summary")
+        return Summary(text, self.name, usage, response.id)
+
+    def _params(self, request: SummaryRequest) -> dict[str, Any]:
+        """The Messages API parameters of the summary request."""
         ask = {"type": "text", "text": compact_prompt(request.template, request.custom_instructions)}
+        params: dict[str, Any] = {"model": request.model or self.model, "max_tokens": self.max_tokens}
+        if request.prefix is not None:
+            head = {key: request.prefix[key] for key in ("system", "tools") if request.prefix.get(key)}
+            messages = list(request.prefix["messages"])
+        else:
+            head = {"system": request.system} if request.system else {}
+            if request.tools:
+                head |= {"tools": list(request.tools), "tool_choice": {"type": "none"}}
+            messages = with_previous_summary(strip_media(request.messages), request.previous_summary)
         if messages and messages[-1]["role"] == "user":
+            # Appended after the last block: every block before it, and its breakpoint, stay.
             last = messages[-1]
             content = (
                 last["content"]
@@ -172,19 +213,15 @@ class AnthropicSummarizer:
             messages[-1] = {"role": "user", "content": [*content, ask]}
         else:
             messages.append({"role": "user", "content": [ask]})
-        params: dict[str, Any] = {
-            "model": request.model or self.model,
-            "max_tokens": self.max_tokens,
-            "messages": messages,
-        }
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = list(request.tools)
-            params["tool_choice"] = {"type": "none"}
+        return {**params, **head, "messages": messages}
+
+    def _call(self, params: dict[str, Any]) -> anthropic.types.Message:
+        """One ``messages.create``; API errors raise ``SummaryFailedError`` (too long: its subclass)."""
+        import anthropic
+
         try:
             with model_call_span(model=params["model"], purpose="summary", max_tokens=self.max_tokens) as t:
-                response = self.client.messages.create(**params)
+                response: anthropic.types.Message = self.client.messages.create(**params)
                 t.record_response(response)
         except anthropic.BadRequestError as e:
             text = str(e)
@@ -194,24 +231,25 @@ class AnthropicSummarizer:
             raise SummaryFailedError(f"summarizer request rejected: {text}") from e
         except anthropic.APIError as e:  # timeouts, overload, connection errors
             raise SummaryFailedError(f"summarizer call failed: {type(e).__name__}: {e}") from e
-        if any(getattr(b, "type", None) == "tool_use" for b in response.content):
-            raise SummaryFailedError("summarizer answered with a tool call instead of a summary")
-        raw = "".join(getattr(b, "text", "") for b in response.content if getattr(b, "type", None) == "text")
-        text = format_summary(raw)
-        if not text:
-            raise SummaryFailedError("summarizer returned an empty summary")
-        usage = response.usage
-        return Summary(
-            text,
-            self.name,
-            {
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
-                "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
-            },
-            response.id,
-        )
+        return response
+
+
+def _calls_tool(response: anthropic.types.Message) -> bool:
+    return any(getattr(b, "type", None) == "tool_use" for b in response.content)
+
+
+def _text(response: anthropic.types.Message) -> str:
+    return "".join(getattr(b, "text", "") for b in response.content if getattr(b, "type", None) == "text")
+
+
+def _usage(response: anthropic.types.Message) -> dict[str, int]:
+    usage = response.usage
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+    }
 
 
 # --- offline ----------------------------------------------------------------------------------
