@@ -70,12 +70,16 @@ what keeps the full run within 5 minutes): append one turn (prompt, rounds, usag
 ``session.append``, then ``Pipeline(config, summarizer=OfflineSummarizer(), clock=...)
 .prepare(session)``. The clock reads one minute after the last assistant message, so time-based
 micro-compact never fires. Each round's usage is ``used_tokens()`` before the turn plus the turn's
-calibrated size so far. A run ends early at the first ``BlockingLimitError``. The three runs are
+calibrated size so far. A run ends early at the first ``BlockingLimitError``. The four runs are
 independent sessions and run two at a time (one process per core). Configurations:
 
 * ``auto (memory)``: ``PipelineConfig()`` as shipped: auto-compact with session memory
   (extraction when due, memory compact first, LLM compact if it fails or stays above the
   threshold).
+* ``memory, pacing before``: the same, with memory extraction paced as it was before it was
+  relative to the window (every 5,000 tokens of growth, and at once after each compaction;
+  ``_extraction_due_before``, patched in for that run's process): the reference for the
+  ``memory extractions per 100 turns`` line under the table.
 * ``auto (llm only)``: ``PipelineConfig(compact=CompactConfig(session_memory=False))``.
 * ``collapse``: ``PipelineConfig(collapse=CollapseConfig(enabled=True))`` (auto-compact never
   fires then; stage from 80%, commit from 90% of the effective window).
@@ -137,6 +141,7 @@ from sessionstore import (
 from sessionstore.errors import BlockingLimitError
 from sessionstore.events import ContextConfigured
 from sessionstore.events._base import _block_text
+from sessionstore.pipeline import _compaction
 from sessionstore.pipeline._collapse import CollapseConfig, drain_collapses, stage_collapse
 from sessionstore.pipeline._compaction import CompactConfig, compact, maybe_extract_memory
 from sessionstore.pipeline._pipeline import Pipeline, PipelineConfig
@@ -151,6 +156,8 @@ CONTEXT_WINDOW = 200_000
 MAX_OUTPUT_TOKENS = 64_000
 FULL_SIZES, QUICK_SIZES = (2_000, 10_000), (300, 1_000)
 FULL_LIVE, QUICK_LIVE = 1_000, 400
+#: The live run with memory extraction paced as before (``_extraction_due_before``).
+PACED_BEFORE = "memory, pacing before"
 SETUP_BATCH = 500
 COUNT_BATCH = 50  # turns per tokenizing task
 BASE_TIME = datetime(2025, 6, 17, 9, 0, tzinfo=UTC)
@@ -729,8 +736,38 @@ class LiveRow:
     seconds: float = 0.0
 
 
-def run_live(folder: Path, name: str, config: PipelineConfig, turns: int) -> LiveRow:
-    """Drive a fresh session for ``turns`` turns: append a turn, then ``prepare``."""
+def _extraction_due_before(session: Session, config: CompactConfig) -> bool:
+    """Memory extraction's pacing before it was relative to the window (the reference run).
+
+    First at ``extract_init_tokens``, and again at once after every compaction; else after
+    ``extract_growth_tokens`` (5,000) of growth and (3 tool calls or a turn without one).
+    """
+    state = session.api_state
+    used = session.used_tokens()
+    memory = state.memory
+    if memory is None or (state.compact is not None and memory.last_summarized_seq < state.compact.seq):
+        return used >= config.extract_init_tokens and bool(state.messages)
+    grown = used - memory.tokens_at_extraction >= config.extract_growth_tokens
+    calls = state.tool_calls - memory.tool_calls_at_extraction >= config.extract_tool_calls
+    last = state.messages[-1] if state.messages else None
+    quiet = (
+        last is not None
+        and last["role"] == "assistant"
+        and not any(b.get("type") == "tool_use" for b in last["content"])
+    )
+    return grown and (calls or quiet) and bool(state.messages)
+
+
+def run_live(
+    folder: Path, name: str, config: PipelineConfig, turns: int, pacing_before: bool = False
+) -> LiveRow:
+    """Drive a fresh session for ``turns`` turns: append a turn, then ``prepare``.
+
+    ``pacing_before``: memory extraction paced as before (``_extraction_due_before``), patched in
+    for this run's process only.
+    """
+    if pacing_before:
+        _compaction.memory_extraction_due = _extraction_due_before
     started = time.perf_counter()
     counter = MemoCounter()
     path = folder / f"live-{sum(map(ord, name))}.db"
@@ -935,6 +972,14 @@ def print_live(rows: list[LiveRow]) -> None:
         ],
         table,
     )
+    paced = {r.name: r for r in rows}
+    if "auto (memory)" in paced and PACED_BEFORE in paced:
+        now, before = paced["auto (memory)"], paced[PACED_BEFORE]
+        print(
+            f"  memory extractions per 100 turns: {100 * before.memory / before.turns:.0f} paced as before "
+            f"(5,000 tokens; again at once after each compaction), {100 * now.memory / now.turns:.0f} now "
+            f"(10% of the effective window since the last extraction or compaction)"
+        )
     for r in rows:
         if r.commits:
             gaps = _gaps(r.commits)
@@ -1020,14 +1065,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {size:>6,} turns: {', '.join(timings)}; all {time.perf_counter() - t0:.1f} s", flush=True
             )
         configs = (
-            ("auto (memory)", PipelineConfig()),
-            ("auto (llm only)", PipelineConfig(compact=CompactConfig(session_memory=False))),
-            ("collapse", PipelineConfig(collapse=CollapseConfig(enabled=True))),
+            ("auto (memory)", PipelineConfig(), False),
+            (PACED_BEFORE, PipelineConfig(), True),
+            ("auto (llm only)", PipelineConfig(compact=CompactConfig(session_memory=False)), False),
+            ("collapse", PipelineConfig(collapse=CollapseConfig(enabled=True)), False),
         )
-        # Independent sessions: two at a time, one per core.
+        # Independent sessions: two at a time, one per core (maxtasksperchild: the patched
+        # pacing of one run never leaks into another).
         t0 = time.perf_counter()
-        with multiprocessing.get_context("fork").Pool(2) as pool:
-            live = pool.starmap(run_live, [(folder, label, config, live_turns) for label, config in configs])
+        with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
+            live = pool.starmap(
+                run_live, [(folder, label, config, live_turns, before) for label, config, before in configs]
+            )
         print(
             "  live runs (two processes): "
             + ", ".join(f"{r.name} {r.seconds:.1f} s" for r in live)

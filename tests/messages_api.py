@@ -113,13 +113,18 @@ class PromptCache:
         self.count_text = count_text or TiktokenCounter().count_text
         #: Keys (SHA-256 of the prefix) of the entries written so far.
         self.entries: set[str] = set()
+        #: Tokens of each block seen (a conversation resends its blocks with every request).
+        self._counted: dict[bytes, int] = {}
 
     def _units(self, body: dict[str, Any]) -> Iterator[_Unit]:
         def unit(block: dict[str, Any], where: object, *, last: bool = False) -> _Unit:
-            piece = _without_marker(block)
+            text = _canonical(_without_marker(block))
+            tokens = self._counted.get(text)
+            if tokens is None:
+                tokens = self._counted[text] = self.count_text(text.decode())
             return _Unit(
-                _canonical([where, piece]),
-                self.count_text(_canonical(piece).decode()),
+                _canonical(where) + b"\n" + text,
+                tokens,
                 block=True,
                 breakpoint="cache_control" in block or last,
             )
