@@ -467,7 +467,7 @@ def _message_tokens(session: Session, message: Message) -> int:
     return sum(session.count_text(t) for t in texts)
 
 
-def summarizer_input(session: Session) -> list[Message]:
+def summarizer_input(session: Session, request: dict[str, Any] | None = None) -> list[Message]:
     """The request's messages as a summarizer should see them: what the last compaction put back
     (its summary, restored files, skills and plan, listings, hook results) and the listings
     announced in the conversation are stripped.
@@ -475,8 +475,9 @@ def summarizer_input(session: Session) -> list[Message]:
     The attachments and listings come back from the session's state after the new boundary
     anyway, and the previous summary goes to the summarizer separately
     (``SummaryRequest.previous_summary``), so neither is summarized again and summaries never nest.
+    ``request``: the session's ``request()`` when the caller has it already.
     """
-    messages = session.request()["messages"]
+    messages = (request or session.request())["messages"]
     compact_state = session.api_state.compact
     reinjected = listing_texts(session.transcript_state.entries)
     if compact_state is None and not reinjected:
@@ -644,9 +645,9 @@ def _llm_plan(
             raise ValidationError(msg, field="message_uuid")
         messages = list(state.messages[from_index:])
     else:
-        messages = summarizer_input(session)
         # The whole request is summarized: a model can be sent it as it is (the cached prefix).
         prefix = session.request()
+        messages = summarizer_input(session, prefix)
     summary, name, retries, summarized = _summarize_with_retries(
         session,
         summarizer,
