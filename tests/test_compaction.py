@@ -36,6 +36,7 @@ from sessionstore.pipeline._compaction import (
     memory_extraction_due,
     memory_growth_interval,
     memory_keep_index,
+    prepare_compaction,
 )
 from sessionstore.pipeline._microcompact import microcompact
 from sessionstore.pipeline._summarizers import (
@@ -1009,3 +1010,21 @@ class TestMemoryPacing:
         assert extraction["cache_creation_input_tokens"] > 1_024
         assert main["cache_read_input_tokens"] == extraction["cache_creation_input_tokens"]
         assert main["cache_creation_input_tokens"] == 0
+
+
+def test_a_prepared_compaction_sends_the_main_request_as_its_prefix(messages_api: Any) -> None:
+    """Preparing ahead summarizes the whole request: the model gets it as it is, plus the prompt."""
+    messages_api.queue.append(text_message("<summary>prepared</summary>", "msg_p"))
+    session = _session(turns=3, config=SessionConfig(snapshot_every=0, cache_control=True))
+    main = session.request()
+
+    prepared = prepare_compaction(session, _anthropic(messages_api))
+
+    body = messages_api.requests[-1]["body"]
+    *sent, ask = [b for m in body["messages"] for b in m["content"]]
+    assert prepared is not None
+    assert prepared.summary == "prepared"
+    assert "tool_choice" not in body
+    assert body["tools"] == main["tools"]
+    assert sent == [b for m in main["messages"] for b in m["content"]]
+    assert ask["text"].startswith("IMPORTANT: answer with plain text only")

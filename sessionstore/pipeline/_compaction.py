@@ -703,21 +703,22 @@ def prepare_compaction(
     keep = bisect.bisect_right(state.message_first_seq, through_seq)
     covered_tokens = sum(state.message_tokens[:keep])
     used = session.used_tokens()
+    # The whole request is summarized: sent as it is, it reads the cached prefix.
+    request = session.request()
     try:
         instructions, shown = _pre_compact(config, "auto", None)
         summary, name, retries, summarized = _summarize_with_retries(
             session,
             summarizer,
             SummaryRequest(
-                summarizer_input(session),
+                summarizer_input(session, request),
                 "base",
                 instructions,
                 state.system,
                 state.tools,
                 state.model,
                 previous_summary=_previous_summary(session),
-                # The whole request is summarized: sent as it is, it reads the cached prefix.
-                prefix=session.request(),
+                prefix=request,
             ),
         )
     except SummaryFailedError:
