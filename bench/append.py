@@ -107,7 +107,7 @@ from _common import LEVELS, WORDS
 
 import sessionstore
 from sessionstore import MessageAppended
-from sessionstore.store import TiktokenCounter
+from sessionstore.store import TiktokenCounter, _codec
 
 BATCH = 100
 SEED = 20240601
@@ -116,6 +116,7 @@ TARGET_RAW_OVER_OURS = 2.5
 TARGET_OURS_OVER_SQLITESESSION = 1.0
 TARGET_READ_OVER_RAW = 1.3
 TARGET_COUNTING_EXTRA_MB = 40
+TARGET_DISK_OVER_PAYLOAD = 0.6
 
 # --- the workload --------------------------------------------------------------------------
 
@@ -270,6 +271,7 @@ class Run:
     settings: str = ""  # durability settings read back from a live connection
     counter_cpu_seconds: float = 0.0  # CPU inside the token counter (counting-on runs)
     read_seconds: float = float("nan")  # one full read of what was appended (median of READS)
+    payload_read_seconds: float = float("nan")  # the same read, every payload's text used too
     disk_bytes: int = 0  # the database file after a checkpoint (WAL emptied)
     counted_seconds: float = float("nan")  # until a counting thread caught up (estimate rows)
 
@@ -297,6 +299,10 @@ class Contender:
     def read_ms(self) -> float:
         """Milliseconds for one full read of the session, median over the runs."""
         return 1000 * statistics.median(r.read_seconds for r in self.runs)
+
+    def payload_read_ms(self) -> float:
+        """Milliseconds for one full read that also uses every payload's text, median over the runs."""
+        return 1000 * statistics.median(r.payload_read_seconds for r in self.runs)
 
     def disk(self) -> int:
         """Bytes on disk after the run (every run writes the same messages: the last one's)."""
@@ -372,12 +378,17 @@ def _timed_store_appends(
     return (*watch.read(), session_id)
 
 
-def _store_read(store: sessionstore.SessionStore, session_id: str, count: int) -> Callable[[], Any]:
-    """A full read of the session, as a caller does it: every event, decoded on first use."""
+def _store_read(
+    store: sessionstore.SessionStore, session_id: str, count: int, *, payloads: bool = False
+) -> Callable[[], Any]:
+    """A full read of the session, as a caller does it: every event, decoded on first use
+    (``payloads``: every payload's text is used too, so each compressed one is decompressed)."""
 
     def read() -> list[Any]:
         found = store.read(session_id)
         assert len(found) == count, (len(found), count)
+        if payloads:
+            assert all(e.payload for e in found)
         return found
 
     return read
@@ -408,8 +419,23 @@ def _audit(counter: AuditedCounter, store: sessionstore.SessionStore, messages: 
     return problems
 
 
+@contextmanager
+def _payloads_uncompressed(uncompressed: bool) -> Iterator[None]:
+    """With ``uncompressed``, every payload is stored as text, as before revision 0006 (the
+    store's size threshold for compression raised past every payload; a benchmark-only switch)."""
+    if not uncompressed:
+        yield
+        return
+    threshold = _codec.PACK_MIN_BYTES
+    _codec.PACK_MIN_BYTES = sys.maxsize
+    try:
+        yield
+    finally:
+        _codec.PACK_MIN_BYTES = threshold
+
+
 def sessionstore_sqlite(
-    *, counting: bool, durability: Literal["full", "normal"], batch: int
+    *, counting: bool, durability: Literal["full", "normal"], batch: int, uncompressed: bool = False
 ) -> Callable[[list[Message], Path], Run]:
     def run(messages: list[Message], folder: Path) -> Run:
         counter = AuditedCounter().warm_up() if counting else None
@@ -417,9 +443,13 @@ def sessionstore_sqlite(
             folder / "store.db", migrate=True, token_counter=counter, durability=durability
         )
         try:
-            seconds, cpu, session_id = _timed_store_appends(store, messages, batch)
+            with _payloads_uncompressed(uncompressed):
+                seconds, cpu, session_id = _timed_store_appends(store, messages, batch)
             result = Run(seconds, cpu, settings=_store_pragmas(store))
             result.read_seconds = timed_read(_store_read(store, session_id, len(messages)))
+            result.payload_read_seconds = timed_read(
+                _store_read(store, session_id, len(messages), payloads=True)
+            )
             if counter is not None:
                 result.problems = _audit(counter, store, messages)
                 result.counter_cpu_seconds = counter.cpu_seconds
@@ -525,7 +555,7 @@ def raw_sqlite(*, durability: str, batch: int) -> Callable[[list[Message], Path]
                 assert len(rows) == len(messages)
                 return rows
 
-            result.read_seconds = timed_read(read)
+            result.read_seconds = result.payload_read_seconds = timed_read(read)
         finally:
             conn.close()
         result.disk_bytes = disk_bytes(folder / "raw.db")
@@ -686,6 +716,13 @@ def sqlite_contenders() -> tuple[list[Contender], str | None]:
             "full",
             BATCH,
             sessionstore_sqlite(counting=False, durability="full", batch=BATCH),
+        ),
+        Contender(
+            "plain-1",
+            "sessionstore, off, uncompressed",
+            "full",
+            1,
+            sessionstore_sqlite(counting=False, durability="full", batch=1, uncompressed=True),
         ),
         Contender(
             "on-1",
@@ -979,6 +1016,13 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
                     f"  full read: {by_key[key].label} / raw sqlite3 = {ratio:.2f}  "
                     f"(target <= {TARGET_READ_OVER_RAW}: {_verdict(ratio <= TARGET_READ_OVER_RAW)})"
                 )
+        for key in ("off-1", "plain-1"):
+            if key in by_key:
+                ratio = by_key[key].payload_read_ms() / floor
+                print(
+                    f"  full read using every payload's text: {by_key[key].label} / raw sqlite3 = {ratio:.2f}"
+                )
+    print_compression(by_key, count)
     if {"pg-1", "pg-raw-1"} <= by_key.keys():
         ratio = by_key["pg-1"].read_ms() / by_key["pg-raw-1"].read_ms()
         print(f"  full read: sessionstore on PostgreSQL / raw psycopg = {ratio:.2f}")
@@ -1004,6 +1048,31 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
                 f"[client cpu {cpu(raw) / cpu(ours):.2f}]"
             )
     print("  ([cpu x] is the same ratio computed from CPU time, oriented like the ratio before it.)")
+
+
+def print_compression(by_key: dict[str, Contender], count: int) -> None:
+    """What compressing payloads changes: disk, appends and reads against the same store storing
+    them as text (revision 0006 against the layout before it), in the same run."""
+    if not {"off-1", "plain-1"} <= by_key.keys():
+        return
+    packed, plain = by_key["off-1"], by_key["plain-1"]
+    cpu = plain.cpu_ms(count) / packed.cpu_ms(count)
+    print(
+        f"  compression: disk {packed.disk() / plain.disk():.2f}x the uncompressed store's; appends "
+        f"{packed.rate(count) / plain.rate(count):.2f}x its msg/s [cpu {cpu:.2f}]; "
+        f"full read {packed.read_ms() / plain.read_ms():.2f}x its time, "
+        f"{packed.payload_read_ms() / plain.payload_read_ms():.2f}x using every payload"
+    )
+
+
+def print_disk(contenders: list[Contender], payload: int) -> None:
+    for c in contenders:
+        if c.key in ("off-1", "plain-1", "raw-1", "agents-1") and c.runs:
+            ratio = c.disk() / payload
+            target = (
+                f"  (target <= {TARGET_DISK_OVER_PAYLOAD}: {_verdict(ratio <= TARGET_DISK_OVER_PAYLOAD)})"
+            )
+            print(f"  disk / payload: {c.label} = {ratio:.2f}{target if c.key == 'off-1' else ''}")
 
 
 # --- profiling -----------------------------------------------------------------------------
@@ -1175,6 +1244,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print_ratios(contenders, len(messages), tok_cpu)
         print_batch_steps(contenders, len(messages), steps)
+        print_disk(contenders, payload_bytes(messages))
         growth = append_rss_growth()
         extra = growth["on"] - growth["off"]
         print(

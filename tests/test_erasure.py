@@ -442,8 +442,12 @@ def test_a_purge_keeps_blobs_another_session_references(backend: Backend) -> Non
                 sid,
                 [
                     ToolResultPersisted(
-                        tool_use_id=f"t{i}", blob_sha256=ref.sha256, original_chars=ref.size,
-                        preview="p", reason="size", location="l",
+                        tool_use_id=f"t{i}",
+                        blob_sha256=ref.sha256,
+                        original_chars=ref.size,
+                        preview="p",
+                        reason="size",
+                        location="l",
                     )
                     for i, ref in enumerate(refs)
                 ],
@@ -456,6 +460,33 @@ def test_a_purge_keeps_blobs_another_session_references(backend: Backend) -> Non
         assert store.get_blob(shared.sha256) == b"shared output " * 50
         with pytest.raises(KeyError):
             store.get_blob(own.sha256)
+
+
+def test_a_blob_stored_by_several_sessions_goes_with_the_last_of_them(backend: Backend) -> None:
+    """Sessions that store the same bytes share one row; erasing one keeps it for the others, and
+    erasing the last deletes it, whatever its payloads say (they are compressed)."""
+    data = b"the same large tool output " * 400
+    with backend.open() as store:
+        for sid in ("a", "b", "c"):
+            store.create_session(sid, events=[MessageAppended(role="user", content="long text " * 300)])
+            ref = store.put_blob(data, session_id=sid)
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            rows = conn.execute(text("SELECT compression, length(data) FROM blobs")).all()
+            packed = conn.execute(
+                text("SELECT count(*) FROM events WHERE payload_packed IS NOT NULL")
+            ).scalar()
+
+        first = store.erase("a", reason="r")[0].blobs_removed
+        second = store.erase("b", reason="r")[0].blobs_removed
+        still_there = store.get_blob(ref.sha256, session_id="c")
+        last = store.erase("c", reason="r")[0].blobs_removed
+
+        assert rows == [("zstd", rows[0][1])] and rows[0][1] < len(data) / 10
+        assert packed == 3
+        assert (first, second, last) == (0, 0, 1)
+        assert still_there == data
+        with pytest.raises(KeyError):
+            store.get_blob(ref.sha256)
 
 
 async def _async_round(url: str) -> None:

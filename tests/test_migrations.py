@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 import sessionstore
-from sessionstore import SchemaOutOfDateError, ValidationError
+from sessionstore import MessageAppended, SchemaOutOfDateError, ToolResultPersisted, ValidationError
 from sessionstore.cli import main
 from sessionstore.store import SCHEMA_REVISION
 from sessionstore.store._config import create_engine_for_url
@@ -21,7 +22,16 @@ from sessionstore.store._migrate import alembic_config, current_revision, downgr
 from sessionstore.store._schema import DEFAULT_TABLES
 from sessionstore.store._sql import translate_errors
 
-TABLES = {"sessions", "events", "blobs", "snapshots", "session_keys", "erasures", "erasure_guard"}
+TABLES = {
+    "sessions",
+    "events",
+    "blobs",
+    "blob_refs",
+    "snapshots",
+    "session_keys",
+    "erasures",
+    "erasure_guard",
+}
 VERSION_TABLE = "sessionstore_alembic_version"
 
 
@@ -242,3 +252,43 @@ def test_append_only_sessions_migration_up_and_down(engine: Any) -> None:
     with engine.connect() as conn:
         assert current_revision(conn) == "0002"
         assert conn.exec_driver_sql("SELECT metadata FROM sessions").scalar() == '{"edited":true}'
+
+
+def test_compressed_rows_go_back_to_text_and_old_rows_are_read_as_they_are(
+    engine: Any, shared_backend: Any
+) -> None:
+    """Down to 0005 writes packed payloads back as text and zstd blobs as zlib; up again rewrites
+    nothing, reads and verifies those rows, and records the blob their payload names."""
+    upgrade(engine)
+    long = "a line of tool output\n" * 200
+    data = b"blob bytes " * 100
+    with shared_backend.open(migrate=False) as store:
+        sid = store.create_session(events=[MessageAppended(role="user", content=long)]).id
+        blob = store.put_blob(data)  # no session: found by the payload that names it
+        persisted = ToolResultPersisted(
+            tool_use_id="t1", blob_sha256=blob.sha256, original_chars=blob.size,
+            preview="p", reason="size", location="l",
+        )  # fmt: skip
+        store.append(sid, [persisted], expected_seq=1)
+        head = store.head(sid)
+
+    downgrade(engine, "0005")
+    with engine.connect() as conn:
+        old_payloads = conn.execute(text("SELECT payload FROM events ORDER BY seq")).scalars().all()
+        old_codecs = conn.execute(text("SELECT compression FROM blobs")).scalars().all()
+    upgrade(engine)
+    with engine.connect() as conn:
+        packed = conn.execute(text("SELECT count(*) FROM events WHERE payload_packed IS NOT NULL")).scalar()
+        refs = conn.execute(text("SELECT session_id, sha256 FROM blob_refs")).all()
+    with shared_backend.open(migrate=False) as store:
+        report = store.verify(sid, head=head)
+        first = store.read(sid)[0].event
+        stored = store.get_blob(blob.sha256)
+
+    assert json.loads(old_payloads[0])["content"] == long
+    assert old_codecs == ["zlib"]
+    assert packed == 0
+    assert refs == [(sid, blob.sha256)]
+    assert report.ok
+    assert isinstance(first, MessageAppended) and first.content == long
+    assert stored == data

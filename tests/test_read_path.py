@@ -8,14 +8,17 @@ from the same rows through SQLAlchemy Core, on every backend and through the asy
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import zstandard
 from sqlalchemy import select
 
 from sessionstore import MessageAppended, RecordedEvent, SessionStarted, SessionStore, UsageRecorded
 from sessionstore.store import store_tables
+from sessionstore.store._codec import pack_payload
 from sessionstore.store._contract import stored_event
 from sessionstore.store._crypto import LocalKeyProvider
 from sessionstore.store._hashing import as_utc
@@ -23,6 +26,16 @@ from sessionstore.store._hashing import as_utc
 pytestmark = pytest.mark.store_contract
 
 MASTER = LocalKeyProvider(bytes(range(32)))
+
+
+def _text_of(row: Any) -> str:
+    """A row's payload text: ``payload``, or ``payload_packed`` (codec byte 2, then zstd) decoded."""
+    if row.payload_packed is None:
+        return str(row.payload)
+    packed = bytes(row.payload_packed)
+    assert row.payload == ""
+    assert packed[0] == 2
+    return str(zstandard.ZstdDecompressor().decompress(packed[1:]).decode())
 
 
 def _rows_through_core(store: SessionStore) -> list[RecordedEvent]:
@@ -39,7 +52,7 @@ def _rows_through_core(store: SessionStore) -> list[RecordedEvent]:
             event_id=row.event_id,
             type=row.type,
             schema_version=row.schema_version,
-            payload=row.payload,
+            payload=_text_of(row),
             token_count=row.token_count,
             prev_hash=row.prev_hash,
             hash=row.hash,
@@ -50,7 +63,8 @@ def _rows_through_core(store: SessionStore) -> list[RecordedEvent]:
 
 
 def _fill(store: SessionStore) -> tuple[str, str]:
-    """Two sessions with interleaved events of several kinds, some text beyond ASCII."""
+    """Two sessions with interleaved events of several kinds, some text beyond ASCII, payloads
+    stored as text and compressed."""
     first = store.create_session(events=[SessionStarted(model="claude-sonnet-4-5")]).id
     second = store.create_session().id
     for i in range(6):
@@ -135,3 +149,20 @@ def test_stored_event_equals_the_dataclass_built_from_the_same_values() -> None:
     assert vars(fast) == vars(built)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.seq = 3  # type: ignore[misc]
+
+
+def test_a_compressed_row_reads_as_the_record_of_its_text() -> None:
+    """A packed payload decompresses on first use into the record ``RecordedEvent(...)`` gives."""
+    created = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    text = json.dumps({"role": "user", "content": "café → ✓ " * 200}, ensure_ascii=False)
+    packed = pack_payload(text)
+    assert packed is not None
+    head: tuple[Any, ...] = ("s", 2, 7, "e", "message_appended", 1)
+    tail: tuple[Any, ...] = (3, "p" * 64, "h" * 64, created)
+
+    fast, built = stored_event(*head, "", *tail, packed), RecordedEvent(*head, text, *tail)
+
+    assert len(packed) < len(text.encode()) / 10
+    assert fast == built
+    assert fast.payload_dict() == json.loads(text)
+    assert vars(fast)["payload"] == text

@@ -113,7 +113,8 @@ def _populate(roles: Roles) -> dict[str, str]:
         with roles.open(role) as store:
             store.create_session(f"{tenant}-1", tenant=tenant, user="alice", events=_messages(3, tenant))
             store.put_snapshot(_snapshot(f"{tenant}-1"))
-            blobs[tenant] = store.put_blob(f"{tenant}'s tool output".encode()).sha256
+            data = f"{tenant}'s tool output".encode()
+            blobs[tenant] = store.put_blob(data, session_id=f"{tenant}-1").sha256
     return blobs
 
 
@@ -137,11 +138,11 @@ def test_a_tenant_reads_only_its_own_rows(roles: Roles) -> None:
             acme.get_blob(blobs["beta"])
         with acme.engine.connect() as conn:  # type: ignore[attr-defined]
             # Not even a count leaks through plain SQL.
-            for table in ("sessions", "events", "snapshots", "blobs"):
+            for table in ("sessions", "events", "snapshots", "blobs", "blob_refs"):
                 seen = conn.execute(
                     text(
                         f"SELECT count(*) FROM {table} WHERE tenant_id = 'beta'"
-                        if table in ("sessions", "blobs")
+                        if table in ("sessions", "blobs", "blob_refs")
                         else f"SELECT count(*) FROM {table} WHERE session_id = 'beta-1'"
                     )
                 )
@@ -172,6 +173,11 @@ def test_a_tenant_cannot_write_into_another_tenants_rows(roles: Roles) -> None:
         denied = pytest.raises(AccessDeniedError, match="row-level security")
         with denied, translate_errors(), engine.begin() as conn:
             conn.execute(text(forged), {"eid": str(uuid.uuid4()), "h": "0" * 64})
+        # A blob reference under another tenant (it would keep that tenant's blob from an erasure).
+        with denied, translate_errors(), engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO blob_refs (session_id, sha256, tenant_id) VALUES ('b', 'x', 'beta')")
+            )
         for statement in ("DELETE FROM events", "DELETE FROM sessions", "TRUNCATE snapshots"):
             with pytest.raises(AccessDeniedError), translate_errors(), engine.begin() as conn:
                 conn.execute(text(statement))
@@ -232,7 +238,7 @@ def test_revoking_a_role_leaves_it_nothing(roles: Roles) -> None:
         owner_engine.dispose()
     engine = create_engine(sessionstore.store.resolve_url(roles.url_for(roles.acme)))
     try:
-        for table in ("sessions", "events", "snapshots", "blobs"):
+        for table in ("sessions", "events", "snapshots", "blobs", "blob_refs"):
             with pytest.raises(AccessDeniedError), translate_errors(), engine.connect() as conn:
                 conn.execute(text(f"SELECT count(*) FROM {roles.schema}.{table}"))
     finally:

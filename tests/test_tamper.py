@@ -24,7 +24,9 @@ import sessionstore
 from sessionstore import MessageAppended, SessionStarted, SessionStore
 from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
+from sessionstore.errors import DataCorruptionError
 from sessionstore.store import ChainHead
+from sessionstore.store._codec import pack_payload
 from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
 from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
 
@@ -275,6 +277,81 @@ class TestRewrittenChain:
         assert store.verify(sid, head=anchor).ok
         assert store.verify(sid, head=anchor.hash).ok
         assert store.verify(sid).head == store.head(sid).hash
+
+
+class TestCompressedPayloads:
+    """Payloads of 256 bytes or more are stored compressed; the chain is over their text."""
+
+    @staticmethod
+    def _long_session(store: SessionStore) -> str:
+        events = [
+            MessageAppended(role="user", content=f"long message {i} " + "tool output line\n" * 60)
+            for i in range(4)
+        ]
+        sid = store.create_session("long", events=events).id
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            packed = conn.execute(
+                text("SELECT count(*) FROM events WHERE payload_packed IS NOT NULL")
+            ).scalar()
+        assert packed == 4
+        return sid
+
+    def test_recompressed_edited_text_is_found(self, store: SessionStore) -> None:
+        """An edit of the text, compressed again as the store would, breaks that event's hash."""
+        sid = self._long_session(store)
+        edited = store.read(sid, 2, 2)[0].payload.replace("long message 1", "long message X")
+        _tamper(
+            store,
+            "UPDATE events SET payload_packed = :packed WHERE session_id = :sid AND seq = 2",
+            packed=pack_payload(edited),
+            sid=sid,
+        )
+
+        report = store.verify(sid)
+
+        assert (report.ok, report.first_bad_seq, report.reason) == (
+            False,
+            2,
+            "stored content does not match its hash",
+        )
+
+    def test_altered_compressed_bytes_are_found_and_fail_only_where_read(self, store: SessionStore) -> None:
+        """Bytes that no longer decompress: verify names the event; a read succeeds, and only the
+        altered payload raises DataCorruptionError when it is used."""
+        sid = self._long_session(store)
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            packed = bytes(conn.execute(text("SELECT payload_packed FROM events WHERE seq = 3")).scalar_one())
+        damaged = packed[:10] + bytes(b ^ 0xFF for b in packed[10:20]) + packed[20:]
+        _tamper(store, "UPDATE events SET payload_packed = :packed WHERE seq = 3", packed=damaged)
+
+        report = store.verify(sid)
+        events = store.read(sid)
+
+        assert (report.ok, report.first_bad_seq) == (False, 3)
+        assert report.reason in (
+            "its stored payload does not decompress",
+            "stored content does not match its hash",
+        )
+        assert "long message 1" in events[1].payload
+        with pytest.raises(
+            DataCorruptionError, match="seq 3: the stored payload does not decompress"
+        ) as caught:
+            _ = events[2].event
+        assert (caught.value.session_id, caught.value.seq) == (sid, 3)
+
+    def test_a_payload_moved_between_its_stored_forms_verifies_the_same(self, store: SessionStore) -> None:
+        """The hash is over the text, not over the way it is stored."""
+        sid = self._long_session(store)
+        text_of_2 = store.read(sid, 2, 2)[0].payload
+        _tamper(
+            store,
+            "UPDATE events SET payload = :text, payload_packed = NULL WHERE session_id = :sid AND seq = 2",
+            text=text_of_2,
+            sid=sid,
+        )
+
+        assert store.verify(sid).ok
+        assert store.read(sid, 2, 2)[0].payload == text_of_2
 
 
 def test_a_deleted_first_event_is_a_gap_at_seq_1(store: SessionStore) -> None:

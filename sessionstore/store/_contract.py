@@ -29,6 +29,7 @@ from ..errors import (
     ValidationError,
 )
 from ..events._base import Event, decode_event
+from ._codec import unpack_payload
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ __all__ = [
     "check_int",
     "check_owner_key",
     "check_session_id",
+    "loaded_payload",
     "stored_event",
 ]
 
@@ -162,6 +164,10 @@ class RecordedEvent:
     otherwise ``stored_payload`` is None and ``payload`` is the text exactly as hashed. An event
     of an erased session (from ``read_all``) has ``erased`` set and its sealed text as
     ``payload``: decoding it raises ``SessionErasedError``.
+
+    A payload stored compressed (store/_codec.py) is decompressed on first access of ``payload``
+    (or of anything built from it): a read costs only the payloads its caller looks at. A stored
+    payload that does not decompress raises ``DataCorruptionError`` there.
     """
 
     session_id: str
@@ -177,6 +183,19 @@ class RecordedEvent:
     created_at: datetime
     stored_payload: str | None = None
     erased: bool = False
+
+    if not TYPE_CHECKING:  # hidden from mypy: it would accept any attribute name
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached while ``payload`` is not in the instance's __dict__ yet: a packed row.
+            # Two threads may both get here: each decompresses, and either result is the same.
+            fields = self.__dict__
+            packed = fields.get("_packed")
+            if name != "payload" or packed is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            text = unpack_payload(packed, session_id=fields["session_id"], seq=fields["seq"])
+            fields["payload"] = text
+            return text
 
     def _check_readable(self) -> None:
         if self.erased:
@@ -263,12 +282,15 @@ def stored_event(
     prev_hash: str,
     digest: str,
     created_at: datetime,
+    packed: bytes | None = None,
 ) -> RecordedEvent:
     """The ``RecordedEvent`` of a stored row, equal to ``RecordedEvent(...)`` of the same values.
 
     Reads build one per event: filling the instance's ``__dict__`` at once costs half of the
     frozen dataclass's ``__init__``, which sets each of its 13 fields through
     ``object.__setattr__`` (tests/test_read_path.py holds the two equal, field for field).
+    ``packed``: the row's ``payload_packed`` (then ``payload`` is ``''``), decompressed into
+    ``payload`` on first access.
     """
     event: RecordedEvent = _new_object(RecordedEvent)
     event.__dict__.update(
@@ -278,7 +300,6 @@ def stored_event(
         event_id=event_id,
         type=type_name,
         schema_version=schema_version,
-        payload=payload,
         token_count=token_count,
         prev_hash=prev_hash,
         hash=digest,
@@ -286,7 +307,17 @@ def stored_event(
         stored_payload=None,
         erased=False,
     )
+    if packed is None:
+        event.__dict__["payload"] = payload
+    else:
+        event.__dict__["_packed"] = packed
     return event
+
+
+def loaded_payload(event: RecordedEvent) -> str | None:
+    """The event's payload text if it is not waiting to be decompressed (None if it is)."""
+    text: str | None = event.__dict__.get("payload")
+    return text
 
 
 @dataclass(frozen=True)
@@ -427,7 +458,11 @@ def chain_problem(
             if recorded.seq == 1:
                 return 1, _IDENTITY_CHANGED
             return recorded.seq, "prev_hash does not match the previous event's hash"
-        if recorded.computed_hash() != recorded.hash:
+        try:
+            computed = recorded.computed_hash()
+        except DataCorruptionError:  # its compressed payload was altered
+            return recorded.seq, "its stored payload does not decompress"
+        if computed != recorded.hash:
             return recorded.seq, "stored content does not match its hash"
         if previous is not None and recorded.position <= previous.position:
             reason = (

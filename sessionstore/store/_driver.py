@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
+from ._codec import unpack_payload
 from ._contract import AppendResult, RecordedEvent, stored_event
 from ._hashing import SessionIdentity, as_utc, batch_hasher, fork_point_hash, session_genesis
 from ._listen import channel_sql
@@ -38,24 +39,30 @@ __all__ = [
 #: Event ids looked up per statement when checking a batch for an idempotent retry.
 _LOOKUP_CHUNK = 1000
 _EVENT_COLUMNS = (
-    "session_id, seq, event_id, type, schema_version, payload, token_count, prev_hash, hash, created_at"
+    "session_id, seq, event_id, type, schema_version, payload, payload_packed, token_count, prev_hash, "
+    "hash, created_at"
 )
-#: What a read selects, in ``RecordedEvent``'s field order.
+#: What a read selects, in ``stored_event``'s argument order.
 _READ_COLUMNS = (
     "session_id, seq, position, event_id, type, schema_version, payload, token_count, prev_hash, hash, "
-    "created_at"
+    "created_at, payload_packed"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """An event validated, serialized and counted before the write transaction starts."""
+    """An event validated, serialized and counted before the write transaction starts.
+
+    ``packed``: the payload compressed for storage (``_codec.pack_payload``), or None to store
+    the text as it is.
+    """
 
     event_id: str
     type: str
     schema_version: int
     payload: str
     token_count: int | None
+    packed: bytes | None = None
 
 
 def sqlite_timestamp(moment: datetime) -> str:
@@ -94,6 +101,7 @@ def recorded_events(
             prev_hash,
             digest,
             to_datetime(created_at),
+            None if packed is None else bytes(packed),  # psycopg gives a memoryview
         )
         for (
             session_id,
@@ -107,6 +115,7 @@ def recorded_events(
             prev_hash,
             digest,
             created_at,
+            packed,
         ) in rows
     ]
 
@@ -203,13 +212,13 @@ class DriverSQL:
         """Stored rows for ``count`` event ids."""
         marks = ", ".join([self.mark] * count)
         return (
-            "SELECT event_id, session_id, seq, position, type, schema_version, payload "
+            "SELECT event_id, session_id, seq, position, type, schema_version, payload, payload_packed "
             f"FROM {self.events} WHERE event_id IN ({marks})"
         )
 
     def insert_event(self) -> str:
         """One event row, returning its global position."""
-        marks = ", ".join([self.mark] * 10)
+        marks = ", ".join([self.mark] * 11)
         return f"INSERT INTO {self.events} ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
 
     def key_state(self) -> str:
@@ -262,7 +271,8 @@ def chain_rows(
                 p.event_id,
                 p.type,
                 p.schema_version,
-                p.payload,
+                "" if p.packed is not None else p.payload,  # the hash above is over the text
+                p.packed,
                 p.token_count,
                 prev,
                 digest,
@@ -383,7 +393,10 @@ class DriverTransaction:
                 )
             if row[1] != session_id:
                 raise DuplicateEventError(p.event_id, f"already stored in session {row[1]!r}")
-            if (row[4], int(row[5]), row[6]) != (p.type, p.schema_version, p.payload):
+            payload = (
+                row[6] if row[7] is None else unpack_payload(bytes(row[7]), session_id=row[1], seq=row[2])
+            )
+            if (row[4], int(row[5]), payload) != (p.type, p.schema_version, p.payload):
                 raise DuplicateEventError(p.event_id, "already stored with different content")
         rows = [stored[p.event_id] for p in prepared]
         seqs = tuple(int(r[2]) for r in rows)

@@ -6,8 +6,9 @@ Two ways to erase, chosen per session:
   key and the session's snapshots. The sealed events and blobs stay, so the hash chain (which
   covers the ciphertext) still verifies; nothing can decrypt them again.
 * **purge** (a plaintext session): delete its events, snapshots, sessions row and the blobs only
-  it references. The append-only triggers refuse every DELETE unless an ``erasure_guard`` row
-  names the session (or blob); the purge writes those rows, deletes, and removes them inside
+  it references (``blob_refs``: a blob stored by several sessions stays until the last one
+  goes). The append-only triggers refuse every DELETE unless an ``erasure_guard`` row names
+  the session (or blob); the purge writes those rows, deletes, and removes them inside
   one transaction, so no other transaction ever sees a guard. UPDATE stays refused.
 
 Either way an ``erasures`` receipt (append-only) records what went, when, why, and the chain's
@@ -31,7 +32,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from sqlalchemy import Connection, delete, func, insert, or_, select
 
 from ..errors import ErasureRefusedError, SessionErasedError, SessionNotFoundError, ValidationError
+from ._codec import unpack_payload
 from ._contract import SessionInfo, check_session_id
+from ._crypto import is_sealed_payload
 from ._driver import DriverSQL
 from ._hashing import as_utc
 from ._observed import log_erase
@@ -43,8 +46,10 @@ __all__ = ["ErasureMixin", "erased_error", "receipt_from_row"]
 _T = TypeVar("_T")
 #: A blob reference inside a payload: blobs are keyed by a 64-hex SHA-256.
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-#: How many blob hashes one "is it referenced elsewhere" scan of the events table looks for.
-_BLOB_SCAN_CHUNK = 50
+#: The most hashes one LIKE filter of the events table looks for (more: every row is read).
+_LIKE_TERMS = 50
+#: Values bound in one IN list (SQLite's default limit is far above; PostgreSQL's 65,535).
+_IN_CHUNK = 500
 _MAX_REASON = 2000
 
 
@@ -339,8 +344,10 @@ def _erase_in(
     receipts = []
     for sid in reversed(targets):  # children first: their rows point at their parents'
         receipts.append(_erase_one(conn, t, sid, methods[sid], reason, now, parents.get(sid), genesis))
-    if removable:
-        conn.execute(delete(t.blobs).where(t.blobs.c.sha256.in_(removable)))
+    for chunk in _chunks(purged):
+        conn.execute(delete(t.blob_refs).where(t.blob_refs.c.session_id.in_(chunk)))
+    for chunk in _chunks(removable):
+        conn.execute(delete(t.blobs).where(t.blobs.c.sha256.in_(chunk)))
     if guards:
         conn.execute(delete(t.erasure_guard).where(t.erasure_guard.c.target.in_(guards)))
     receipts.reverse()
@@ -392,25 +399,56 @@ def _erase_one(
     )
 
 
+def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
 def _blobs_only_in(conn: Connection, t: StoreTables, purged: Sequence[str]) -> list[str]:
-    """Blobs the purged sessions' plaintext payloads reference and no other session does."""
-    events, blobs = t.events, t.blobs
-    if not purged:
-        return []
+    """Blobs the purged sessions refer to and no other session does.
+
+    A session refers to a blob it stored (``put_blob(..., session_id=...)``: a row of
+    ``blob_refs``) and to one its plaintext payloads name. Other sessions' references are found
+    in ``blob_refs``; only a blob stored without a session, which no row records, is looked for
+    in every other session's payloads (the rule before ``blob_refs`` existed).
+    """
+    refs, blobs = t.blob_refs, t.blobs
     named: set[str] = set()
-    for (payload,) in conn.execute(select(events.c.payload).where(events.c.session_id.in_(purged))):
-        named.update(_HEX64.findall(payload))
-    if not named:
-        return []
-    stored = sorted(
-        sha for (sha,) in conn.execute(select(blobs.c.sha256).where(blobs.c.sha256.in_(sorted(named))))
-    )
-    shared: set[str] = set()
-    for start in range(0, len(stored), _BLOB_SCAN_CHUNK):
-        chunk = stored[start : start + _BLOB_SCAN_CHUNK]
-        others = select(events.c.payload).where(
-            events.c.session_id.not_in(purged), or_(*(events.c.payload.contains(sha) for sha in chunk))
+    for chunk in _chunks(purged):
+        named.update(
+            sha for (sha,) in conn.execute(select(refs.c.sha256).where(refs.c.session_id.in_(chunk)))
         )
-        for (payload,) in conn.execute(others):
-            shared.update(sha for sha in chunk if sha in payload)
-    return [sha for sha in stored if sha not in shared]
+        for text in _payloads(conn, t, t.events.c.session_id.in_(chunk)):
+            named.update(_HEX64.findall(text))
+    candidates: set[str] = set()
+    owned: set[str] = set()
+    for chunk in _chunks(sorted(named)):
+        candidates.update(
+            sha for (sha,) in conn.execute(select(blobs.c.sha256).where(blobs.c.sha256.in_(chunk)))
+        )
+        for sha, session_id in conn.execute(
+            select(refs.c.sha256, refs.c.session_id).where(refs.c.sha256.in_(chunk))
+        ):
+            owned.add(sha)
+            if session_id not in purged:
+                candidates.discard(sha)
+    unowned = candidates - owned
+    if unowned:
+        others = t.events.c.session_id.not_in(purged)
+        for text in _payloads(conn, t, others, naming=sorted(unowned)):
+            candidates.difference_update(sha for sha in unowned if sha in text)
+    return sorted(candidates)
+
+
+def _payloads(conn: Connection, t: StoreTables, where: Any, naming: Sequence[str] = ()) -> Iterator[str]:
+    """The plaintext payloads of the events ``where`` selects (packed ones decompressed); with
+    ``naming`` (a few), only stored texts that contain one of those hashes, and every packed one."""
+    events = t.events
+    query = select(events.c.session_id, events.c.seq, events.c.payload, events.c.payload_packed).where(where)
+    if 0 < len(naming) <= _LIKE_TERMS:
+        plain_match = or_(*(events.c.payload.contains(sha) for sha in naming))
+        query = query.where(or_(events.c.payload_packed.is_not(None), plain_match))
+    for session_id, seq, payload, packed in conn.execute(query):
+        text = payload if packed is None else unpack_payload(bytes(packed), session_id=session_id, seq=seq)
+        if not is_sealed_payload(text):
+            yield text

@@ -16,6 +16,8 @@ What the policies hold (the owner, who runs migrations, is not subject to them):
 * ``events`` and ``snapshots``: only those of its own sessions (snapshots may also be pruned).
 * ``blobs``: only the blobs it stored; a blob is stored once per tenant (the column default
   fills in the tenant), so two tenants storing the same bytes do not share a row.
+* ``blob_refs``: only the references its connections wrote (the same column default), which
+  may name a session not created yet (an import stores blobs first).
 * ``session_keys`` and ``erasures``: only its own sessions' wrapped keys and erasure receipts
   (the receipt of a purged session, whose row is gone, is the owner's to read). Erasing is the
   owner's too: a tenant role may not delete keys or write receipts.
@@ -44,7 +46,7 @@ __all__ = [
     "row_level_security_sql",
 ]
 
-_TABLES = ("sessions", "events", "snapshots", "blobs", "session_keys", "erasures")
+_TABLES = ("sessions", "events", "snapshots", "blobs", "blob_refs", "session_keys", "erasures")
 
 
 def _ident(name: str) -> str:
@@ -110,6 +112,7 @@ def _enable_sql(n: _Names) -> list[str]:
         f"CREATE UNIQUE INDEX IF NOT EXISTS {_ident('uq_' + blobs + '_sha256_tenant')} "
         f"ON {n.table('blobs')} (sha256, COALESCE(tenant_id, ''))",
         f"ALTER TABLE {n.table('blobs')} ALTER COLUMN tenant_id SET DEFAULT {n.tenant}",
+        f"ALTER TABLE {n.table('blob_refs')} ALTER COLUMN tenant_id SET DEFAULT {n.tenant}",
     ]
     policies = {
         "sessions": [
@@ -127,6 +130,10 @@ def _enable_sql(n: _Names) -> list[str]:
             ("DELETE", f"USING ({own_session('snapshots')})"),
         ],
         "blobs": [
+            ("SELECT", f"USING (tenant_id = {n.tenant})"),
+            ("INSERT", f"WITH CHECK (tenant_id = {n.tenant})"),
+        ],
+        "blob_refs": [
             ("SELECT", f"USING (tenant_id = {n.tenant})"),
             ("INSERT", f"WITH CHECK (tenant_id = {n.tenant})"),
         ],
@@ -199,7 +206,8 @@ def disable_row_level_security(engine: Engine, *, table_prefix: str = "", schema
             conn.execute(text(f"ALTER TABLE {n.table(base)} DISABLE ROW LEVEL SECURITY"))
             for command in ("select", "insert", "delete"):
                 conn.execute(text(f"DROP POLICY IF EXISTS tenant_{command} ON {n.table(base)}"))
-        conn.execute(text(f"ALTER TABLE {n.table('blobs')} ALTER COLUMN tenant_id DROP DEFAULT"))
+        for base in ("blobs", "blob_refs"):
+            conn.execute(text(f"ALTER TABLE {n.table(base)} ALTER COLUMN tenant_id DROP DEFAULT"))
         conn.execute(text(f"DROP FUNCTION IF EXISTS {n.tenant}"))
         conn.execute(text(f"DROP TABLE IF EXISTS {n.role_map}"))
 
@@ -210,8 +218,8 @@ def grant_tenant_role(
     """Make ``role`` (an existing PostgreSQL role) the tenant ``tenant``'s, with the privileges
     the store needs and no more; granting another tenant later moves the role.
 
-    The privileges: read the schema revision; SELECT and INSERT on sessions, events and blobs;
-    SELECT, INSERT, DELETE on snapshots (caches, pruned as they are replaced); the event
+    The privileges: read the schema revision; SELECT and INSERT on sessions, events, blobs and
+    blob_refs; SELECT, INSERT, DELETE on snapshots (caches, pruned as they are replaced); the event
     position sequence; and UPDATE on events, which PostgreSQL requires for the
     ``LOCK TABLE events IN EXCLUSIVE MODE`` every append takes — no UPDATE policy exists, and
     the append-only trigger refuses it too, so no row can be changed through it.
@@ -230,7 +238,7 @@ def grant_tenant_role(
             raise ValidationError(msg, field="role")
         r = _ident(role)
         versions = [v for v in (n.tables.version_table, LEGACY_VERSION_TABLE) if _has(conn, n, v)]
-        tables = ", ".join(n.table(base) for base in ("sessions", "events", "blobs"))
+        tables = ", ".join(n.table(base) for base in ("sessions", "events", "blobs", "blob_refs"))
         statements = [
             f"GRANT USAGE ON SCHEMA {n.schema} TO {r}",
             *(f"GRANT SELECT ON {n.of(v)} TO {r}" for v in versions),

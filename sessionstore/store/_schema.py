@@ -96,6 +96,7 @@ class StoreTables:
     session_keys: Table = field(repr=False)
     erasures: Table = field(repr=False)
     erasure_guard: Table = field(repr=False)
+    blob_refs: Table = field(repr=False)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoreTables):
@@ -174,7 +175,8 @@ def _build(prefix: str, schema: str | None) -> StoreTables:
     metadata = MetaData(naming_convention=NAMING_CONVENTION, schema=schema)
     sessions, events, blobs, snapshots = _define(metadata, prefix)
     erasure = _erasure(metadata, prefix, sessions)
-    return StoreTables(prefix, schema, metadata, sessions, events, blobs, snapshots, *erasure)
+    blob_refs = _blob_refs(metadata, prefix)
+    return StoreTables(prefix, schema, metadata, sessions, events, blobs, snapshots, *erasure, blob_refs)
 
 
 def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table]:
@@ -221,13 +223,17 @@ def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table
         Column("event_id", String(36), nullable=False),
         Column("type", String(64), nullable=False),
         Column("schema_version", Integer, nullable=False),
-        # The exact JSON text that was hashed. Text, not JSONB: JSONB re-serialises, and the
-        # hash chain must be computed over the bytes actually stored.
+        # The exact JSON text that was hashed (or '' when ``payload_packed`` holds it compressed).
+        # Text, not JSONB: JSONB re-serialises, and the hash chain must be computed over the
+        # bytes actually stored.
         Column("payload", Text, nullable=False),
         Column("token_count", Integer, nullable=True),
         Column("prev_hash", String(64), nullable=False),
         Column("hash", String(64), nullable=False),
         Column("created_at", DateTime(timezone=True), nullable=False),
+        # The payload compressed (revision 0006): a codec byte, then the compressed text; NULL
+        # when ``payload`` holds the text itself (else ``payload`` is ''). See ``_codec.py``.
+        Column("payload_packed", LargeBinary, nullable=True),
         UniqueConstraint("session_id", "seq"),
         UniqueConstraint("event_id"),
         CheckConstraint("seq >= 1", name="seq_positive"),
@@ -249,7 +255,7 @@ def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table
         Column("tenant_id", String(255), nullable=True),
         PrimaryKeyConstraint("sha256"),
         CheckConstraint("size >= 0", name="size_not_negative"),
-        CheckConstraint("compression IN ('none', 'zlib')", name="compression_known"),
+        CheckConstraint("compression IN ('none', 'zlib', 'zstd')", name="compression_known"),
     )
 
     snapshots = Table(
@@ -315,6 +321,24 @@ def _erasure(metadata: MetaData, prefix: str, sessions: Table) -> tuple[Table, T
         PrimaryKeyConstraint("target"),
     )
     return session_keys, erasures, erasure_guard
+
+
+def _blob_refs(metadata: MetaData, prefix: str) -> Table:
+    """blob_refs (revision 0006), named with ``prefix``, in ``metadata``."""
+    # Which sessions stored each plaintext blob: a blob is shared by every session that stores
+    # the same bytes, and an erasure deletes it only with the last session referring to it.
+    # No foreign key: an import stores blobs before the sessions that name them exist.
+    blob_refs = Table(
+        f"{prefix}blob_refs",
+        metadata,
+        Column("session_id", String(64), nullable=False),
+        Column("sha256", String(64), nullable=False),
+        # The tenant that stored it, under PostgreSQL row-level security, as in ``blobs``.
+        Column("tenant_id", String(255), nullable=True),
+        PrimaryKeyConstraint("session_id", "sha256"),
+    )
+    Index(None, blob_refs.c.sha256)
+    return blob_refs
 
 
 #: The default layout: unprefixed tables in the connection's default schema.

@@ -1,0 +1,127 @@
+"""How payloads and blobs are compressed at rest: the codecs, and when a value is worth packing.
+
+An event's payload is hashed as its canonical text; compression is a storage encoding under the
+hash chain. A payload of ``PACK_MIN_BYTES`` or more is stored *packed*: the events row's
+``payload`` column holds ``''`` and ``payload_packed`` holds one codec byte followed by the
+compressed UTF-8 of the text. A smaller one, and every row written before revision 0006, keeps
+its text in ``payload`` with ``payload_packed`` NULL. Reads unpack only what a caller touches
+(``RecordedEvent.payload`` is filled on first use).
+
+Blobs name their codec in the ``compression`` column (``none``, ``zlib``, ``zstd``).
+
+New values are written with zstd (the ``zstandard`` package) at level 3: on bench/append.py's
+messages and on real Claude Code transcripts it packs 3-8% smaller than zlib at level 1 and runs
+about twice as fast both ways (bench/codecs.py; bench/README.md has the numbers). zlib stays
+readable: blobs written before it were zlib.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from typing import TYPE_CHECKING
+
+from ..errors import DataCorruptionError
+
+if TYPE_CHECKING:
+    import zstandard
+
+__all__ = [
+    "BLOB_CODECS",
+    "PACK_MIN_BYTES",
+    "compress_blob",
+    "decompress_blob",
+    "pack_payload",
+    "unpack_payload",
+]
+
+#: Payloads and blobs shorter than this are stored as they are. Below 256 bytes zstd saves
+#: ~50 bytes a row (0.4% of the corpus's payload bytes) for a compression on every append and a
+#: decompression on every read of them (bench/codecs.py prints the savings by size).
+PACK_MIN_BYTES = 256
+#: zstd's default level: level 1 is ~20% faster and 6% larger, level 6 2.5x slower for 3% less.
+_ZSTD_LEVEL = 3
+
+#: The codec byte that leads a packed payload.
+_ZLIB, _ZSTD = 1, 2
+#: Blob codecs by the name the blobs table's ``compression`` column holds.
+BLOB_CODECS = ("none", "zlib", "zstd")
+
+# A zstd compression context is not safe to share between threads: one per thread.
+_local = threading.local()
+
+
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """This thread's zstd compressor and decompressor (imported on first use: startup stays fast)."""
+    pair: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(_local, "zstd", None)
+    if pair is None:
+        import zstandard
+
+        pair = zstandard.ZstdCompressor(level=_ZSTD_LEVEL), zstandard.ZstdDecompressor()
+        _local.zstd = pair
+    return pair
+
+
+def _compress(data: bytes) -> bytes | None:
+    """zstd of ``data``, or None when that would not be smaller."""
+    packed = _zstd()[0].compress(data)
+    return packed if len(packed) < len(data) else None
+
+
+def pack_payload(text: str) -> bytes | None:
+    """The ``payload_packed`` value of a payload, or None when it is stored as text.
+
+    Called outside any transaction (when an append prepares its events).
+    """
+    if len(text) < PACK_MIN_BYTES:  # characters <= UTF-8 bytes: short texts skip the encode
+        return None
+    data = text.encode()
+    packed = _compress(data)
+    return None if packed is None or len(packed) + 1 >= len(data) else bytes((_ZSTD,)) + packed
+
+
+def unpack_payload(packed: bytes, *, session_id: str | None = None, seq: int | None = None) -> str:
+    """The text of a packed payload (of the event at ``session_id`` and ``seq``, for errors).
+
+    Raises:
+        DataCorruptionError: an unknown codec byte, or bytes that do not decompress.
+    """
+    codec, body = packed[:1], memoryview(packed)[1:]
+    try:
+        if codec == b"\x02":
+            data = _zstd()[1].decompress(body)
+        elif codec == b"\x01":
+            data = zlib.decompress(body)
+        else:
+            raise ValueError(f"unknown payload codec {codec.hex() or 'none'}")
+        return data.decode()
+    except Exception as e:  # zstd.ZstdError, zlib.error, UnicodeDecodeError: all mean altered bytes
+        msg = f"session {session_id!r}, seq {seq}: the stored payload does not decompress ({e})"
+        raise DataCorruptionError(msg, session_id=session_id, seq=seq) from e
+
+
+def compress_blob(data: bytes) -> tuple[bytes, str]:
+    """(stored bytes, codec name) of a blob: zstd when that is smaller, else the bytes as they are."""
+    if len(data) >= PACK_MIN_BYTES:
+        packed = _compress(data)
+        if packed is not None:
+            return packed, "zstd"
+    return data, "none"
+
+
+def decompress_blob(stored: bytes, codec: str, sha256: str) -> bytes:
+    """The bytes of a stored blob.
+
+    Raises:
+        DataCorruptionError: an unknown codec, or bytes that do not decompress.
+    """
+    try:
+        if codec == "zstd":
+            return _zstd()[1].decompress(stored)
+        if codec == "zlib":
+            return zlib.decompress(stored)
+    except Exception as e:  # zstd.ZstdError, zlib.error
+        raise DataCorruptionError(f"blob {sha256} does not decompress ({e})") from e
+    if codec == "none":
+        return stored
+    raise DataCorruptionError(f"blob {sha256}: unknown compression {codec!r}")
