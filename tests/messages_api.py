@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -199,11 +200,15 @@ class MessagesAPIServer:
             then reports the request's own input, cache-creation and cache-read tokens (its
             output tokens stay the queued answer's), and each recorded request keeps that
             usage under ``"usage"``. Off by default: answers carry their queued usage as is.
+        latency: seconds each ``POST /v1/messages`` waits before answering (a model's time).
     """
 
-    def __init__(self, count_tokens_result: int = 1234, *, prompt_cache: bool = False) -> None:
+    def __init__(
+        self, count_tokens_result: int = 1234, *, prompt_cache: bool = False, latency: float = 0.0
+    ) -> None:
         self.count_tokens_result = count_tokens_result
         self.prompt_cache = PromptCache() if prompt_cache else None
+        self.latency = latency
         self.requests: list[dict[str, Any]] = []
         #: Queued answers for ``POST /v1/messages``: (status, body), used first-in first-out;
         #: when empty, ``next_message`` is served.
@@ -234,6 +239,8 @@ class MessagesAPIServer:
                 if path == "/v1/messages/count_tokens":
                     self._reply(200, {"input_tokens": server.count_tokens_result})
                 elif path == "/v1/messages":
+                    if server.latency:
+                        time.sleep(server.latency)
                     with server._lock:
                         if server.responder is not None:
                             status, payload = server.responder(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import anthropic
@@ -22,7 +23,7 @@ from sessionstore import (
 from sessionstore.audit import audit
 from sessionstore.claude_code import export_claude_code
 from sessionstore.events import CompactFailed
-from sessionstore.pipeline import prepare_compaction
+from sessionstore.pipeline import BackgroundPreparer, prepare_compaction
 from sessionstore.pipeline._compaction import CompactConfig, compact, compact_preview, compact_session
 from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer
 from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
@@ -357,6 +358,95 @@ class TestInteractions:
         prepare_compaction(session, OfflineSummarizer())
 
         assert export_claude_code(store, session.id) == exported
+
+
+class TestBackground:
+    """``CompactConfig(preparer=BackgroundPreparer())``: the summary is asked for off the turn."""
+
+    def _gated(self, messages_api: Any) -> threading.Event:
+        """The local server holds every answer until the returned event is set."""
+        gate = threading.Event()
+
+        def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            gate.wait(30)
+            return text_message("1. Primary request and intent: build the steps.")
+
+        messages_api.responder = answer
+        return gate
+
+    def test_the_turn_does_not_wait_and_a_later_turn_records_it(
+        self, store: SessionStore, messages_api: Any
+    ) -> None:
+        """On every backend, real SDK: the crossing turn returns while the summary is still being
+        written; the next turn records it; the threshold turn commits it with no model call."""
+        gate = self._gated(messages_api)
+        with BackgroundPreparer() as preparer:
+            config = CompactConfig(session_memory=False, precompute_percent=80, preparer=preparer)
+            pipeline = Pipeline(PipelineConfig(compact=config), summarizer=_anthropic(messages_api))
+            session = _session(store)
+            _used(session, 65_000)
+            through = session.last_seq
+
+            pipeline.prepare(session)
+            recorded_while_running = "compaction_prepared" in _types(session)
+            running = preparer.running(session.id)
+            gate.set()
+            preparer.wait(session.id)
+            _turn(session, 3)
+            _used(session, 66_000)
+            pipeline.prepare(session)
+            prepared = _payloads(session, "compaction_prepared")
+            _turn(session, 4)
+            _used(session, 78_000)
+            pipeline.prepare(session)
+
+        assert running and not recorded_while_running
+        assert [p["through_seq"] for p in prepared] == [through]
+        assert _summary_calls(messages_api) == 1
+        boundary = _payloads(session, "compact_boundary")[0]
+        assert boundary["prepared_event_id"] is not None and boundary["template"] == "partial_up_to"
+        texts = [b.get("text") for m in session.request()["messages"] for b in m["content"]]
+        assert "step 3 please" in texts and "step 4 please" in texts
+        sessionstore.validate_request(session.request())
+        assert Session(store, session.id, use_snapshots=False).request_bytes() == session.request_bytes()
+
+    def test_the_threshold_turn_waits_for_a_preparation_still_running(self, messages_api: Any) -> None:
+        """Reaching the threshold with the summary in flight: the compaction waits for it rather
+        than asking for a second one."""
+        gate = self._gated(messages_api)
+        with BackgroundPreparer() as preparer:
+            config = CompactConfig(session_memory=False, precompute_percent=80, preparer=preparer)
+            pipeline = Pipeline(PipelineConfig(compact=config), summarizer=_anthropic(messages_api))
+            session = _session()
+            _used(session, 65_000)
+            pipeline.prepare(session)
+            _turn(session, 3)
+            _used(session, 78_000)
+            gate.set()  # answered while (or before) the compaction waits: either way it is used
+
+            pipeline.prepare(session)
+
+        assert _summary_calls(messages_api) == 1
+        assert _types(session).count("compaction_prepared") == 1
+        assert _payloads(session, "compact_boundary")[0]["prepared_event_id"] is not None
+
+    def test_a_failed_background_preparation_records_nothing_and_is_tried_again(self) -> None:
+        """A summarizer failing on the worker is dropped on the session's thread; the next turn retries."""
+        with BackgroundPreparer() as preparer:
+            config = CompactConfig(session_memory=False, precompute_percent=80, preparer=preparer)
+            pipeline = Pipeline(PipelineConfig(compact=config), summarizer=FailingSummarizer())
+            session = _session()
+            _used(session, 65_000)
+            pipeline.prepare(session)
+            preparer.wait(session.id)
+            last = session.last_seq
+
+            pipeline.prepare(session)
+            retried = preparer.running(session.id) or preparer.take(session.id, wait=True) is not None
+
+        assert [t for t in _types(session) if "prepar" in t] == []
+        assert session.last_seq == last + 1  # the served request only
+        assert retried
 
 
 class TestConfig:

@@ -54,6 +54,7 @@ from ._pipeline import (
     configured_stages,
 )
 from ._post_compact import RunningSubagent, running_subagents
+from ._precompute import BackgroundPreparer
 from ._revert import revert, revert_and_recompact
 from ._snip import SnipConfig, SnipStage, snip
 from ._stage import Stage, StageReport, record_events
@@ -69,6 +70,7 @@ from ._summarizers import (
 __all__ = [
     "AnthropicSummarizer",
     "AutoCompactStage",
+    "BackgroundPreparer",
     "BudgetConfig",
     "BudgetStage",
     "COMPACTABLE_TOOLS",

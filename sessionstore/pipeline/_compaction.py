@@ -17,6 +17,7 @@ says when), in which case it records a ``CompactionPreparationDiscarded`` and su
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import json
 import math
@@ -49,7 +50,7 @@ from ._compact_prompt import SUMMARY_SECTIONS
 from ._listings import listing_texts
 from ._observed import log_compaction
 from ._post_compact import post_compact_events, told_again, with_preserved_segment
-from ._precompute import StaleReason, preparation_mark, prepared_keep_index, stale_reason
+from ._precompute import BackgroundPreparer, StaleReason, preparation_mark, prepared_keep_index, stale_reason
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
 from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
@@ -189,6 +190,9 @@ class CompactConfig:
     #: A preparation is stale once what came after it weighs more than this percent of the
     #: effective window.
     precompute_max_growth_percent: float = 20.0
+    #: Run the preparation's summarizer call on this worker thread, off the turn's critical path
+    #: (None: in the turn that crosses the mark, before its request).
+    preparer: BackgroundPreparer | None = None
 
     def __post_init__(self) -> None:
         """Refuse marks that could never fire or would fire at once.
@@ -695,50 +699,109 @@ def prepare_compaction(
     recording nothing, when a hook or the summarizer failed: the preparation is background work,
     so it neither counts toward the circuit breaker nor stops the turn (the next one tries again).
     """
-    config = config or CompactConfig()
+    job = _preparation_job(session, summarizer, config or CompactConfig(), detached=False)
+    return None if job is None else _record_preparation(session, job.run())
+
+
+@dataclass(frozen=True)
+class _PreparationJob:
+    """A preparation captured on the session's thread: what it covers, and the summary request.
+
+    ``run`` makes the summarizer call and touches nothing of the session but its token counter,
+    so it may run on a worker thread (``BackgroundPreparer``) while the session moves on.
+    """
+
+    session: Session
+    summarizer: Summarizer
+    request: SummaryRequest
+    through_seq: int
+    covered_tokens: int
+    base_compaction_event_id: str | None
+    used: int
+    last_message_uuid: str | None
+    hook_messages: list[str]
+
+    def run(self) -> tuple[_PreparationJob, tuple[str, str, int, list[Message]] | None]:
+        """The job and its summary (text, summarizer name, retries, messages summarized); None: failed."""
+        try:
+            return self, _summarize_with_retries(self.session, self.summarizer, self.request)
+        except SummaryFailedError:
+            return self, None
+
+
+def _preparation_job(
+    session: Session, summarizer: Summarizer, config: CompactConfig, *, detached: bool
+) -> _PreparationJob | None:
+    """Capture a preparation now (the pre-compact hooks run here); None when there is nothing to
+    summarize or a hook failed. ``detached``: the request owns copies of the messages, so later
+    folds (which may extend the last message in place) cannot change it under a worker thread."""
     state = session.api_state
     if not state.messages:
         return None
-    through_seq = session.last_seq
-    keep = bisect.bisect_right(state.message_first_seq, through_seq)
-    covered_tokens = sum(state.message_tokens[:keep])
-    used = session.used_tokens()
-    # The whole request is summarized: sent as it is, it reads the cached prefix.
-    request = session.request()
     try:
         instructions, shown = _pre_compact(config, "auto", None)
-        summary, name, retries, summarized = _summarize_with_retries(
-            session,
-            summarizer,
-            SummaryRequest(
-                summarizer_input(session, request),
-                "base",
-                instructions,
-                state.system,
-                state.tools,
-                state.model,
-                previous_summary=_previous_summary(session),
-                prefix=request,
-            ),
-        )
     except SummaryFailedError:
         return None
+    # The whole request is summarized: sent as it is, it reads the cached prefix.
+    request = session.request()
+    messages = summarizer_input(session, request)
+    if detached:
+        request, messages = copy.deepcopy(request), copy.deepcopy(messages)
+    keep = bisect.bisect_right(state.message_first_seq, session.last_seq)
+    return _PreparationJob(
+        session=session,
+        summarizer=summarizer,
+        request=SummaryRequest(
+            messages,
+            "base",
+            instructions,
+            state.system,
+            state.tools,
+            state.model,
+            previous_summary=_previous_summary(session),
+            prefix=request,
+        ),
+        through_seq=session.last_seq,
+        covered_tokens=sum(state.message_tokens[:keep]),
+        base_compaction_event_id=state.compact.event_id if state.compact is not None else None,
+        used=session.used_tokens(),
+        last_message_uuid=_last_message_uuid(session),
+        hook_messages=shown,
+    )
+
+
+def _record_preparation(
+    session: Session, done: tuple[_PreparationJob, tuple[str, str, int, list[Message]] | None]
+) -> CompactionPrepared | None:
+    """Append the ``CompactionPrepared`` of a finished job (on the session's thread); None if it failed."""
+    job, result = done
+    if result is None:
+        return None
+    summary, name, retries, summarized = result
     event = CompactionPrepared(
         summary=summary,
         summarizer=name,
         summary_tokens=session.count_text(summary),
-        through_seq=through_seq,
-        covered_tokens=covered_tokens,
-        base_compaction_event_id=state.compact.event_id if state.compact is not None else None,
-        tokens_at_preparation=used,
-        last_message_uuid=_last_message_uuid(session),
-        custom_instructions=instructions,
-        hook_messages=shown,
+        through_seq=job.through_seq,
+        covered_tokens=job.covered_tokens,
+        base_compaction_event_id=job.base_compaction_event_id,
+        tokens_at_preparation=job.used,
+        last_message_uuid=job.last_message_uuid,
+        custom_instructions=job.request.custom_instructions,
+        hook_messages=job.hook_messages,
         ptl_retries=retries,
         ptl_dropped_before_seq=_first_seq_summarized(session, summarized) if retries else 0,
     )
     session.append([event])
     return event
+
+
+def _take_background(session: Session, config: CompactConfig, *, wait: bool) -> CompactionPrepared | None:
+    """Record the background preparation of this session once it finished (``wait``: wait for it)."""
+    if config.preparer is None:
+        return None
+    done = config.preparer.take(session.id, wait=wait)
+    return None if done is None else _record_preparation(session, done)
 
 
 def maybe_prepare_compaction(
@@ -749,9 +812,16 @@ def maybe_prepare_compaction(
     Due when ``precompute_percent`` is set, "used" is at or above that share of the auto-compact
     threshold but below the threshold, no fresh preparation is pending, and auto-compact could
     fire (enabled, collapse off, the main thread, the breaker closed).
+
+    With ``config.preparer`` the summarizer call runs on its worker thread: this records the
+    preparation a worker finished since the last turn, and starts one when due; the turn does
+    not wait for it.
     """
     if config.precompute_percent is None:
         return None
+    finished = _take_background(session, config, wait=False)
+    if finished is not None or (config.preparer is not None and config.preparer.running(session.id)):
+        return finished
     window = session.token_state().window
     used = session.used_tokens()
     if (
@@ -766,7 +836,12 @@ def maybe_prepare_compaction(
         return None
     if session.api_state.prepared is not None and _fresh_preparation(session, config) is not None:
         return None
-    return prepare_compaction(session, summarizer, config)
+    if config.preparer is None:
+        return prepare_compaction(session, summarizer, config)
+    job = _preparation_job(session, summarizer, config, detached=True)
+    if job is not None:
+        config.preparer.submit(session.id, job.run)
+    return None
 
 
 def _fresh_preparation(session: Session, config: CompactConfig) -> tuple[_Plan, PreparedCompaction] | None:
@@ -890,6 +965,8 @@ def _compact(
     config = config or CompactConfig()
     before = session.used_tokens()
     pivot = up_to_uuid is not None or from_uuid is not None
+    if use_prepared:  # a preparation still running is nearer its end than a new summary would be
+        _take_background(session, config, wait=True)
     prepared = (
         _fresh_preparation(session, config)
         if use_prepared

@@ -20,19 +20,25 @@ order:
    committing it would leave "used" at or above the auto-compact threshold.
 
 Nothing here calls a model or appends; ``_compaction`` prepares, commits and discards.
+``BackgroundPreparer`` runs the preparation's model call on a worker thread.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from typing import Literal
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Literal
 
 from ..projections._api_context import freed_per_message, leading_results
 from ..projections._api_records import PreparedCompaction
 from ..projections._session import Session
 
-__all__ = ["StaleReason", "prepared_keep_index", "preparation_mark", "stale_reason"]
+__all__ = ["BackgroundPreparer", "StaleReason", "prepared_keep_index", "preparation_mark", "stale_reason"]
 
 StaleReason = Literal["compacted", "changed", "grown", "above_threshold", "unclean_cut"]
 
@@ -78,3 +84,65 @@ def stale_reason(
         share = f"{max_growth_percent}% of the window"
         return "grown", f"{grown} tokens came after it, more than {limit} ({share})"
     return None
+
+
+class BackgroundPreparer:
+    """Runs compaction preparations on a worker thread, one at a time per session.
+
+    Give it to ``CompactConfig(preparer=...)``: the turn that crosses the mark captures the
+    preparation and hands its summarizer call here instead of waiting for it; a later turn
+    records the result (``CompactionPrepared``) once it is done, and the compaction at the
+    threshold waits for one still running. Only the model call runs on the worker: every event
+    is appended on the session's own thread. Close it (or use it as a context manager) to wait
+    for the calls in flight and stop the worker.
+    """
+
+    def __init__(self, max_workers: int = 1) -> None:
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="sessionstore-precompute"
+        )
+        self._jobs: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, session_id: str, job: Callable[[], Any]) -> None:
+        """Start ``job`` for ``session_id`` unless one for it is still held."""
+        with self._lock:
+            if session_id not in self._jobs:
+                self._jobs[session_id] = self._executor.submit(job)
+
+    def running(self, session_id: str) -> bool:
+        """True while a job for ``session_id`` has not finished."""
+        with self._lock:
+            future = self._jobs.get(session_id)
+        return future is not None and not future.done()
+
+    def wait(self, session_id: str) -> None:
+        """Block until the job for ``session_id``, if any, has finished (its result stays to be taken)."""
+        with self._lock:
+            future = self._jobs.get(session_id)
+        if future is not None:
+            futures.wait([future])
+
+    def take(self, session_id: str, *, wait: bool = False) -> Any:
+        """The result of the session's job, handed out once; None when there is none (or, without
+        ``wait``, it has not finished). A job that raised re-raises here, on the caller's thread."""
+        with self._lock:
+            future = self._jobs.get(session_id)
+            if future is None or not (wait or future.done()):
+                return None
+            del self._jobs[session_id]
+        return future.result()
+
+    def close(self) -> None:
+        """Wait for the jobs in flight, then stop the worker (their results are dropped)."""
+        self._executor.shutdown(wait=True)
+        with self._lock:
+            self._jobs.clear()
+
+    def __enter__(self) -> BackgroundPreparer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
