@@ -99,7 +99,16 @@ def _objects(store: SessionStore) -> dict[str | None, set[str]]:
 
 def test_the_tables_are_where_the_layout_says_and_nowhere_else(store: SessionStore) -> None:
     layout = _layout(store)
-    bases = ("sessions", "events", "blobs", "snapshots", "session_keys", "erasures", "erasure_guard")
+    bases = (
+        "sessions",
+        "events",
+        "blobs",
+        "blob_refs",
+        "snapshots",
+        "session_keys",
+        "erasures",
+        "erasure_guard",
+    )
     expected = {layout.name(t) for t in bases} | {layout.version_table}
 
     found = _objects(store)
