@@ -29,6 +29,7 @@ import os
 import re
 import stat
 from pathlib import PureWindowsPath
+from typing import BinaryIO
 
 from .errors import PathRefusedError
 
@@ -37,6 +38,7 @@ __all__ = [
     "inside",
     "lexical_problem",
     "name_problem",
+    "open_regular_file",
     "read_regular_file",
     "resolve_in_root",
     "to_relative",
@@ -91,6 +93,26 @@ def file_kind(mode: int) -> str:
         if test(mode):
             return kind
     return "an unknown kind of file"
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """The regular file at ``path``, open for reading in binary; anything else is refused before
+    it is read (as ``read_regular_file`` refuses it), for a file read a part at a time.
+
+    Raises:
+        PathRefusedError: ``path`` is not a regular file.
+        FileNotFoundError, OSError: as ``open``.
+    """
+    name = os.fspath(path)
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PathRefusedError({name: f"{file_kind(info.st_mode)}, not a regular file"})
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_regular_file(

@@ -178,7 +178,13 @@ class ClaudeCodeFollower:
             for scan in batch
         ]
         report = _import_files(
-            self.store, files, skipped, skip_bad_lines=self.skip_bad_lines, progress=None, owner=self.owner
+            self.store,
+            files,
+            skipped,
+            skip_bad_lines=self.skip_bad_lines,
+            progress=None,
+            owner=self.owner,
+            snapshot=False,
         )
         for scan in batch:
             self._imported[scan.path] = scan.ends.get(scan.settled, 0)

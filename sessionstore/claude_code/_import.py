@@ -33,9 +33,9 @@ import heapq
 import json
 import os
 import re
-import sys
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -52,19 +52,21 @@ from ..errors import (
     ValidationError,
 )
 from ..events._base import (
-    MAX_JSON_DEPTH,
     Event,
     MessageAppended,
     QuerySource,
     SessionStarted,
     SubagentStarted,
     UsageRecorded,
-    json_problem,
 )
 from ..events._context import CompactBoundary, MicrocompactApplied, PreservedSegment, ToolResultPersisted
 from ..events._post_compact import ListingDelta, ListingKind
 from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
+from ..projections._snapshots import take_snapshots
 from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id
+from ._lines import BadLineError as _BadLineError
+from ._lines import Line as _Line
+from ._lines import LineReader, file_size, line_objects, scan_lines
 
 __all__ = [
     "SOURCE",
@@ -176,16 +178,44 @@ class ImportReport:
 # --- reading -------------------------------------------------------------------------------
 
 
-class _BadLineError(Exception):
-    """A line that cannot be read or modelled (the message says why)."""
-
-
 @dataclass
-class _Line:
-    number: int
-    entry: dict[str, Any]
-    #: The object's place on its line (>0: appended to the line without a newline).
-    object_index: int = 0
+class _FileIndex:
+    """Built while a file is read (each object is then whole), for what links and orders it."""
+
+    #: tool_use id -> (its line, the ``subagent_type`` of its input, if any)
+    tool_uses: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    #: agent id -> (the tool_use id of the result naming it, that result's line)
+    agent_results: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: the objects with a ``<persisted-output>`` tool result, in file order
+    persisted: list[_Line] = field(default_factory=list)
+
+    def visit(self, line: _Line, entry: dict[str, Any]) -> None:
+        """Index one object of the file, seen whole."""
+        message = entry.get("message")
+        if entry.get("type") not in _MESSAGE_TYPES or not isinstance(message, dict):
+            return
+        content = message.get("content")
+        if not isinstance(content, list):
+            return
+        stubbed = False
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                spawn = block.get("input")
+                kind = spawn.get("subagent_type") if isinstance(spawn, dict) else None
+                self.tool_uses.setdefault(block["id"], (line.number, kind if isinstance(kind, str) else None))
+            elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                result = entry.get("toolUseResult")
+                agent = result.get("agentId") if isinstance(result, dict) else None
+                if not isinstance(agent, str):
+                    tail = _AGENT_TAIL.search(_text_of(block.get("content")))
+                    agent = tail.group(1) if tail else None
+                if agent:
+                    self.agent_results.setdefault(agent, (block["tool_use_id"], line.number))
+                stubbed = stubbed or _is_stub(block.get("content"))
+        if stubbed:
+            self.persisted.append(line)
 
 
 @dataclass
@@ -197,95 +227,40 @@ class _File:
     is_agent: bool
     meta: dict[str, Any] | None
     optional: bool  # a flat sibling found beside a main file: kept only if it belongs to it
+    index: _FileIndex = field(default_factory=_FileIndex)
 
 
-def _check_entry(entry: object) -> dict[str, Any]:
-    if not isinstance(entry, dict):
-        raise _BadLineError(f"not a JSON object but {type(entry).__name__}")
-    if not isinstance(entry.get("type"), str):
-        raise _BadLineError("has no string 'type'")
-    for key in ("uuid", "parentUuid", "logicalParentUuid", "sessionId", "agentId"):
-        value = entry.get(key)
-        if value is not None and not isinstance(value, str):
-            raise _BadLineError(f"'{key}' must be a string or null, not {type(value).__name__}")
-    problem = json_problem(entry, max_depth=_MAX_LINE_DEPTH)
-    if problem is not None:  # a NaN, a lone surrogate ...: it would not be exported as read
-        raise _BadLineError(problem)
-    return entry
+def _is_stub(content: object) -> bool:
+    """A tool result's content that is a ``<persisted-output>`` stub."""
+    return isinstance(content, str) and content.lstrip().startswith("<persisted-output>")
 
 
-_DECODER = json.JSONDecoder()
-#: The events that keep a line nest it a few levels deeper than the line itself.
-_MAX_LINE_DEPTH = MAX_JSON_DEPTH - 10
-
-
-def _line_objects(text: str) -> list[object]:
-    """The JSON values on one line: one, or several written back to back.
-
-    Claude Code sometimes appends an entry without a newline (typically a ``summary``), so a
-    line can hold ``{...}{...}``. Anything else after a value (garbage, a truncated object)
-    raises ``json.JSONDecodeError`` as ``json.loads`` would: the line stays a bad line.
-    """
-    values: list[object] = []
-    at = len(text) - len(text.lstrip(" \t\r\n"))  # JSON's whitespace, as json.loads skips it
-    while True:
-        value, end = _DECODER.raw_decode(text, at)
-        values.append(value)
-        if not text[end:].strip():
-            return values
-        if not text.startswith("{", end):
-            raise json.JSONDecodeError("Extra data", text, end)
-        at = end
-
-
-def _read_lines(path: Path, skip: bool, skipped: list[SkippedLine], data: bytes | None = None) -> list[_Line]:
+def _read_lines(
+    path: Path, skip: bool, skipped: list[SkippedLine], index: _FileIndex, data: bytes | None = None
+) -> list[_Line]:
     """The lines of ``path`` (or of ``data``, its bytes as already read, e.g. a settled prefix)."""
-    if data is None:
-        try:
-            data = read_regular_file(path)
-        except OSError as e:
-            msg = f"{path}: cannot read: {e.strerror or e}"
-            raise ValidationError(msg, field="path") from e
-    lines: list[_Line] = []
-    # Split on "\n" only: JSON strings never hold a raw newline, and a missing final newline
-    # (Entire's copies) is fine.
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            entries = [_check_entry(value) for value in _line_objects(raw.decode("utf-8"))]
-        except (ValueError, RecursionError, _BadLineError) as e:  # ValueError: JSON, UTF-8, int digits
-            reason = _reason(e)
-            if not skip:
-                msg = (
-                    f"{path}:{number}: malformed line: {reason} (nothing imported; --skip-bad-lines skips it)"
-                )
-                raise ValidationError(msg, field="line", index=number) from None
-            skipped.append(SkippedLine(str(path), number, reason))
-            continue
-        lines.extend(_Line(number, entry, index) for index, entry in enumerate(entries))
-    return lines
 
+    def bad_line(number: int, reason: str) -> None:
+        if not skip:
+            msg = f"{path}:{number}: malformed line: {reason} (nothing imported; --skip-bad-lines skips it)"
+            raise ValidationError(msg, field="line", index=number)
+        skipped.append(SkippedLine(str(path), number, reason))
 
-def _reason(error: Exception) -> str:
-    if isinstance(error, json.JSONDecodeError):
-        return f"invalid JSON: {error.msg} at column {error.colno}"
-    if isinstance(error, UnicodeDecodeError):
-        return f"not UTF-8: {error.reason} at byte {error.start}"
-    if isinstance(error, RecursionError):
-        return "JSON nested too deeply"
-    if isinstance(error, ValueError):  # the decoder's int/str limit
-        return f"an integer longer than {sys.get_int_max_str_digits()} digits"
-    return str(error)
+    try:
+        return scan_lines(path, bad_line, index.visit, data)
+    except OSError as e:
+        msg = f"{path}: cannot read: {e.strerror or e}"
+        raise ValidationError(msg, field="path") from e
 
 
 def _read_file(
     path: Path, skip: bool, skipped: list[SkippedLine], *, optional: bool = False, data: bytes | None = None
 ) -> _File:
-    lines = _read_lines(path, skip, skipped, data)
-    session_id = next((ln.entry["sessionId"] for ln in lines if ln.entry.get("sessionId")), None)
-    agent_id = next((ln.entry["agentId"] for ln in lines if ln.entry.get("agentId")), None)
-    threaded = [ln.entry for ln in lines if isinstance(ln.entry.get("uuid"), str)]
+    index = _FileIndex()
+    lines = _read_lines(path, skip, skipped, index, data)
+    session_id = next((ln.head["sessionId"] for ln in lines if ln.head.get("sessionId")), None)
+    agent_id = next((ln.head["agentId"] for ln in lines if ln.head.get("agentId")), None)
+    threaded = [ln.head for ln in lines if isinstance(ln.head.get("uuid"), str)]
     # A sub-agent transcript: every threaded line is a sidechain (the name is a hint only,
     # since copies are often renamed).
     sidechain = bool(threaded) and all(e.get("isSidechain") is True for e in threaded)
@@ -298,7 +273,7 @@ def _read_file(
         if is_agent
         else None
     )
-    return _File(path, lines, session_id, agent_id, is_agent, meta, optional)
+    return _File(path, lines, session_id, agent_id, is_agent, meta, optional, index)
 
 
 def _read_manifest(path: Path, skipped: list[SkippedLine]) -> dict[str, Any] | None:
@@ -394,14 +369,14 @@ def _dag_order(lines: list[_Line]) -> list[_Line]:
     """
     position: dict[str, int] = {}
     for i, line in enumerate(lines):
-        key = line.entry.get("uuid")
+        key = line.head.get("uuid")
         if isinstance(key, str):
             position.setdefault(key, i)
     children: dict[int, list[int]] = {}
     ready: list[int] = []
     waiting: set[int] = set()
     for i, line in enumerate(lines):
-        parent = line.entry.get("parentUuid") or line.entry.get("logicalParentUuid")
+        parent = line.head.get("parentUuid") or line.head.get("logicalParentUuid")
         at = position.get(parent) if isinstance(parent, str) else None
         if at is None or at == i:
             ready.append(i)
@@ -512,8 +487,12 @@ class _Plan:
     query_source: QuerySource = "main"
     #: A session already in the store that only gains SubagentStarted events (its file is not here).
     stored: bool = False
-    events: list[Event] = field(default_factory=list)
-    blobs: dict[str, bytes] = field(default_factory=dict)
+    #: Where the session hangs off its parent (a sub-agent).
+    link: _Link | None = None
+    #: Each sidecar found: (line, tool_use_id) -> (its blob's SHA-256, its length in characters).
+    sidecars: dict[tuple[int, int, str], tuple[str, int]] = field(default_factory=dict)
+    #: Blobs of a new session of an encrypted store: stored once the session exists.
+    deferred_blobs: dict[str, bytes] = field(default_factory=dict)
     #: SubagentStarted events to place after a line (None: at the end).
     subagents: dict[int | None, list[SubagentStarted]] = field(default_factory=dict)
     entries: int = 0
@@ -524,48 +503,33 @@ class _Plan:
     kept_from: dict[str, str] = field(default_factory=dict)
     #: Listing deltas derived from attachment lines: their event id -> the line's entry event id.
     listing_lines: dict[str, str] = field(default_factory=dict)
-    # Indexes of the file, built before conversion.
-    tool_uses: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    agent_results: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-
-def _index_file(plan: _Plan) -> None:
-    """Where each tool call is, and which tool result names which sub-agent."""
-    for line in plan.file.lines:
-        entry = line.entry
-        message = entry.get("message")
-        if entry.get("type") not in _MESSAGE_TYPES or not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-                plan.tool_uses.setdefault(block["id"], (line.number, block))
-            elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
-                result = entry.get("toolUseResult")
-                agent = result.get("agentId") if isinstance(result, dict) else None
-                if not isinstance(agent, str):
-                    tail = _AGENT_TAIL.search(_text_of(block.get("content")))
-                    agent = tail.group(1) if tail else None
-                if agent:
-                    plan.agent_results.setdefault(agent, (block["tool_use_id"], line.number))
 
 
 class _Converter:
-    """Turns one file's lines into events (``convert``), in ``parentUuid`` order."""
+    """Turns one file's lines into events (``events``), in ``parentUuid`` order, a line at a time.
 
-    def __init__(self, plan: _Plan, count_text: Callable[[str], int], skip: bool, skipped: list[SkippedLine]):
+    Only the lines' heads are held; each line is read again (``reader``) when it is converted,
+    and its events are drawn before the next one is read.
+    """
+
+    def __init__(
+        self,
+        plan: _Plan,
+        reader: LineReader,
+        count_text: Callable[[str], int],
+        skip: bool,
+        skipped: list[SkippedLine],
+    ):
         self.plan = plan
+        self.entry = reader.entry
         self.sid = plan.session_id
         self.count_text = count_text
         self.skip = skip
         self.skipped = skipped
         self.order = _dag_order(plan.file.lines)
         self.tool_names: dict[str, str] = {}
-        self.result_texts: dict[str, str] = {}
+        #: Each tool result's line: a microcompaction reads the results it cleared again.
+        self.result_lines: dict[str, _Line] = {}
         self.usage: dict[str, tuple[int, str | None, dict[str, Any]]] = {}
         self.summaries: dict[str, _Line] = {}
         self.summary_uuids: set[str] = set()
@@ -576,25 +540,25 @@ class _Converter:
         self.by_uuid: dict[str, _Line] = {}
         self.rank: dict[str, int] = {}
         for index, line in enumerate(self.order):
-            key = line.entry.get("uuid")
+            key = line.head.get("uuid")
             if isinstance(key, str) and key not in self.by_uuid:
                 self.by_uuid[key], self.rank[key] = line, index
         #: The first isCompactSummary line under each parent (the older shape: the boundary's child).
         self.summary_children: dict[str, _Line] = {}
         for line in self.order:
-            parent = line.entry.get("parentUuid")
-            if line.entry.get("isCompactSummary") is True and isinstance(parent, str):
+            parent = line.head.get("parentUuid")
+            if line.head.get("isCompactSummary") is True and isinstance(parent, str):
                 self.summary_children.setdefault(parent, line)
         for line in self.order:
-            if line.entry.get("subtype") == "compact_boundary" and isinstance(line.entry.get("uuid"), str):
-                summary = self._summary_line(line.entry)
+            if line.head.get("subtype") == "compact_boundary" and isinstance(line.head.get("uuid"), str):
+                summary = self._summary_line(line.head)
                 if summary is not None:
-                    self.summaries[line.entry["uuid"]] = summary
-                    if isinstance(summary.entry.get("uuid"), str):
-                        self.summary_uuids.add(summary.entry["uuid"])
+                    self.summaries[line.head["uuid"]] = summary
+                    if isinstance(summary.head.get("uuid"), str):
+                        self.summary_uuids.add(summary.head["uuid"])
         best: dict[str, int] = {}
         for line in self.order:
-            entry = line.entry
+            entry = line.head
             message = entry.get("message")
             if entry.get("type") != "assistant" or not isinstance(message, dict):
                 continue
@@ -622,7 +586,7 @@ class _Converter:
         """
         anchor = _preserved(boundary).get("anchorUuid")
         line = self.by_uuid.get(anchor) if isinstance(anchor, str) else None
-        if line is not None and line.entry.get("isCompactSummary") is True:
+        if line is not None and line.head.get("isCompactSummary") is True:
             return line
         return self.summary_children.get(boundary["uuid"])
 
@@ -638,9 +602,9 @@ class _Converter:
         kept = [
             ln
             for ln in lines
-            if ln.entry.get("type") in _MESSAGE_TYPES and isinstance(ln.entry.get("message"), dict)
+            if ln.head.get("type") in _MESSAGE_TYPES and isinstance(ln.head.get("message"), dict)
         ]
-        return sorted(kept, key=lambda ln: self.rank[ln.entry["uuid"]])
+        return sorted(kept, key=lambda ln: self.rank[ln.head["uuid"]])
 
     def eid(self, line: _Line, part: str) -> uuid.UUID:
         # A second object on a line gets ids of its own (its line number is the first's).
@@ -648,35 +612,36 @@ class _Converter:
             self.sid, line.number, part if not line.object_index else f"{part}@{line.object_index}"
         )
 
-    def convert(self) -> list[Event]:
-        events: list[Event] = []
+    def events(self, converted: Callable[[int], None]) -> Iterator[Event]:
+        """The file's events, converted as they are drawn (``converted(1)`` after each line)."""
         for line in self.order:
             try:
-                events.extend(self._line(line))
+                events = self._line(line)
             except (_BadLineError, pydantic.ValidationError) as e:
                 reason = f"cannot be modelled: {_model_error(e)}"
                 if not self.skip:
                     msg = (
-                        f"{self.plan.file.path}:{line.number}: malformed {_entry_type(line.entry)!r} "
+                        f"{self.plan.file.path}:{line.number}: malformed {_entry_type(line.head)!r} "
                         f"line: {reason} (nothing was imported; --skip-bad-lines keeps it opaque)"
                     )
                     raise ValidationError(msg, field="line", index=line.number) from None
                 self.skipped.append(
                     SkippedLine(str(self.plan.file.path), line.number, reason + "; kept opaque")
                 )
-                events.append(self._opaque(line))
-        events.extend(self.plan.subagents.get(None, ()))
-        return events
+                events = [self._opaque(line, self.entry(line))]
+            yield from events
+            converted(1)
+        yield from self.plan.subagents.get(None, ())
 
-    def _opaque(self, line: _Line) -> OpaqueEntry:
+    def _opaque(self, line: _Line, entry: dict[str, Any]) -> OpaqueEntry:
         self.plan.entries += 1
         self.plan.opaque += 1
         return OpaqueEntry(
             event_id=self.eid(line, "entry"),
             source=SOURCE,
-            entry_type=_entry_type(line.entry),
+            entry_type=_entry_type(line.head),
             line=line.number,
-            entry=line.entry,
+            entry=entry,
             object_index=line.object_index,
         )
 
@@ -687,7 +652,7 @@ class _Converter:
         return ImportedEntry(
             event_id=self.eid(line, "entry"),
             source=SOURCE,
-            entry_type=_entry_type(line.entry),
+            entry_type=_entry_type(line.head),
             line=line.number,
             entry=entry,
             object_index=line.object_index,
@@ -696,29 +661,28 @@ class _Converter:
         )
 
     def _line(self, line: _Line) -> list[Event]:
-        entry = line.entry
+        entry = self.entry(line)
         kind, subtype = entry["type"], entry.get("subtype")
         message = entry.get("message")
         derived: list[Event]
         if kind in _MESSAGE_TYPES and isinstance(message, dict) and "content" in message:
-            derived = self._message(line, message)
+            derived = self._message(line, entry, message)
             moved = {**entry, "message": {**message, "content": None}}
             return [self._imported(line, moved, derived, True), *derived]
         if kind == "system" and subtype == "compact_boundary":
-            derived = [self._compact(line)]
+            derived = [self._compact(line, entry)]
         elif kind == "system" and subtype == "microcompact_boundary":
-            derived = [self._microcompact(line)]
+            derived = [self._microcompact(line, entry)]
         elif kind in ("file-history-snapshot", "file-history-delta"):
-            derived = [self._file_history(line)]
+            derived = [self._file_history(line, entry)]
         elif kind == "attachment" and _attachment_type(entry) in _LISTING_ATTACHMENTS:
-            derived = [self._listing(line)]
+            derived = [self._listing(line, entry)]
             self.plan.listing_lines[str(derived[0].event_id)] = str(self.eid(line, "entry"))
         else:
-            return [self._opaque(line)]
+            return [self._opaque(line, entry)]
         return [self._imported(line, entry, derived, False), *derived]
 
-    def _message(self, line: _Line, message: dict[str, Any]) -> list[Event]:
-        entry = line.entry
+    def _message(self, line: _Line, entry: dict[str, Any], message: dict[str, Any]) -> list[Event]:
         content = message["content"]
         if not isinstance(content, str | list):
             raise _BadLineError(f"message.content must be a string or a list, not {type(content).__name__}")
@@ -757,35 +721,32 @@ class _Converter:
                 if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
                     self.tool_names[block["id"]] = str(block.get("name", ""))
                 elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
-                    self.result_texts[block["tool_use_id"]] = _text_of(block.get("content"))
-                    persisted = self._persisted(line, block)
+                    self.result_lines[block["tool_use_id"]] = line
+                    persisted = self._persisted(line, entry, block)
                     if persisted is not None:
                         derived.append(persisted)
         derived.extend(self.plan.subagents.get(line.number, ()))
         return derived
 
-    def _persisted(self, line: _Line, block: dict[str, Any]) -> ToolResultPersisted | None:
+    def _persisted(
+        self, line: _Line, entry: dict[str, Any], block: dict[str, Any]
+    ) -> ToolResultPersisted | None:
         """A ``<persisted-output>`` stub: Claude Code spilled the result to ``tool-results/``.
 
         The message keeps the stub (what the model saw); the event records where the full
-        output went and, when the sidecar file is beside the transcript, its bytes as a blob.
+        output went and, when the sidecar file is beside the transcript, its blob (stored
+        before the session is written: ``_store_sidecars``).
         """
         content = block.get("content")
-        if not isinstance(content, str) or not content.lstrip().startswith("<persisted-output>"):
+        if not isinstance(content, str) or not _is_stub(content):
             return None
         tool_use_id = str(block["tool_use_id"])
-        result = line.entry.get("toolUseResult")
-        recorded = result.get("persistedOutputPath") if isinstance(result, dict) else None
-        found = _PERSISTED_PATH.search(content)
-        location = recorded if isinstance(recorded, str) else (found.group(1) if found else "")
-        data = self._sidecar(line, tool_use_id, [p for p in (recorded, location) if isinstance(p, str) and p])
-        sha256 = ""
-        original = len(content)
-        if data is not None:
-            sha256 = hashlib.sha256(data).hexdigest()
-            self.plan.blobs[sha256] = data
-            original = len(data.decode("utf-8", errors="replace"))
-        elif isinstance(result, dict) and _nonneg(result.get("persistedOutputSize")):
+        result = entry.get("toolUseResult")
+        _, location = _stub_paths(entry, content)
+        sha256, original = self.plan.sidecars.get(
+            (line.number, line.object_index, tool_use_id), ("", len(content))
+        )
+        if not sha256 and isinstance(result, dict) and _nonneg(result.get("persistedOutputSize")):
             original = _nonneg(result.get("persistedOutputSize"))
         return ToolResultPersisted(
             event_id=self.eid(line, f"persisted:{tool_use_id}"),
@@ -800,50 +761,13 @@ class _Converter:
             tokens_freed=0,
         )
 
-    def _sidecar(self, line: _Line, tool_use_id: str, paths: list[str]) -> bytes | None:
-        """The spilled output: ``<sessionId>/tool-results/<name>`` beside the main transcript.
-
-        Every name in that path comes from the transcript, so each must be a plain file name;
-        the file must be a regular file under the transcript's folder, not a symlink.
-        """
-        file = self.plan.file
-        if not file.session_id or name_problem(file.session_id) is not None:
-            return None
-        base = file.path.parent
-        if file.is_agent and base.name == "subagents":
-            base = base.parent.parent  # <sessionId>/subagents/agent-x.jsonl
-        folder = base / file.session_id / "tool-results"
-        if not inside(os.path.realpath(folder), os.path.realpath(base)):
-            self._not_read(line, folder, "its folder leads out of the transcript's folder")
-            return None
-        names = [Path(p.replace("\\", "/")).name for p in paths] + [
-            f"{tool_use_id}.txt",
-            f"{tool_use_id}.json",
-        ]
-        for name in names:
-            if name_problem(name) is not None:
-                continue
-            try:
-                return read_regular_file(folder / name, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except PathRefusedError as e:
-                self._not_read(line, folder / name, e.refused[str(folder / name)])
-        return None
-
-    def _not_read(self, line: _Line, sidecar: Path, reason: str) -> None:
-        self.skipped.append(
-            SkippedLine(str(self.plan.file.path), line.number, f"sidecar {sidecar} not read: {reason}")
-        )
-
-    def _compact(self, line: _Line) -> CompactBoundary:
-        entry = line.entry
+    def _compact(self, line: _Line, entry: dict[str, Any]) -> CompactBoundary:
         metadata = entry.get("compactMetadata")
         metadata = metadata if isinstance(metadata, dict) else {}
         summary_line = self.summaries.get(str(entry.get("uuid")))
         summary = ""
         if summary_line is not None:
-            summary = _text_of((summary_line.entry.get("message") or {}).get("content"))
+            summary = _text_of((self.entry(summary_line).get("message") or {}).get("content"))
         trigger = metadata.get("trigger")
         logical = entry.get("logicalParentUuid")
         event_id = self.eid(line, "compact")
@@ -851,7 +775,7 @@ class _Converter:
         if kept:
             # keep_from_seq is filled in when the session is written (_resolve_kept_from).
             self.plan.kept_from[str(event_id)] = str(self.eid(kept[0], "message"))
-        kept_texts = [_text_of(ln.entry["message"].get("content")) for ln in kept]
+        kept_texts = [_text_of(self.entry(ln)["message"].get("content")) for ln in kept]
         return CompactBoundary(
             event_id=event_id,
             trigger=trigger if trigger in ("auto", "manual") else "auto",
@@ -865,9 +789,9 @@ class _Converter:
             preserved_segment=_segment(entry),
         )
 
-    def _listing(self, line: _Line) -> ListingDelta:
+    def _listing(self, line: _Line, entry: dict[str, Any]) -> ListingDelta:
         """A listing delta Claude Code announced, kept as state: its rendering is not in the file."""
-        attachment = line.entry["attachment"]
+        attachment = entry["attachment"]
         kind = _LISTING_ATTACHMENTS[attachment["type"]]
         names_key, lines_key, removed_key = _LISTING_KEYS[kind]
         names, lines, removed = (attachment.get(k, []) for k in (names_key, lines_key, removed_key))
@@ -884,8 +808,8 @@ class _Converter:
             event_id=self.eid(line, "listing"), kind=kind, added=added, removed=list(removed), shown=False
         )
 
-    def _microcompact(self, line: _Line) -> MicrocompactApplied:
-        metadata = line.entry.get("microcompactMetadata")
+    def _microcompact(self, line: _Line, entry: dict[str, Any]) -> MicrocompactApplied:
+        metadata = entry.get("microcompactMetadata")
         if not isinstance(metadata, dict):
             raise _BadLineError("microcompact_boundary without a 'microcompactMetadata' object")
         ids = metadata.get("compactedToolIds")
@@ -895,7 +819,7 @@ class _Converter:
 
         placeholder = self.count_text(CLEARED_PLACEHOLDER)
         freed = sum(
-            max(0, self.count_text(self.result_texts[i]) - placeholder) for i in ids if i in self.result_texts
+            max(0, self.count_text(self._result_text(i)) - placeholder) for i in ids if i in self.result_lines
         )
         return MicrocompactApplied(
             event_id=self.eid(line, "microcompact"),
@@ -908,8 +832,21 @@ class _Converter:
             tokens_freed=freed,
         )
 
-    def _file_history(self, line: _Line) -> FileHistoryRecorded:
-        entry = line.entry
+    def _result_text(self, tool_use_id: str) -> str:
+        """The text of a tool result converted before, read again from its line."""
+        entry = self.entry(self.result_lines[tool_use_id])
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_result"
+                and block.get("tool_use_id") == tool_use_id
+            ):
+                return _text_of(block.get("content"))
+        return ""  # pragma: no cover - the line held this result when it was converted
+
+    def _file_history(self, line: _Line, entry: dict[str, Any]) -> FileHistoryRecorded:
         trigger = entry.get("messageId")
         trigger = trigger if isinstance(trigger, str) else None
         if entry["type"] == "file-history-snapshot":
@@ -938,6 +875,94 @@ class _Converter:
             tracked_files={path: entry.get("backup")} if isinstance(path, str) else {},
             timestamp=_timestamp(entry.get("timestamp")),
         )
+
+
+# --- sidecars ------------------------------------------------------------------------------
+
+
+def _stub_paths(entry: dict[str, Any], content: str) -> tuple[str | None, str]:
+    """(the path the line records for a spilled result, where the stub says it went)."""
+    result = entry.get("toolUseResult")
+    recorded = result.get("persistedOutputPath") if isinstance(result, dict) else None
+    recorded = recorded if isinstance(recorded, str) else None
+    found = _PERSISTED_PATH.search(content)
+    return recorded, recorded if recorded is not None else (found.group(1) if found else "")
+
+
+def _store_sidecars(store: SessionStore, plan: _Plan, skipped: list[SkippedLine]) -> None:
+    """Store the blob of each ``<persisted-output>`` stub whose sidecar file is found.
+
+    Before the sessions are written, one sidecar in memory at a time: content-addressed, so an
+    import that fails later leaves at most unreferenced blobs, never an event naming a missing
+    one. An encrypted store seals a blob with its session's key: a new session's blobs wait in
+    ``deferred_blobs`` until it exists.
+    """
+    with LineReader(plan.file.path) as reader:
+        for line in plan.file.index.persisted:
+            entry = reader.entry(line)
+            content = entry["message"]["content"]  # indexed: a message with a list of blocks
+            for block in content:
+                stub = block.get("content") if isinstance(block, dict) else None
+                if block.get("type") != "tool_result" or not isinstance(stub, str) or not _is_stub(stub):
+                    continue
+                tool_use_id = str(block["tool_use_id"])
+                data = _sidecar(plan, line, tool_use_id, [p for p in _stub_paths(entry, stub) if p], skipped)
+                if data is None:
+                    continue
+                sha256 = hashlib.sha256(data).hexdigest()
+                original = len(data.decode("utf-8", errors="replace"))
+                plan.sidecars[(line.number, line.object_index, tool_use_id)] = (sha256, original)
+                if not _put_blob(store, plan, sha256, data):
+                    plan.deferred_blobs[sha256] = data
+
+
+def _put_blob(store: SessionStore, plan: _Plan, sha256: str, data: bytes) -> bool:
+    """Store one blob of ``plan``; False when its session must exist first (an encrypted store)."""
+    try:
+        ref = store.put_blob(data, session_id=plan.session_id)
+    except SessionNotFoundError:
+        if store.encryption is None:
+            raise
+        return False
+    if ref.sha256 != sha256:  # pragma: no cover - both are SHA-256 of the same bytes
+        msg = f"blob hash mismatch for {plan.file.path}: {ref.sha256} != {sha256}"
+        raise ValidationError(msg, field="blob_sha256")
+    return True
+
+
+def _sidecar(
+    plan: _Plan, line: _Line, tool_use_id: str, paths: list[str], skipped: list[SkippedLine]
+) -> bytes | None:
+    """The spilled output: ``<sessionId>/tool-results/<name>`` beside the main transcript.
+
+    Every name in that path comes from the transcript, so each must be a plain file name;
+    the file must be a regular file under the transcript's folder, not a symlink.
+    """
+    file = plan.file
+
+    def not_read(sidecar: Path, reason: str) -> None:
+        skipped.append(SkippedLine(str(file.path), line.number, f"sidecar {sidecar} not read: {reason}"))
+
+    if not file.session_id or name_problem(file.session_id) is not None:
+        return None
+    base = file.path.parent
+    if file.is_agent and base.name == "subagents":
+        base = base.parent.parent  # <sessionId>/subagents/agent-x.jsonl
+    folder = base / file.session_id / "tool-results"
+    if not inside(os.path.realpath(folder), os.path.realpath(base)):
+        not_read(folder, "its folder leads out of the transcript's folder")
+        return None
+    names = [Path(p.replace("\\", "/")).name for p in paths] + [f"{tool_use_id}.txt", f"{tool_use_id}.json"]
+    for name in names:
+        if name_problem(name) is not None:
+            continue
+        try:
+            return read_regular_file(folder / name, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        except PathRefusedError as e:
+            not_read(folder / name, e.refused[str(folder / name)])
+    return None
 
 
 def _preserved(boundary: dict[str, Any]) -> dict[str, Any]:
@@ -1027,8 +1052,8 @@ def _model_of(file: _File) -> str | None:
     """The latest real model of the file: what the session continues with."""
     model = None
     for line in file.lines:
-        message = line.entry.get("message")
-        if line.entry.get("type") == "assistant" and isinstance(message, dict):
+        message = line.head.get("message")
+        if line.head.get("type") == "assistant" and isinstance(message, dict):
             value = message.get("model")
             if isinstance(value, str) and value != _SYNTHETIC_MODEL:
                 model = value
@@ -1064,28 +1089,22 @@ def _link(agent: _Plan, main: _Plan, agents: dict[str, _Plan]) -> _Link:
     after: int | None = None
     if tool_use_id is None:
         for candidate in (parent, main, *agents.values()):
-            if agent_id in candidate.agent_results:
+            if agent_id in candidate.file.index.agent_results:
                 parent = candidate
-                tool_use_id, after = candidate.agent_results[agent_id]
+                tool_use_id, after = candidate.file.index.agent_results[agent_id]
                 break
     agent_type = meta.get("agentType") if isinstance(meta.get("agentType"), str) else None
-    if tool_use_id is not None and tool_use_id in parent.tool_uses:
+    if tool_use_id is not None and tool_use_id in parent.file.index.tool_uses:
         # The link event goes right after the call that spawned the agent.
-        after, block = parent.tool_uses[tool_use_id]
-        spawn_input = block.get("input")
-        if isinstance(spawn_input, dict) and isinstance(spawn_input.get("subagent_type"), str):
-            agent_type = spawn_input["subagent_type"]
+        after, spawned_type = parent.file.index.tool_uses[tool_use_id]
+        if spawned_type is not None:
+            agent_type = spawned_type
     return _Link(parent, tool_use_id, agent_type, after)
 
 
-def _plans(
-    files: list[_File],
-    store: SessionStore,
-    count_text: Callable[[str], int],
-    skip: bool,
-    skipped: list[SkippedLine],
-) -> list[_Plan]:
-    """Every session to write, parents before children, each with all its events."""
+def _plans(files: list[_File], store: SessionStore) -> list[_Plan]:
+    """Every session to write, parents before children, linked (their events come later:
+    ``_plan_events``)."""
     mains: dict[str, _Plan] = {}
     for file in files:
         if file.is_agent:
@@ -1098,7 +1117,6 @@ def _plans(
                 "import them separately"
             )
             raise ValidationError(msg, field="path")
-        _index_file(plan)
         mains[key] = plan
     groups: dict[str, tuple[_Plan, dict[str, _Plan]]] = {}
     for file in files:
@@ -1118,7 +1136,6 @@ def _plans(
         # The compaction agent re-emits the parent to summarize it (FORMAT.md 6.5): kept, as
         # what it is, so it never counts as a sub-agent's work.
         plan.query_source = "compact" if agent_id.startswith("acompact") else "subagent"
-        _index_file(plan)
         agents[agent_id] = plan
     ordered = list(mains.values())
     links: dict[str, _Link] = {}
@@ -1141,12 +1158,25 @@ def _plans(
             link.parent.subagents.setdefault(link.after_line, []).append(started)
         ordered.extend(_children_in_order(agents))
     for plan in ordered:
-        if plan.stored:
-            plan.events = [started for group in plan.subagents.values() for started in group]
-        else:
-            body = _Converter(plan, count_text, skip, skipped).convert()
-            plan.events = [_started(plan, links.get(plan.session_id)), *body]
+        plan.link = links.get(plan.session_id)
     return ordered
+
+
+def _plan_events(
+    plan: _Plan,
+    count_text: Callable[[str], int],
+    skip: bool,
+    skipped: list[SkippedLine],
+    converted: Callable[[int], None],
+) -> Iterator[Event]:
+    """Every event of ``plan``'s session, converted as it is drawn (its counts start again)."""
+    plan.entries = plan.messages = plan.opaque = 0
+    if plan.stored:
+        yield from (started for group in plan.subagents.values() for started in group)
+        return
+    yield _started(plan, plan.link)
+    with LineReader(plan.file.path) as reader:
+        yield from _Converter(plan, reader, count_text, skip, skipped).events(converted)
 
 
 def _children_in_order(agents: dict[str, _Plan]) -> list[_Plan]:
@@ -1188,16 +1218,17 @@ def _existing_parent(
     # Its tool calls and results, for the link: the stored lines, as the exporter gives them back.
     from ._export import export_claude_code
 
-    lines = [
-        _Line(number, entry, index)
-        for number, text in enumerate(export_claude_code(store, session_id), start=1)
-        if text
-        for index, entry in enumerate(_line_objects(text))
-        if isinstance(entry, dict)
-    ]
-    plan = _Plan(_File(file.path, lines, file.session_id, None, False, None, False), session_id, stored=True)
-    _index_file(plan)
-    return plan
+    index = _FileIndex()
+    lines: list[_Line] = []
+    for number, text in enumerate(export_claude_code(store, session_id), start=1):
+        for at, entry in enumerate(line_objects(text) if text else ()):
+            if isinstance(entry, dict):
+                line = _Line(number, entry, at, entry=entry)
+                index.visit(line, entry)
+                lines.append(line)
+    return _Plan(
+        _File(file.path, lines, file.session_id, None, False, None, False, index), session_id, stored=True
+    )
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -1217,27 +1248,36 @@ def _check_imported(store: SessionStore, plan: _Plan, first: Event | None) -> No
 #: How often the write phase is planned again when a concurrent import of the same files
 #: wrote first (each round re-reads what is stored, so the next one finds it there).
 _WRITE_ROUNDS = 5
+#: Events prepared and inserted at a time: a few MB of a typical transcript in memory at once.
+_WRITE_BATCH = 256
 
 
-def _put_blobs(store: SessionStore, plan: _Plan) -> bool:
-    """Store the plan's blobs; False when its session must exist first (an encrypted store)."""
-    # Content-addressed and written before the sessions: an import that fails later leaves at
-    # most unreferenced blobs, never an event pointing at a missing one.
-    for sha256, data in plan.blobs.items():
-        try:
-            ref = store.put_blob(data, session_id=plan.session_id)
-        except SessionNotFoundError:
-            if store.encryption is None:
-                raise
-            return False
-        if ref.sha256 != sha256:  # pragma: no cover - both are SHA-256 of the same bytes
-            msg = f"blob hash mismatch for {plan.file.path}: {ref.sha256} != {sha256}"
-            raise ValidationError(msg, field="blob_sha256")
-    return True
+@dataclass
+class _Tally:
+    """What one session's write drew: every event of its import, and those written."""
+
+    events: int = 0
+    written: int = 0
+
+    def count(
+        self, events: Iterable[Event], known: Mapping[str, int], listings: Mapping[str, str] | None = None
+    ) -> Iterator[Event]:
+        """``events`` without those already stored (``known``), counting both. A listing delta
+        (``listings``: its id -> its line's entry id) whose line is stored is left out too."""
+        for event in events:
+            self.events += 1
+            event_id = str(event.event_id)
+            if event_id in known or (listings and listings.get(event_id) in known):
+                continue
+            self.written += 1
+            yield event
 
 
-def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[SessionWrite | None, int, bool]:
-    """What writing ``plan`` takes now: (the write or None, events it writes, creates it)."""
+def _session_write(
+    store: SessionStore, plan: _Plan, owner: _Owner, events: Iterator[Event]
+) -> tuple[SessionWrite, _Tally, bool]:
+    """What writing ``plan`` takes now: (the write, its tally as it is drawn, creates it)."""
+    tally = _Tally()
     try:
         info = store.get_session(plan.session_id)
     except SessionNotFoundError:
@@ -1246,7 +1286,7 @@ def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[Ses
         metadata = {"source": SOURCE, "file": str(plan.file.path)}
         write = SessionWrite(
             plan.session_id,
-            _resolve_kept_from(plan, plan.events, {}),
+            _resolve_kept_from(plan, tally.count(events, {}), {}),
             create=True,
             metadata=metadata,
             parent_session_id=plan.parent_session_id,
@@ -1254,7 +1294,7 @@ def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[Ses
             tenant=owner.tenant if plan.parent_session_id is None else None,
             user=owner.user if plan.parent_session_id is None else None,
         )
-        return write, len(plan.events), True
+        return write, tally, True
     for name, wanted, stored_as in (("tenant", owner.tenant, info.tenant), ("user", owner.user, info.user)):
         if wanted is not None and wanted != stored_as:
             msg = (
@@ -1265,67 +1305,85 @@ def _session_write(store: SessionStore, plan: _Plan, owner: _Owner) -> tuple[Ses
     stored = store.read(plan.session_id)
     _check_imported(store, plan, stored[0].event if stored else None)
     known = {recorded.event_id: recorded.seq for recorded in stored}
+    last = stored[-1].seq if stored else 0
+    del stored
     # A transcript that grew since (Claude Code appends on resume) adds its new lines only. A
     # listing line stored before listings were read stays what it became (no delta at the end).
-    earlier = {listing for listing, line in plan.listing_lines.items() if line in known}
-    new = [
-        event
-        for event in plan.events
-        if str(event.event_id) not in known and str(event.event_id) not in earlier
-    ]
-    if not new:
-        return None, 0, False
-    events = _resolve_kept_from(plan, new, known)
-    return (
-        SessionWrite(plan.session_id, events, expected_seq=stored[-1].seq if stored else 0),
-        len(new),
-        False,
-    )
+    new = _resolve_kept_from(plan, tally.count(events, known, plan.listing_lines), known)
+    return SessionWrite(plan.session_id, new, expected_seq=last), tally, False
 
 
-def _write(store: SessionStore, plans: list[_Plan], owner: _Owner) -> list[tuple[int, bool]]:
-    """Write every session of the import in ONE transaction; per plan (events written, created).
+def _write(
+    store: SessionStore,
+    plans: list[_Plan],
+    owner: _Owner,
+    convert: Callable[[_Plan, list[SkippedLine]], Iterator[Event]],
+    skipped: list[SkippedLine],
+) -> list[tuple[int, int, bool]]:
+    """Write every session of the import in ONE transaction; per plan (its events, events
+    written, created).
 
-    All or nothing: a sub-agent that cannot be written (a parent that does not exist, an event
-    that cannot be stored) leaves no main session behind linking to it. Another import of the
-    same files that commits first is no error: the next round finds its sessions stored.
+    The events are converted while they are written, ``_WRITE_BATCH`` at a time
+    (``SessionStore.write_streamed``): all or nothing, so a line that fails to convert, or a
+    sub-agent that cannot be written, leaves no main session behind linking to it. Another
+    import of the same files that commits first is no error: the next round finds its sessions
+    stored (and converts the files again).
     """
-    # An encrypted store seals a blob with its session's key: a new session's blobs go in right
-    # after it is created (a failure between leaves its events naming a blob a re-import adds).
-    deferred = [plan for plan in plans if not _put_blobs(store, plan)]
+    for plan in plans:
+        if not plan.stored:
+            _store_sidecars(store, plan, skipped)
     for round_ in range(1, _WRITE_ROUNDS + 1):
-        planned = [_session_write(store, plan, owner) for plan in plans]
-        writes = [write for write, _, _ in planned if write is not None]
+        converted: list[SkippedLine] = []  # lines kept opaque: reported once, by the round that wrote
+        planned = [_session_write(store, plan, owner, convert(plan, converted)) for plan in plans]
         try:
-            if writes:
-                store.write_sessions(writes)
+            store.write_streamed([write for write, _, _ in planned], batch_size=_WRITE_BATCH)
         except (SessionExistsError, ConcurrencyError):
             if round_ == _WRITE_ROUNDS:
                 raise
             continue
-        for plan in deferred:
-            _put_blobs(store, plan)
-        return [(written, created) for _, written, created in planned]
+        skipped.extend(converted)
+        for plan in plans:
+            for sha256, data in plan.deferred_blobs.items():
+                _put_blob(store, plan, sha256, data)
+        return [(tally.events, tally.written, created) for _, tally, created in planned]
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def _resolve_kept_from(plan: _Plan, events: list[Event], stored: dict[str, int]) -> list[Event]:
+def _resolve_kept_from(plan: _Plan, events: Iterable[Event], stored: Mapping[str, int]) -> Iterator[Event]:
     """``events`` (to be written after ``stored``) with each compaction's ``keep_from_seq`` set.
 
     A compaction that kept messages verbatim keeps them from its first kept message on: that
-    message's seq, already stored or about to be written in this batch.
+    message's seq, already stored or about to be written in this write. Its boundary is held
+    back (with what follows it) until that message has its seq, when it comes later.
     """
-    if not plan.kept_from:
-        return events
-    first_new = max(stored.values(), default=0) + 1
-    seqs = {**stored, **{str(event.event_id): first_new + i for i, event in enumerate(events)}}
-    resolved: list[Event] = []
+    seqs: dict[str, int] = {}
+    seq = max(stored.values(), default=0)
+    held: deque[Event] = deque()
     for event in events:
-        head = plan.kept_from.get(str(event.event_id))
-        if isinstance(event, CompactBoundary) and head in seqs:
-            event = event.model_copy(update={"keep_from_seq": seqs[head]})
-        resolved.append(event)
-    return resolved
+        seq += 1
+        if isinstance(event, MessageAppended):
+            seqs[str(event.event_id)] = seq
+        held.append(event)
+        while held:
+            head = _kept_head(plan, held[0])
+            if head is not None and head not in seqs and head not in stored:
+                break  # its first kept message comes later (if at all)
+            yield _with_kept_from(held.popleft(), head, seqs, stored)
+    while held:  # a first kept message never written: the boundary keeps no seq, as before
+        event = held.popleft()
+        yield _with_kept_from(event, _kept_head(plan, event), seqs, stored)
+
+
+def _kept_head(plan: _Plan, event: Event) -> str | None:
+    """The event id of the first message a compaction kept (None: not such a compaction)."""
+    return plan.kept_from.get(str(event.event_id)) if isinstance(event, CompactBoundary) else None
+
+
+def _with_kept_from(
+    event: Event, head: str | None, seqs: Mapping[str, int], stored: Mapping[str, int]
+) -> Event:
+    seq = None if head is None else seqs.get(head, stored.get(head))
+    return event if seq is None else event.model_copy(update={"keep_from_seq": seq})
 
 
 def import_claude_code(
@@ -1397,16 +1455,29 @@ def _import(
     for path, optional in _discover(paths, skipped):
         files.append(_read_file(path, skip_bad_lines, skipped, optional=optional))
         if on_file_read is not None:
-            on_file_read(str(path), _size_of(path), len({line.number for line in files[-1].lines}))
+            on_file_read(str(path), file_size(path), len({line.number for line in files[-1].lines}))
     return _import_files(store, files, skipped, skip_bad_lines=skip_bad_lines, progress=progress, owner=owner)
 
 
-def _size_of(path: Path) -> int:
-    """A file's size for progress reports (0 when it cannot be stat'ed: it was read already)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+class _Progress:
+    """``progress(done, total)`` in lines (each read once and written once), every few hundred."""
+
+    EVERY = 500
+
+    def __init__(self, callback: ProgressCallback | None, done: int, total: int) -> None:
+        self.callback, self.done, self.total, self._reported = callback, done, total, done
+        if callback is not None:
+            callback(done, total)
+
+    def add(self, lines: int) -> None:
+        self.done += lines
+        if self.callback is not None and self.done - self._reported >= self.EVERY:
+            self._reported = self.done
+            self.callback(min(self.done, self.total), self.total)
+
+    def finish(self) -> None:
+        if self.callback is not None:
+            self.callback(self.total, self.total)
 
 
 def _import_files(
@@ -1417,19 +1488,28 @@ def _import_files(
     skip_bad_lines: bool,
     progress: ProgressCallback | None,
     owner: _Owner,
+    snapshot: bool = True,
 ) -> ImportReport:
-    """Convert and write files already read (the follower passes the settled prefix of each)."""
-    total = 2 * sum(len(f.lines) for f in files)
-    done = sum(len(f.lines) for f in files)
-    if progress is not None:
-        progress(done, total)
-    plans = _plans(files, store, _count_text(store), skip_bad_lines, skipped)
+    """Convert and write files already read (the follower passes the settled prefix of each,
+    and no ``snapshot``: it writes a little at a time, and readers snapshot as they go)."""
+    read = sum(len(f.lines) for f in files)
+    shown = _Progress(progress, read, 2 * read)
+    plans = _plans(files, store)
+    count_text = _count_text(store)
+
+    def convert(plan: _Plan, converted: list[SkippedLine]) -> Iterator[Event]:
+        return _plan_events(plan, count_text, skip_bad_lines, converted, shown.add)
+
+    written = _write(store, plans, owner, convert, skipped)
+    # A view of a long session resumes from a snapshot instead of folding every event: one is
+    # taken of each session written, after the commit (a crash before it leaves no snapshot,
+    # which a reader does without; a snapshot never runs ahead of the log it folds).
+    if snapshot:
+        take_snapshots(
+            store, [plan.session_id for plan, (_, new, _) in zip(plans, written, strict=True) if new]
+        )
     imported: list[ImportedSession] = []
-    for plan, (written, created) in zip(plans, _write(store, plans, owner), strict=True):
-        read = 0 if plan.stored else len(plan.file.lines)  # a stored parent was not read from a file
-        done += read
-        if progress is not None:
-            progress(min(done, total), total)
+    for plan, (events, new, created) in zip(plans, written, strict=True):
         imported.append(
             ImportedSession(
                 session_id=plan.session_id,
@@ -1440,11 +1520,10 @@ def _import_files(
                 entries=plan.entries,
                 messages=plan.messages,
                 opaque=plan.opaque,
-                events=len(plan.events),
-                written=written,
+                events=events,
+                written=new,
                 created=created,
             )
         )
-    if progress is not None:
-        progress(total, total)
+    shown.finish()
     return ImportReport(tuple(imported), tuple(skipped))

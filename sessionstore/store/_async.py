@@ -174,6 +174,13 @@ class AsyncSessionStore:
         """See ``SessionStore.write_sessions``."""
         return await self.run_sync(SqlSessionStore.write_sessions, writes)
 
+    async def write_streamed(
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000
+    ) -> list[AppendResult]:
+        """See ``SessionStore.write_streamed``: the events' iterators are drawn on the event loop's
+        thread, between the batches' awaited statements."""
+        return await self.run_sync(SqlSessionStore.write_streamed, writes, batch_size=batch_size)
+
     # -- events --
 
     async def append(

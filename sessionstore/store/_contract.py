@@ -13,7 +13,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -345,14 +345,15 @@ class SessionWrite:
 
     Attributes:
         session_id: the session.
-        events: its events (for a new session: its first events).
+        events: its events (for a new session: its first events); ``write_streamed`` draws
+            them a batch at a time, so they may come from a generator.
         create: create the session (with ``metadata``, ``parent_session_id``, ``fork_seq``,
             ``tenant``, ``user``, ``external_id``); otherwise append after ``expected_seq``.
         expected_seq: for an append, the session's expected last seq, or ``ANY``.
     """
 
     session_id: str
-    events: Sequence[Event | dict[str, Any]] = ()
+    events: Iterable[Event | dict[str, Any]] = ()
     create: bool = False
     expected_seq: ExpectedSeq = "any"
     metadata: dict[str, Any] | None = None
@@ -664,6 +665,23 @@ class SessionStore(abc.ABC):
             SessionExistsError, SessionNotFoundError, ConcurrencyError, DuplicateEventError,
             ValidationError: as ``create_session`` / ``append`` would for that write; nothing of
                 any write is kept.
+        """
+
+    @abc.abstractmethod
+    def write_streamed(self, writes: Sequence[SessionWrite], *, batch_size: int = 1000) -> list[AppendResult]:
+        """``write_sessions`` for writes too large to hold: each write's ``events`` may be an
+        iterator, drawn ``batch_size`` events at a time inside the ONE transaction.
+
+        All or nothing as ``write_sessions``: an event that fails to validate, or an iterator
+        that raises, rolls back every write of the call. The writer's turn is held while the
+        events are drawn, so other writers wait for the whole call. Unlike ``write_sessions`` it
+        is tried once (an iterator cannot be replayed) and an append is not settled against
+        stored ids: an append whose ``expected_seq`` is not the head raises ``ConcurrencyError``.
+
+        Raises:
+            SessionExistsError, SessionNotFoundError, ConcurrencyError, DuplicateEventError,
+            IntegrityError, ValidationError: as ``write_sessions``; nothing of any write is kept.
+            Whatever the events' iterator raises, likewise.
         """
 
     @abc.abstractmethod

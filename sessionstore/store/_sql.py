@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 import sqlite3
@@ -246,6 +247,13 @@ class _AwaitedLock:
 def _await_sleep(seconds: float) -> None:
     """Pause without blocking the event loop (inside a greenlet the async store spawned)."""
     await_only(asyncio.sleep(seconds))
+
+
+def _batches(events: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    """``events`` in lists of up to ``size``, drawn one list at a time."""
+    it = iter(events)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
 
 
 def _utcnow() -> datetime:
@@ -483,7 +491,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     # -- preparation (outside any transaction: validation and tokenizing hold no lock) --
 
-    def _prepare(self, batch: Sequence[Event | dict[str, Any]]) -> list[Prepared]:
+    def _prepare(self, batch: Iterable[Event | dict[str, Any]]) -> list[Prepared]:
         if isinstance(batch, Event | dict | str | bytes) or not isinstance(batch, Iterable):
             kind = type(batch).__name__
             msg = f"events must be a sequence of events (wrap a single event in a list), not {kind}"
@@ -684,6 +692,72 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             operation, expected = ("create_session", None) if write.create else ("append", write.expected_seq)
             log_append(operation, write.session_id, one.prepared, result, expected)
         return results
+
+    def write_streamed(self, writes: Sequence[SessionWrite], *, batch_size: int = 1000) -> list[AppendResult]:
+        """See ``SessionStore.write_streamed``."""
+        check_int("batch_size", batch_size, minimum=1)
+        checked: list[tuple[_CheckedWrite, Iterable[Event | dict[str, Any]]]] = []
+        batch_keys: dict[str, _Sealing] = {}
+        for write in writes:
+            # Checked (and a new session's key made) up front; the events are not touched yet.
+            one = self._check_write(dataclasses.replace(write, events=()), batch_keys)
+            if write.create:
+                batch_keys[write.session_id] = one.sealing
+            checked.append((one, write.events))
+        attributes: dict[str, Attribute] = {
+            "db.system.name": self.db_system,
+            "sessionstore.sessions": len(checked),
+        }
+        with span("sessionstore.write_streamed", attributes, client=True):
+            now = _utcnow()
+            with self._lock, self._driver_transaction() as txn:
+                return [self._stream_in(txn, one, events, batch_size, now) for one, events in checked]
+
+    def _stream_in(
+        self,
+        txn: DriverTransaction,
+        one: _CheckedWrite,
+        events: Iterable[Event | dict[str, Any]],
+        batch_size: int,
+        now: datetime,
+    ) -> AppendResult:
+        """One write of ``write_streamed``: its events prepared and inserted a batch at a time."""
+        write, sid = one.write, one.write.session_id
+        seqs: list[int] = []
+        positions: list[int] = []
+        batches = _batches(events, batch_size)
+        first = one.sealing.seal(self._prepare(next(batches, [])))
+        if write.create:
+            created, at, _ = self._create_in(
+                txn,
+                sid,
+                write.parent_session_id,
+                write.fork_seq,
+                one.meta_json,
+                first,
+                now,
+                one.owner,
+                one.key,
+            )
+            seqs.extend(created)
+            positions.extend(at)
+            last = created[-1] if created else 0
+        else:
+            last_stored = txn.last_seq(sid)
+            if last_stored is None:
+                raise txn.missing(sid)
+            if write.expected_seq != ANY and write.expected_seq != last_stored:
+                raise ConcurrencyError(sid, write.expected_seq, last_stored)  # streamed: never a replay
+            last = last_stored
+        rest = (one.sealing.seal(self._prepare(batch)) for batch in batches)
+        for prepared in itertools.chain([first] if first and not write.create else [], rest):
+            outcome = self._append_in(txn, sid, prepared, last, one.sealing)
+            if isinstance(outcome, AppendResult):  # pragma: no cover - the head was checked above
+                raise ConcurrencyError(sid, last, outcome.last_seq)
+            seqs.extend(outcome[0])
+            positions.extend(outcome[1])
+            last = outcome[0][-1]
+        return AppendResult(sid, tuple(seqs), tuple(positions), last)
 
     def _check_write(self, write: SessionWrite, batch_keys: Mapping[str, _Sealing]) -> _CheckedWrite:
         """Validate (and seal) one write up front."""
