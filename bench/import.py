@@ -3,6 +3,7 @@
 Usage::
 
     python bench/import.py [--quick] [--turns N] [--repeats R] [--pg URL] [--profile]
+    python bench/import.py --large MB LINE_MB
 
 Workloads
 ---------
@@ -36,6 +37,17 @@ that raises shows its error in place of its numbers, and the exit status is 1.
 
 ``--profile`` adds a cProfile of the ``sqlite`` import of the generated file, grouped by cost
 (tokenizer, SQLite, JSON, event ids, pydantic, hashing, the importer's own code).
+
+``--large MB LINE_MB`` runs instead the large workloads, each import in a child process so its
+peak RSS (``ru_maxrss`` from ``os.wait4``) is its own: a ~MB transcript made of the corpus's main
+transcripts' lines, copied with fresh uuids and API message ids until it is that large (one
+conversation), and a transcript of ONE line of ~LINE_MB (a real prompt whose text is corpus text
+repeated), each alone and both in one import. Each is imported by this tree's importer
+(``after``) and by the importer of commit ``BEFORE`` (``before``, read from git and run on this
+tree's store; skipped without git). Columns: wall and CPU seconds of the import call, MB/s per
+wall and per CPU second, the child's peak RSS and that over the largest file. Then
+``sessionstore context``, ``audit`` and ``served --turn 1 --as-sent`` run as child processes on the
+imported ~MB session, first with the snapshot the import took, then with the snapshots deleted.
 
 The full run takes about two minutes on 2 cores (a minute more with ``--pg``, another with
 ``--profile``); ``--quick`` about fifteen seconds (thirty with ``--pg``).
@@ -322,6 +334,292 @@ def profile_import(workload: Workload, folder: Path) -> None:
     stats.sort_stats("tottime").print_stats(12)
 
 
+# --- large transcripts: throughput and peak memory, before and after streaming ----------------
+#
+# ``--large``: transcripts made from the real corpus (its main transcripts' lines, repeated with
+# fresh uuids and API message ids so each copy is new to the importer, chained into one long
+# conversation), plus one transcript that is a single huge line (a real prompt whose text is
+# real corpus text repeated). Each import runs in a child process, so its peak RSS
+# (``ru_maxrss``, from ``os.wait4``) is its own: ``after`` is this tree's importer, ``before``
+# the importer of commit BEFORE (loaded from git, on this tree's store), when git has it. Then
+# ``context``, ``audit`` and ``served --as-sent`` run as child processes on the largest imported
+# session, with and without the snapshot the import took.
+
+BEFORE = "53a735b"  # the last importer that converted every file before writing
+CORPORA = [CORPUS, CORPUS.parent / "claude-code-more"]
+LARGE_SESSION = "5e551045-0000-4000-8000-00000000001a"
+HUGE_SESSION = "5e551045-0000-4000-8000-00000000001b"
+_NAMESPACE = uuid.UUID("0b5e1f1e-3c1a-4e55-9d1c-7a2f4b8e6c01")
+
+
+def _corpus_lines() -> list[dict[str, object]]:
+    """Every object of the corpus's main transcripts (sub-agent files left out), in file order."""
+    found: list[dict[str, object]] = []
+    for folder in CORPORA:
+        for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+            if "agent-" in path.name:
+                continue
+            for raw in path.read_bytes().split(b"\n"):
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    continue  # blank, or several objects on a line: left out of the copies
+                if isinstance(value, dict) and not value.get("isSidechain"):
+                    found.append(value)
+    return found
+
+
+def _copy(line: dict[str, object], k: int, previous: str | None) -> dict[str, object]:
+    """``line`` as copy ``k``: uuids and API message ids of its own; a root hangs off ``previous``."""
+
+    def fresh(value: object) -> object:
+        return str(uuid.uuid5(_NAMESPACE, f"{k}/{value}")) if isinstance(value, str) else value
+
+    out = dict(line)
+    out["sessionId"] = LARGE_SESSION
+    for key in ("uuid", "parentUuid", "logicalParentUuid"):
+        if key in out:
+            out[key] = fresh(out[key])
+    if out.get("parentUuid") is None and out.get("uuid") is not None and previous is not None:
+        out["parentUuid"] = previous
+    message = out.get("message")
+    if isinstance(message, dict) and isinstance(message.get("id"), str):
+        out["message"] = {**message, "id": f"{message['id']}_{k}"}
+    return out
+
+
+def large_workloads(folder: Path, many_mb: int, huge_mb: int) -> tuple[Workload, Workload] | None:
+    """(one ~``many_mb`` MB transcript of copied corpus lines, one transcript of one ~``huge_mb`` MB line)."""
+    lines = _corpus_lines()
+    if not lines:
+        return None
+    many = folder / "many" / f"{LARGE_SESSION}.jsonl"
+    many.parent.mkdir()
+    written, k, previous = 0, 0, None
+    with many.open("w", encoding="utf-8") as out:
+        while written < many_mb * 1_000_000:
+            for line in lines:
+                copied = _copy(line, k, previous)
+                text = json.dumps(copied, separators=(",", ":"), ensure_ascii=False) + "\n"
+                out.write(text)
+                written += len(text.encode())
+                previous = copied.get("uuid") if isinstance(copied.get("uuid"), str) else previous  # type: ignore[assignment]
+            k += 1
+    prose = "".join(
+        block.get("text", "") if isinstance(block, dict) else ""
+        for line in lines
+        if isinstance(line.get("message"), dict)
+        for block in (line["message"].get("content") or [])  # type: ignore[union-attr]
+        if isinstance(line["message"].get("content"), list)  # type: ignore[union-attr]
+    )
+    prompt = next(
+        line for line in lines if line.get("type") == "user" and isinstance(line.get("message"), dict)
+    )
+    text = prose * (huge_mb * 1_000_000 // max(1, len(prose.encode())) + 1)
+    huge_line = {
+        **prompt,
+        "sessionId": HUGE_SESSION,
+        "parentUuid": None,
+        "message": {"role": "user", "content": text},
+    }
+    huge = folder / "huge" / f"{HUGE_SESSION}.jsonl"
+    huge.parent.mkdir()
+    huge.write_text(json.dumps(huge_line, separators=(",", ":"), ensure_ascii=False) + "\n", encoding="utf-8")
+    del text, huge_line
+    return (
+        Workload(f"copied corpus ({many_mb} MB)", [many], [many], *_size([many])),
+        Workload(f"one {huge_mb} MB line", [huge], [huge], *_size([huge])),
+    )
+
+
+def _child(argv: list[str]) -> int:
+    """In a child process: import ``paths`` into ``db`` with the ``before`` or ``after`` importer."""
+    which, db, *paths = argv
+    importer = sessionstore.import_claude_code
+    if which == "before":
+        import importlib.util
+
+        source = Path(db).with_suffix(".before.py")
+        spec = importlib.util.spec_from_file_location("sessionstore.claude_code._import_before", source)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        importer = module.import_claude_code
+    store = _open_sqlite(Path(db), counting=True)
+    rss_before = round(_own_peak_mb())
+    start, cpu = time.perf_counter(), time.process_time()
+    report = importer(store, paths)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    store.close()
+    print(json.dumps({"wall": wall, "cpu": cpu, "written": report.written, "rss_ready_mb": rss_before}))
+    _report_peak()
+    return 0
+
+
+def _view(argv: list[str]) -> int:
+    """In a child process: run the command line ``argv`` with its output discarded."""
+    from sessionstore.cli import main as cli
+
+    with open(os.devnull, "w") as sink:
+        status = cli(argv, out=sink)
+    _report_peak()
+    return status
+
+
+def _report_peak() -> None:
+    """This process's own peak RSS in MB, last on stderr (see ``_run_child``)."""
+    print(f"peak-rss-mb {_own_peak_mb():.1f}", file=sys.stderr)
+
+
+def _own_peak_mb() -> float:
+    """The peak RSS of this program: ``VmHWM``, which exec resets. ``ru_maxrss`` does not: a child
+    forked from a big parent reports the parent's size until exec as its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass
+class ChildRun:
+    wall: float
+    cpu: float
+    rss_mb: float
+    output: str
+    status: int
+
+
+def _run_child(command: list[str], folder: Path) -> ChildRun:
+    """Run ``command`` (a ``--child`` or ``--view`` of this script): its wall time, its CPU time and
+    the peak RSS it reports of itself. Output goes to files (a view of a long session prints
+    megabytes)."""
+    import subprocess
+
+    out_path, err_path = folder / "child.out", folder / "child.err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    errors = err_path.read_text()
+    peaks = [float(line.split()[1]) for line in errors.splitlines() if line.startswith("peak-rss-mb ")]
+    text = out_path.read_text()[-2000:] if child.returncode == 0 else errors[-400:]
+    cpu = usage.ru_utime + usage.ru_stime
+    return ChildRun(wall, cpu, peaks[-1] if peaks else float("nan"), text, child.returncode)
+
+
+def _import_child(which: str, workloads: list[Workload], folder: Path, db: Path) -> ChildRun:
+    paths = [str(p) for w in workloads for p in w.paths]
+    return _run_child([sys.executable, __file__, "--child", which, str(db), *paths], folder)
+
+
+def _before_source(db: Path) -> bool:
+    """Write the BEFORE importer beside ``db`` (where ``_child`` loads it); False without git."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    shown = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{BEFORE}:sessionstore/claude_code/_import.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if shown.returncode != 0:
+        return False
+    db.with_suffix(".before.py").write_text(shown.stdout)
+    return True
+
+
+VIEWS = {
+    "context": ["context", "{sid}", "--json"],
+    "audit": ["audit", "{sid}", "--json"],
+    "served": ["served", "{sid}", "--turn", "1", "--as-sent", "--json"],
+}
+
+
+def _views(db: Path, session_id: str, folder: Path) -> dict[str, ChildRun]:
+    cli = [sys.executable, __file__, "--view", "--db", str(db), "--no-pager"]
+    return {
+        name: _run_child(cli + [arg.format(sid=session_id) for arg in args], folder)
+        for name, args in VIEWS.items()
+    }
+
+
+def _drop_snapshots(db: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM snapshots")
+
+
+def run_large(folder: Path, many_mb: int, huge_mb: int) -> int:
+    made = large_workloads(folder, many_mb, huge_mb)
+    if made is None:
+        print(f"NOTE: corpus not found at {CORPUS}: the large workloads are skipped.")
+        return 0
+    many, huge = made
+    largest = max(many.bytes, huge.bytes)
+    print("\nLarge transcripts made from the corpus; import in a child process each (token counting on):")
+    header = (
+        f"{'workload':<26} {'importer':<8} {'wall s':>8} {'cpu s':>8} {'MB/s':>7} {'MB/cpu s':>8} "
+        f"{'peak RSS MB':>12} {'x largest':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    failed = False
+    rows: list[tuple[str, list[Workload]]] = [
+        (many.name, [many]),
+        (huge.name, [huge]),
+        ("both, one import", [many, huge]),
+    ]
+    views_db: Path | None = None
+    for name, workloads in rows:
+        size = sum(w.bytes for w in workloads)
+        biggest = max(w.bytes for w in workloads)
+        for which in ("before", "after"):
+            db = folder / f"large-{which}-{uuid.uuid4().hex[:6]}.db"
+            if which == "before" and not _before_source(db):
+                print(f"{name:<26} {which:<8} (commit {BEFORE} not in this checkout's git: skipped)")
+                continue
+            run = _import_child(which, workloads, folder, db)
+            if run.status != 0:
+                failed = True
+                print(f"{name:<26} {which:<8} FAILED (exit {run.status}, {run.rss_mb:,.0f} MB): {run.output}")
+                continue
+            timing = json.loads(run.output.strip().splitlines()[-1])
+            print(
+                f"{name:<26} {which:<8} {timing['wall']:>8.1f} {timing['cpu']:>8.1f} "
+                f"{size / 1e6 / timing['wall']:>7.1f} {size / 1e6 / timing['cpu']:>8.1f} "
+                f"{run.rss_mb:>12,.0f} {run.rss_mb / (biggest / 2**20):>10.2f}"
+            )
+            if which == "after" and workloads == [many]:
+                views_db = db
+                continue
+            for leftover in folder.glob(db.name + "*"):
+                leftover.unlink()
+    print(f"(largest file {largest / 1e6:.0f} MB; 'x largest' = peak RSS / that row's largest file)")
+    if views_db is not None:
+        events = sessionstore.open_store(views_db).last_seq(LARGE_SESSION)
+        print(f"\nViews of the imported {many.name} session ({events:,} events), each a child process:")
+        print(f"{'command':<10} {'snapshot':<10} {'wall s':>8} {'cpu s':>8} {'peak RSS MB':>12}  status")
+        with_snapshot = _views(views_db, LARGE_SESSION, folder)
+        _drop_snapshots(views_db)
+        without = _views(views_db, LARGE_SESSION, folder)
+        for name in VIEWS:
+            for label, run in (("import's", with_snapshot[name]), ("none", without[name])):
+                last = run.output.strip().splitlines()[-1][:90] if run.output.strip() else ""
+                status = "ok" if run.status == 0 else f"exit {run.status}: {last}"
+                print(
+                    f"{name:<10} {label:<10} {run.wall:>8.2f} {run.cpu:>8.2f} {run.rss_mb:>12,.0f}  {status}"
+                )
+    return 1 if failed else 0
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -334,6 +632,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--pg", metavar="URL", help="also import into PostgreSQL (a fresh schema)")
     parser.add_argument("--profile", action="store_true", help="cProfile the generated import")
+    parser.add_argument(
+        "--large",
+        nargs=2,
+        type=int,
+        metavar=("MB", "LINE_MB"),
+        help="only the large workloads: a MB-sized transcript copied from the corpus and one LINE_MB line",
+    )
     args = parser.parse_args(argv)
     args.turns = args.turns or (QUICK_TURNS if args.quick else FULL_TURNS)
     args.repeats = args.repeats or (2 if args.quick else 1)
@@ -341,7 +646,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["--child"]:
+        return _child(sys.argv[2:])
+    if argv is None and sys.argv[1:2] == ["--view"]:
+        return _view(sys.argv[2:])
     args = parse_args(argv)
+    if args.large:
+        print(f"sessionstore {sessionstore.__version__} import benchmark (large), Python {sys.version[:6]}")
+        print_load("start")
+        with tempfile.TemporaryDirectory(prefix="sessionstore-import-") as tmp:
+            status = run_large(Path(tmp), *args.large)
+        print_load("end")
+        return status
     runners: dict[str, Runner] = {"sqlite": sqlite_runner(True), "sqlite, tokens off": sqlite_runner(False)}
     if args.pg:
         runners["postgres"] = pg_runner(args.pg)
