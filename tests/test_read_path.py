@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import zlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -166,3 +167,15 @@ def test_a_compressed_row_reads_as_the_record_of_its_text() -> None:
     assert fast == built
     assert fast.payload_dict() == json.loads(text)
     assert vars(fast)["payload"] == text
+
+
+def test_a_row_packed_with_zlib_reads_too() -> None:
+    """Codec byte 1 (zlib) reads like zstd's 2: the codec is the row's, not the installation's."""
+    created = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    text = json.dumps({"role": "user", "content": "zlib " * 300})
+    head: tuple[Any, ...] = ("s", 2, 7, "e", "message_appended", 1)
+    tail: tuple[Any, ...] = (3, "p" * 64, "h" * 64, created)
+
+    fast = stored_event(*head, "", *tail, b"\x01" + zlib.compress(text.encode()))
+
+    assert fast == RecordedEvent(*head, text, *tail)
