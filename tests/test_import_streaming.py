@@ -153,7 +153,7 @@ class TestWriteStreamed:
 
 def test_an_import_leaves_a_snapshot_that_sessions_resume_from(tmp_path: Path, store: SessionStore) -> None:
     """Views of an imported session start from the snapshot taken at the end of the import."""
-    path = _write(tmp_path / f"{_SESSION}.jsonl", _transcript(30))
+    path = _write(tmp_path / f"{_SESSION}.jsonl", _transcript(400))  # 1,200 lines: over snapshot_every
     import_claude_code(store, [path])
     last = store.last_seq(_SESSION)
     tokenizer = store.token_counter.name if store.token_counter is not None else "none"
@@ -168,3 +168,17 @@ def test_an_import_leaves_a_snapshot_that_sessions_resume_from(tmp_path: Path, s
     assert snapshot.seq == last
     assert resumed.request() == folded.request()
     assert resumed.token_state() == folded.token_state()
+
+
+def test_a_short_imported_session_gets_no_snapshot(tmp_path: Path, store: SessionStore) -> None:
+    """Below ``snapshot_every`` events folding is cheaper than a snapshot: none is taken."""
+    path = _write(tmp_path / f"{_SESSION}.jsonl", _transcript(30))
+    import_claude_code(store, [path])
+    tokenizer = store.token_counter.name if store.token_counter is not None else "none"
+
+    snapshot = store.latest_snapshot(
+        _SESSION, ApiContextProjection.name, ApiContextProjection.version, tokenizer
+    )
+
+    assert store.last_seq(_SESSION) < 1000
+    assert snapshot is None

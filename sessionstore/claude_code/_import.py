@@ -15,11 +15,14 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
 * Events follow the ``parentUuid`` graph, not file order. Event ids are derived from (session,
   line, part), so importing the same file again writes nothing, and a file that grew (Claude
   Code appends on resume) adds only its new lines.
-* Every file is read and converted before anything is written: a malformed line fails the whole
-  import, naming the file and line, unless ``skip_bad_lines`` is set (each skip is reported).
-  Then every session of the import is written in ONE transaction (``write_sessions``): a
-  sub-agent that cannot be written leaves no main session linking to it. A concurrent import of
-  the same files is no error: whichever commits second finds the sessions stored.
+* Every file is read and checked before anything is written (``_lines``: only each line's head
+  is kept): a malformed line fails the whole import, naming the file and line, unless
+  ``skip_bad_lines`` is set (each skip is reported). Then every session of the import is written
+  in ONE transaction (``write_streamed``), its lines read again and converted as their events are
+  written, a batch at a time: a line that cannot be modelled, or a sub-agent that cannot be
+  written, leaves nothing, so no main session links to a missing child. A concurrent import of
+  the same files is no error: whichever commits second finds the sessions stored. Each session
+  written gets a snapshot of its API context after the commit.
 * Only regular files are read, never through a FIFO or a device. In a folder, a special file or
   a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
   only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
@@ -62,6 +65,7 @@ from ..events._base import (
 from ..events._context import CompactBoundary, MicrocompactApplied, PreservedSegment, ToolResultPersisted
 from ..events._post_compact import ListingDelta, ListingKind
 from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
+from ..projections._session import SessionConfig
 from ..projections._snapshots import take_snapshots
 from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id
 from ._lines import BadLineError as _BadLineError
@@ -1400,8 +1404,10 @@ def import_claude_code(
 
     A main transcript brings its sub-agents along (flat ``agent-*.jsonl`` siblings with the same
     ``sessionId``, and ``<sessionId>/subagents/**/agent-*.jsonl``). Every file is read and
-    converted before anything is written; then all sessions are written in one transaction,
-    parents first. Importing the same files again (or concurrently) writes nothing more.
+    checked before anything is written; then all sessions are written in one transaction,
+    parents first, each line converted as it is written (memory does not grow with the files;
+    docs/import-export.md "Bounded memory"). Importing the same files again (or concurrently)
+    writes nothing more. Each session written gets a snapshot of its API context at the end.
 
     Args:
         store: where the sessions go.
@@ -1504,10 +1510,16 @@ def _import_files(
     # A view of a long session resumes from a snapshot instead of folding every event: one is
     # taken of each session written, after the commit (a crash before it leaves no snapshot,
     # which a reader does without; a snapshot never runs ahead of the log it folds).
+    # Only where a live Session would have taken one (every ``snapshot_every`` events): a short
+    # session folds faster than a snapshot loads, and its huge lines would be held again by the fold.
+    every = SessionConfig().snapshot_every
     if snapshot:
-        take_snapshots(
-            store, [plan.session_id for plan, (_, new, _) in zip(plans, written, strict=True) if new]
-        )
+        written_long = [
+            plan.session_id
+            for plan, (events, new, _) in zip(plans, written, strict=True)
+            if new and events >= every
+        ]
+        take_snapshots(store, written_long)
     imported: list[ImportedSession] = []
     for plan, (events, new, created) in zip(plans, written, strict=True):
         imported.append(
