@@ -24,6 +24,7 @@ from sessionstore.audit import audit
 from sessionstore.claude_code import export_claude_code
 from sessionstore.events import CompactFailed
 from sessionstore.pipeline import BackgroundPreparer, prepare_compaction
+from sessionstore.pipeline._collapse import collapse
 from sessionstore.pipeline._compaction import CompactConfig, compact, compact_preview, compact_session
 from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer
 from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
@@ -225,6 +226,21 @@ class TestStale:
         assert report.ok
         boundary = _payloads(session, "compact_boundary")[0]
         assert boundary["prepared_event_id"] is None and boundary["template"] == "base"
+        sessionstore.validate_request(session.request())
+
+    def test_a_collapse_across_its_end_discards_it(self) -> None:
+        """A span collapsed since, half in what it summarized and half after: never committed."""
+        session = _session()
+        prepare_compaction(session, OfflineSummarizer())
+        _turn(session, 3)
+        _turn(session, 4)
+        collapse(session, OfflineSummarizer(), "p2", "a3")
+
+        compact_session(session, OfflineSummarizer(), PRECOMPUTE, trigger="auto")
+
+        discarded = _payloads(session, "compaction_preparation_discarded")
+        assert [d["reason"] for d in discarded] == ["changed"]
+        assert "collapse" in discarded[0]["detail"]
         sessionstore.validate_request(session.request())
 
     def test_one_that_would_stay_above_the_threshold_is_discarded(self) -> None:

@@ -9,8 +9,9 @@ order:
 1. ``compacted``: the latest compaction is no longer the one it was prepared on (a compaction
    was recorded, or one reverted, since);
 2. ``changed``: a message it covers changed (one grew, e.g. results merged into it: the raw
-   tokens of the messages up to ``through_seq`` differ from the recorded ``covered_tokens``), or
-   a snip took messages that came after it out of the request;
+   tokens of the messages up to ``through_seq`` differ from the recorded ``covered_tokens``), a
+   snip took messages that came after it out of the request, or a committed collapse spans the
+   cut (part of its span would be summarized, part kept);
 3. ``unclean_cut``: the first message after it opens with tool results (their calls would be
    summarized away);
 4. ``grown``: the messages after it weigh more than ``precompute_max_growth_percent`` of the
@@ -34,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
-from ..projections._api_context import freed_per_message, leading_results
+from ..projections._api_context import committed_spans, freed_per_message, leading_results
 from ..projections._api_records import PreparedCompaction
 from ..projections._session import Session
 
@@ -71,6 +72,8 @@ def stale_reason(
         )
     if keep < state.first_visible:
         return "changed", "a snip took messages after it out of the request"
+    if any(start < keep < end for start, end, _ in committed_spans(state)):
+        return "changed", "a collapse committed since spans the messages it covers and those after it"
     messages = state.messages
     if keep < len(messages) and messages.role(keep) == "user" and leading_results(messages[keep]["content"]):
         return "unclean_cut", "the first message after it opens with tool results"
