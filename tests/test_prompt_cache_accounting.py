@@ -163,20 +163,16 @@ class TestPromptCacheAccounting:
     def test_a_top_level_cache_control_marks_the_last_block(self, client: anthropic.Anthropic) -> None:
         """Automatic caching: the request is written up to its last block, then read back."""
         messages = _turns(9, mark_last=False)
-        first = client.messages.create(
-            model=MODEL,
-            max_tokens=10,
-            system=SYSTEM_TEXT,
-            messages=messages,
-            extra_body={"cache_control": MARK},
-        ).usage
-        again = client.messages.create(
-            model=MODEL,
-            max_tokens=10,
-            system=SYSTEM_TEXT,
-            messages=messages,
-            extra_body={"cache_control": MARK},
-        ).usage
+        first, again = (
+            client.messages.create(
+                model=MODEL,
+                max_tokens=10,
+                system=SYSTEM_TEXT,
+                messages=messages,
+                extra_body={"cache_control": MARK},
+            ).usage
+            for _ in range(2)
+        )
 
         assert first.cache_creation_input_tokens == again.cache_read_input_tokens > 0
 
