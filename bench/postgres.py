@@ -43,7 +43,7 @@ on a freshly opened store, opening not timed, bytes checked identical):
 * ``rebuild``: the same with ``use_snapshots=False`` (the full fold of the log);
 * ``JSONL``: parsing the transcript file instead (projection.py's ``jsonl_resume``);
 * ``raw log``, a floor for the rebuild: raw psycopg fetching every row of the session
-  and ``json.loads`` of each payload.
+  and ``json.loads`` of each payload (decompressed first where the store compressed it).
 
 ``concurrent``: ``--processes`` worker processes (default 16) each append ``--appends``
 messages (default 100; bench/append.py's generator, seeded per worker), one per transaction,
@@ -102,6 +102,7 @@ from _common import median, print_table
 import sessionstore
 from sessionstore import ANY, ConcurrencyError, Session
 from sessionstore.store import TiktokenCounter
+from sessionstore.store._codec import unpack_payload
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -235,7 +236,8 @@ def run_append_part(url: str, messages: list[append_bench.Message], repeats: int
 
 
 def raw_log_read_ms(url: str, schema: str, session_id: str, repeats: int) -> float:
-    """Median ms of raw psycopg fetching every row of the session and ``json.loads`` of each payload."""
+    """Median ms of raw psycopg fetching every row of the session and ``json.loads`` of each payload
+    (decompressed first where the store keeps it compressed, ``payload_packed``)."""
     import psycopg
 
     times = []
@@ -245,8 +247,16 @@ def raw_log_read_ms(url: str, schema: str, session_id: str, repeats: int) -> flo
             start = time.perf_counter_ns()
             rows = conn.execute("SELECT * FROM events WHERE session_id = %s ORDER BY seq", (session_id,))
             names = [column.name for column in rows.description or ()]
-            at = names.index("payload")
-            decoded = [json.loads(row[at]) for row in rows.fetchall()]
+            text_at = names.index("payload")
+            packed_at = names.index("payload_packed") if "payload_packed" in names else None
+            decoded = [
+                json.loads(
+                    row[text_at]
+                    if packed_at is None or row[packed_at] is None
+                    else unpack_payload(bytes(row[packed_at]))
+                )
+                for row in rows.fetchall()
+            ]
             times.append(time.perf_counter_ns() - start)
             del decoded
     return statistics.median(times) / 1e6
