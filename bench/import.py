@@ -686,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             profile_import(generated, folder)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"\npeak RSS {peak:,.0f} MB (the importer reads and converts every file before writing); "
+        f"\npeak RSS {peak:,.0f} MB (of this whole process, every contender and the generator; "
+        "--large measures each import in a child of its own); "
         f"total {time.perf_counter() - started:.0f} s"
     )
     failed = [f"{w.name}: {r.contender}" for w, rows in results for r in rows if r.error is not None]
