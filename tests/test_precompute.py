@@ -26,6 +26,7 @@ from sessionstore.events import CompactFailed
 from sessionstore.pipeline import BackgroundPreparer, prepare_compaction
 from sessionstore.pipeline._collapse import collapse
 from sessionstore.pipeline._compaction import CompactConfig, compact, compact_preview, compact_session
+from sessionstore.pipeline._snip import snip
 from sessionstore.pipeline._summarizers import AnthropicSummarizer, OfflineSummarizer
 from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
 
@@ -243,6 +244,22 @@ class TestStale:
         assert "collapse" in discarded[0]["detail"]
         sessionstore.validate_request(session.request())
 
+    @pytest.mark.parametrize("edit", ["snip", "collapse"])
+    def test_an_edit_reverted_after_it_was_prepared_discards_it(self, edit: str) -> None:
+        """Prepared while a snip or a collapse was in effect, it never saw what that edit hid:
+        once the edit is reverted, committing it would drop those messages. Discarded."""
+        session = _session(turns=5)
+        report = snip(session, 1) if edit == "snip" else collapse(session, OfflineSummarizer(), "p1", "a2")
+        prepare_compaction(session, OfflineSummarizer())
+        revert(session, report.event_ids[-1])
+
+        compact_session(session, OfflineSummarizer(), PRECOMPUTE, trigger="auto")
+
+        discarded = _payloads(session, "compaction_preparation_discarded")
+        assert [d["reason"] for d in discarded] == ["changed"]
+        assert _payloads(session, "compact_boundary")[0]["prepared_event_id"] is None
+        sessionstore.validate_request(session.request())
+
     def test_one_that_would_stay_above_the_threshold_is_discarded(self) -> None:
         """Growth allowed, but the kept tail alone would be over the threshold: summarized anew."""
         session = _session()
@@ -430,7 +447,15 @@ class TestBackground:
         """Reaching the threshold with the summary in flight: the compaction waits for it rather
         than asking for a second one."""
         gate = self._gated(messages_api)
-        with BackgroundPreparer() as preparer:
+        running_when_waited: list[bool] = []
+
+        class ReleasingWhenWaited(BackgroundPreparer):
+            def wait(self, session_id: str) -> None:  # the summary is answered only once waited for
+                running_when_waited.append(self.running(session_id))
+                gate.set()
+                super().wait(session_id)
+
+        with ReleasingWhenWaited() as preparer:
             config = CompactConfig(session_memory=False, precompute_percent=80, preparer=preparer)
             pipeline = Pipeline(PipelineConfig(compact=config), summarizer=_anthropic(messages_api))
             session = _session()
@@ -438,10 +463,10 @@ class TestBackground:
             pipeline.prepare(session)
             _turn(session, 3)
             _used(session, 78_000)
-            gate.set()  # answered while (or before) the compaction waits: either way it is used
 
             pipeline.prepare(session)
 
+        assert running_when_waited == [True]
         assert _summary_calls(messages_api) == 1
         assert _types(session).count("compaction_prepared") == 1
         assert _payloads(session, "compact_boundary")[0]["prepared_event_id"] is not None
@@ -463,6 +488,31 @@ class TestBackground:
         assert [t for t in _types(session) if "prepar" in t] == []
         assert session.last_seq == last + 1  # the served request only
         assert retried
+
+    def test_a_preparation_that_raises_unexpectedly_never_stops_a_turn(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A summarizer raising something other than SummaryFailedError on the worker (a bug in
+        a custom summarizer, a client error) is logged; the turns and the compaction go on."""
+
+        class BrokenSummarizer:
+            name = "broken"
+
+            def summarize(self, request: Any) -> Any:
+                raise RuntimeError("client misconfigured")
+
+        with BackgroundPreparer() as preparer:
+            config = CompactConfig(session_memory=False, precompute_percent=80, preparer=preparer)
+            pipeline = Pipeline(PipelineConfig(compact=config), summarizer=BrokenSummarizer())
+            session = _session()
+            _used(session, 65_000)
+            pipeline.prepare(session)
+            preparer.wait(session.id)
+            with caplog.at_level("WARNING", logger="sessionstore.pipeline"):
+                pipeline.prepare(session)
+
+        assert [t for t in _types(session) if "prepar" in t] == []
+        assert "client misconfigured" in caplog.text
 
 
 class TestConfig:

@@ -247,8 +247,9 @@ class CompactionPrepared(Event):
     summarizer: str
     summary_tokens: NonNegativeInt
     through_seq: NonNegativeInt
-    #: Raw tokens of the view messages that began at or before ``through_seq`` (all of them,
-    #: snipped or not): a message that grew since changes it, and the preparation is stale.
+    #: Raw tokens of the visible messages that began at or before ``through_seq``, less what
+    #: committed collapses among them freed: a message that grew, or a snip or collapse committed
+    #: or reverted since, changes it, and the preparation is stale.
     covered_tokens: NonNegativeInt
     base_compaction_event_id: str | None = None
     #: "Used" tokens when it was prepared.

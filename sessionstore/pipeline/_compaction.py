@@ -20,6 +20,7 @@ import bisect
 import copy
 import dataclasses
 import json
+import logging
 import math
 import re
 import subprocess
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .._telemetry import span
+from .._telemetry import log_record, span
 from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptTooLongError, ValidationError
 from ..events._context import (
     CompactBoundary,
@@ -48,9 +49,16 @@ from ..projections._session import Session
 from ..store._async import blocking_call
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._listings import listing_texts
-from ._observed import log_compaction
+from ._observed import PIPELINE_LOG, log_compaction
 from ._post_compact import post_compact_events, told_again, with_preserved_segment
-from ._precompute import BackgroundPreparer, StaleReason, preparation_mark, prepared_keep_index, stale_reason
+from ._precompute import (
+    BackgroundPreparer,
+    StaleReason,
+    covered_tokens,
+    preparation_mark,
+    prepared_keep_index,
+    stale_reason,
+)
 from ._restore import Candidate, paths_in, select_attachments
 from ._stage import StageReport
 from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
@@ -727,14 +735,24 @@ class _PreparationJob:
             return self, _summarize_with_retries(self.session, self.summarizer, self.request)
         except SummaryFailedError:
             return self, None
+        except Exception as e:  # a preparation is an optimisation: it never stops a turn or a compaction
+            log_record(
+                PIPELINE_LOG,
+                logging.WARNING,
+                "compaction_preparation",
+                "preparing a compaction of session {session_id} failed, nothing recorded: {error}",
+                session_id=self.session.id,
+                error=f"{type(e).__name__}: {e}",
+            )
+            return self, None
 
 
 def _preparation_job(
     session: Session, summarizer: Summarizer, config: CompactConfig, *, detached: bool
 ) -> _PreparationJob | None:
     """Capture a preparation now (the pre-compact hooks run here); None when there is nothing to
-    summarize or a hook failed. ``detached``: the request owns copies of the messages, so later
-    folds (which may extend the last message in place) cannot change it under a worker thread."""
+    summarize or a hook failed. ``detached``: the request owns copies of its messages, so
+    nothing the session's thread does later (folds, edits) can change what a worker thread sends."""
     state = session.api_state
     if not state.messages:
         return None
@@ -762,7 +780,7 @@ def _preparation_job(
             prefix=request,
         ),
         through_seq=session.last_seq,
-        covered_tokens=sum(state.message_tokens[:keep]),
+        covered_tokens=covered_tokens(state, keep),
         base_compaction_event_id=state.compact.event_id if state.compact is not None else None,
         used=session.used_tokens(),
         last_message_uuid=_last_message_uuid(session),
@@ -800,7 +818,9 @@ def _take_background(session: Session, config: CompactConfig, *, wait: bool) -> 
     """Record the background preparation of this session once it finished (``wait``: wait for it)."""
     if config.preparer is None:
         return None
-    done = config.preparer.take(session.id, wait=wait)
+    if wait:  # on an async store's loop, waiting must not stall the other tasks
+        blocking_call(config.preparer.wait, session.id)
+    done = config.preparer.take(session.id)
     return None if done is None else _record_preparation(session, done)
 
 

@@ -8,10 +8,11 @@ order:
 
 1. ``compacted``: the latest compaction is no longer the one it was prepared on (a compaction
    was recorded, or one reverted, since);
-2. ``changed``: a message it covers changed (one grew, e.g. results merged into it: the raw
-   tokens of the messages up to ``through_seq`` differ from the recorded ``covered_tokens``), a
-   snip took messages that came after it out of the request, or a committed collapse spans the
-   cut (part of its span would be summarized, part kept);
+2. ``changed``: what it summarized is not what the request now holds up to ``through_seq``
+   (``covered_tokens`` differs: a message grew, e.g. results merged into it; a snip or a
+   collapse was committed or reverted since, so messages it never saw would be dropped or ones
+   it summarized are gone), a snip took messages that came after it out of the request, or a
+   committed collapse spans the cut (part of its span would be summarized, part kept);
 3. ``unclean_cut``: the first message after it opens with tool results (their calls would be
    summarized away);
 4. ``grown``: the messages after it weigh more than ``precompute_max_growth_percent`` of the
@@ -35,11 +36,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
-from ..projections._api_context import committed_spans, freed_per_message, leading_results
-from ..projections._api_records import PreparedCompaction
+from ..projections._api_context import ApiContextState, committed_spans, freed_per_message, leading_results
+from ..projections._api_records import CollapseEdit, PreparedCompaction
 from ..projections._session import Session
 
-__all__ = ["BackgroundPreparer", "StaleReason", "prepared_keep_index", "preparation_mark", "stale_reason"]
+__all__ = [
+    "BackgroundPreparer",
+    "StaleReason",
+    "covered_tokens",
+    "prepared_keep_index",
+    "preparation_mark",
+    "stale_reason",
+]
 
 StaleReason = Literal["compacted", "changed", "grown", "above_threshold", "unclean_cut"]
 
@@ -54,6 +62,20 @@ def prepared_keep_index(session: Session, prepared: PreparedCompaction) -> int:
     return bisect.bisect_right(session.api_state.message_first_seq, prepared.through_seq)
 
 
+def covered_tokens(state: ApiContextState, keep: int) -> int:
+    """Raw tokens of the visible messages before index ``keep``, less what committed collapses
+    among them freed: what a summary of them saw. A snip or a collapse committed or reverted
+    since changes it, as does a message that grew."""
+    first = state.first_visible
+    collapsed = sum(
+        edit.tokens
+        for edit in state.edits.values()
+        if isinstance(edit, CollapseEdit)
+        and first <= bisect.bisect_left(state.message_first_seq, edit.first_seq) < keep
+    )
+    return sum(state.message_tokens[first:keep]) - collapsed
+
+
 def stale_reason(
     session: Session, prepared: PreparedCompaction, max_growth_percent: float
 ) -> tuple[StaleReason, str] | None:
@@ -64,16 +86,16 @@ def stale_reason(
         was = prepared.base_compaction_event_id or "none"
         return "compacted", f"prepared on compaction {was}, the latest is now {base or 'none'}"
     keep = prepared_keep_index(session, prepared)
-    covered = sum(state.message_tokens[:keep])
+    if keep < state.first_visible:
+        return "changed", "a snip took messages after it out of the request"
+    if any(start < keep < end for start, end, _ in committed_spans(state)):
+        return "changed", "a collapse committed since spans the messages it covers and those after it"
+    covered = covered_tokens(state, keep)
     if covered != prepared.covered_tokens:
         return (
             "changed",
             f"the messages it covers hold {covered} tokens, {prepared.covered_tokens} when prepared",
         )
-    if keep < state.first_visible:
-        return "changed", "a snip took messages after it out of the request"
-    if any(start < keep < end for start, end, _ in committed_spans(state)):
-        return "changed", "a collapse committed since spans the messages it covers and those after it"
     messages = state.messages
     if keep < len(messages) and messages.role(keep) == "user" and leading_results(messages[keep]["content"]):
         return "unclean_cut", "the first message after it opens with tool results"
