@@ -214,6 +214,29 @@ class TestCompareCompactions:
             compare_compactions(session, 3, [CompactionVariant(OfflineSummarizer())])
         assert [s.id for s in store.list_sessions()] == [session.id]
 
+    def test_a_summarizer_that_raises_unexpectedly_is_a_failed_try(self) -> None:
+        """A summarizer's own bug (not a SummaryFailedError) is that try's result: the other tries
+        run and the fork records them all, so no empty fork is left behind."""
+
+        class Broken:
+            name = "broken"
+
+            def summarize(self, request: Any) -> Any:
+                raise RuntimeError("client misconfigured")
+
+        store = sessionstore.open_store(":memory:")
+        session = _session(store)
+
+        result = compare_compactions(
+            session, session.last_seq, [CompactionVariant(Broken()), CompactionVariant(OfflineSummarizer())]
+        )
+
+        assert [(t.ok, t.error) for t in result.trials] == [
+            (False, "RuntimeError: client misconfigured"),
+            (True, None),
+        ]
+        assert [e.ok for e in _experiments(store, result.fork_id)] == [False, True]
+
 
 class TestRealCompaction:
     def test_claude_codes_own_summary_is_measured_beside_the_offline_one(self) -> None:

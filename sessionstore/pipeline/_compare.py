@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CompactionDisabledError, SummaryFailedError, ValidationError
+from ..errors import CompactionDisabledError, SessionStoreError, SummaryFailedError, ValidationError
 from ..events import CompactionExperiment
 from ..projections import Session, TranscriptEntry
 from ._compaction import CompactConfig, _attachment_line, _predicted_used, compact_preview
@@ -137,11 +137,19 @@ def _pivots(session: Session, boundary: dict[str, Any] | None) -> tuple[str | No
     ]
     if boundary.get("template") == "partial_up_to" and boundary.get("keep_from_seq"):
         before = [e for e in messages if e.seq < boundary["keep_from_seq"]]
-        return (str(before[-1].payload["message_uuid"]) if before else None), None
-    if boundary.get("template") == "partial_from" and boundary.get("summarized_from_seq"):
+        if before:
+            return str(before[-1].payload["message_uuid"]), None
+    elif boundary.get("template") == "partial_from" and boundary.get("summarized_from_seq"):
         start = next((e for e in messages if e.seq >= boundary["summarized_from_seq"]), None)
-        return None, (str(start.payload["message_uuid"]) if start else None)
-    return None, None
+        if start is not None:
+            return None, str(start.payload["message_uuid"])
+    else:
+        return None, None
+    # Re-running it over the whole history would compare another cut than the one recorded.
+    msg = (
+        f"cannot re-run compaction {boundary.get('event_id', '')}: no message with a uuid marks where it cut"
+    )
+    raise ValidationError(msg, field="at")
 
 
 class _Observed:
@@ -267,6 +275,12 @@ def _trial(
     except SummaryFailedError as e:
         elapsed = round(1000 * (time.perf_counter() - started))
         return CompactionExperiment(**common, ok=False, error=e.reason, elapsed_ms=elapsed)
+    except SessionStoreError:
+        raise
+    except Exception as e:  # a summarizer's own bug is that try's result, not the comparison's end
+        elapsed = round(1000 * (time.perf_counter() - started))
+        error = f"{type(e).__name__}: {e}"
+        return CompactionExperiment(**common, ok=False, error=error, elapsed_ms=elapsed)
     elapsed = round(1000 * (time.perf_counter() - started))
     replaced = _replaced(fork, preview.kept_from_seq, preview.kept_before_seq)
     usage = observed.summaries[-1].usage if observed.summaries else {}
@@ -334,6 +348,7 @@ def compare_compactions(
             "at_event_id": point.event.event_id if point.event is not None else None,
         }
     }
+    _pivots(session, point.boundary)  # a cut it cannot reproduce is refused before the fork exists
     info = session.store.create_session(
         fork_id, parent_session_id=session.id, fork_seq=point.seq, metadata=metadata
     )
@@ -344,4 +359,3 @@ def compare_compactions(
     return CompactionComparison(
         session.id, fork.id, point.seq, point.event.event_id if point.event else None, tuple(trials)
     )
-
