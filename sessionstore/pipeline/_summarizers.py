@@ -168,9 +168,10 @@ class AnthropicSummarizer:
         """One turn; any bad outcome raises ``SummaryFailedError`` (or its subclass
         ``SummaryPromptTooLongError``).
 
-        With ``request.prefix`` the main request goes out unchanged plus the compact prompt,
-        tools defined and ``tool_choice`` left as the main request has it (the API keys the
-        messages' cache by it). An answer that calls a tool is never run: its ``<summary>``,
+        With ``request.prefix`` the main request's system, tools and messages go out unchanged
+        plus the compact prompt, with no ``tool_choice`` and no ``thinking`` (a main loop that
+        sends either shares only the cached tools and system: the API keys the messages' part
+        by them). An answer that calls a tool is never run: its ``<summary>``,
         when its text has one, is the summary; otherwise the same request is sent once more
         with ``tool_choice: none`` (the messages' cache is not read then) and its answer counts.
         Without a prefix the messages are sent with media replaced, and ``tool_choice: none``

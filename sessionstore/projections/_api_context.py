@@ -832,7 +832,8 @@ class ApiContextProjection(Projection[ApiContextState]):
     #: 2: snapshots keep each message's JSON (MessageList) instead of one JSON document.
     #: 3: edits, replacements, collapses, the compaction and the memory are typed records.
     #: 4: compaction records keep the cursor they reset, and the boundaries the latest superseded.
-    #: 5: the compaction summary prepared ahead (``prepared``).
+    #: 5: the compaction summary prepared ahead (``prepared``), the listings and sub-agents a
+    #:    compaction tells again (``CompactionRecord.announcements``, listing and sub-agent state).
     version: ClassVar[int] = 5
 
     def initial(self) -> ApiContextState:
