@@ -408,6 +408,8 @@ BAD_LINES = {
     "lone surrogate in a key": _with_content('[{"type":"text","text":"x","\\ud800":1}]'),
     "NaN": _with_content('[{"type":"text","text":"x","v":NaN}]'),
     "Infinity": _with_content('[{"type":"text","text":"x","v":-Infinity}]'),
+    "a number too large for a float": _with_content('[{"type":"text","text":"x","v":1e999}]'),
+    "a negative one": _with_content('[{"type":"text","text":"x","v":-1e400}]'),
 }
 
 

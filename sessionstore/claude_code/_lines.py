@@ -15,6 +15,7 @@ keep their parsed objects: their head is the object itself.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import zlib
@@ -118,10 +119,11 @@ def _check_entry(entry: object, unstorable: bool) -> dict[str, Any]:
 def _may_be_unstorable(raw: bytes) -> bool:
     """Whether the parsed line needs ``json_problem``'s walk (a quarter of a large import's time).
 
-    From UTF-8 JSON text (NaN and infinities are refused while parsing, over-long integers by
-    the decoder), only two problems can come: a lone surrogate, which only a ``\\uD8xx``-
-    ``\\uDFxx`` escape can spell, and nesting deeper than the limit, which takes at least that
-    many brackets. A line with neither pattern is storable as read.
+    From UTF-8 JSON text (NaN, infinities and numbers too large for a float, such as ``1e999``,
+    are refused while parsing, over-long integers by the decoder), only two problems can come: a
+    lone surrogate, which only a ``\\uD8xx``-``\\uDFxx`` escape can spell, and nesting deeper than
+    the limit, which takes at least that many brackets. A line with neither pattern is storable
+    as read.
     """
     if raw.count(b"{") + raw.count(b"[") >= _MAX_LINE_DEPTH:
         return True
@@ -132,7 +134,14 @@ def _refuse_constant(name: str) -> object:
     raise BadLineError(f"{name} is not JSON that reads back equal")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: valid JSON, but a float of it is infinite
+        raise BadLineError(f"{text}: {value} (JSON has no NaN or infinity)")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def line_objects(text: str) -> list[object]:
