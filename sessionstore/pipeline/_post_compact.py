@@ -60,6 +60,7 @@ class RunningSubagent:
 def kept_message_uuids(events: Iterable[RecordedEvent]) -> list[str]:
     """The uuids of the messages among ``events`` the request shows (no meta, no sidechain), in order."""
     uuids: list[str] = []
+    seen: set[str] = set()
     for recorded in events:
         if recorded.type != "message_appended":
             continue
@@ -69,8 +70,9 @@ def kept_message_uuids(events: Iterable[RecordedEvent]) -> list[str]:
             isinstance(key, str)
             and not payload.get("is_meta")
             and not payload.get("is_sidechain")
-            and key not in uuids
+            and key not in seen
         ):
+            seen.add(key)
             uuids.append(key)
     return uuids
 
