@@ -3,7 +3,9 @@ converted, and all of it stays one all-or-nothing write; a snapshot is taken at 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,8 @@ from sessionstore import (
     ValidationError,
     import_claude_code,
 )
+from sessionstore.claude_code import _import as _import_module
+from sessionstore.errors import SessionStoreError
 from sessionstore.projections import ApiContextProjection
 from sessionstore.store import SessionWrite
 
@@ -182,3 +186,64 @@ def test_a_short_imported_session_gets_no_snapshot(tmp_path: Path, store: Sessio
 
     assert store.last_seq(_SESSION) < 1000
     assert snapshot is None
+
+
+def test_a_snapshot_that_fails_after_the_commit_is_logged_not_an_import_error(
+    tmp_path: Path, store: SessionStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sessions are committed; the snapshot is a cache a reader does without."""
+    path = _write(tmp_path / f"{_SESSION}.jsonl", _transcript(400))  # over snapshot_every
+
+    def fail(*_: object) -> None:
+        raise SessionStoreError("the snapshot could not be written")
+
+    monkeypatch.setattr(_import_module, "take_snapshots", fail)
+    with caplog.at_level(logging.WARNING, logger="sessionstore"):
+        report = import_claude_code(store, [path])
+
+    [imported] = report.sessions
+    assert imported.session_id == _SESSION and imported.written > 1000
+    assert len(list(store.read(_SESSION))) == imported.events
+    assert len(Session(store, _SESSION).request()["messages"]) > 0
+    [record] = [r for r in caplog.records if r.name.startswith("sessionstore")]
+    assert record.levelno == logging.WARNING
+    assert "the snapshot could not be written" in record.getMessage()
+
+
+_ODD_STUB = "<persisted-output>\nOutput too large. Full output saved to: odd.txt\n</persisted-output>"
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        "a string among the blocks",
+        {"type": "tool_result", "content": _ODD_STUB},
+        {"type": "tool_result", "tool_use_id": 7, "content": _ODD_STUB},
+    ],
+    ids=["not a dict", "a stub without tool_use_id", "a stub with a number for tool_use_id"],
+)
+def test_an_odd_block_beside_a_persisted_output_stub_is_no_traceback(
+    tmp_path: Path, store: SessionStore, odd: object
+) -> None:
+    """Sidecars are read for the stubs the indexer found (dict blocks with a string tool_use_id),
+    no other: it used to raise AttributeError or KeyError, or store the odd stub's sidecar."""
+    stub = "<persisted-output>\nOutput too large. Full output saved to: out.txt\n</persisted-output>"
+    lines = _transcript(1)
+    lines[2]["message"]["content"] = [odd, {"type": "tool_result", "tool_use_id": "toolu_0", "content": stub}]
+    path = _write(tmp_path / f"{_SESSION}.jsonl", lines)
+    (tmp_path / _SESSION / "tool-results").mkdir(parents=True)
+    (tmp_path / _SESSION / "tool-results" / "out.txt").write_bytes(b"the full output\n")
+    (tmp_path / _SESSION / "tool-results" / "odd.txt").write_bytes(b"not this one\n")
+
+    try:
+        report = import_claude_code(store, [path])
+    except ValidationError as e:  # refused as the converter refuses the line: named, no traceback
+        assert f"{path}:3:" in str(e)
+        assert store.list_sessions() == []
+    else:
+        assert [s.session_id for s in report.sessions] == [_SESSION]
+        [persisted] = [e.payload_dict() for e in store.read(_SESSION) if e.type == "tool_result_persisted"]
+        assert persisted["tool_use_id"] == "toolu_0"
+        assert store.get_blob(persisted["blob_sha256"]) == b"the full output\n"
+    with pytest.raises(KeyError):
+        store.get_blob(hashlib.sha256(b"not this one\n").hexdigest())

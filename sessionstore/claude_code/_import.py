@@ -22,7 +22,8 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
   written, a batch at a time: a line that cannot be modelled, or a sub-agent that cannot be
   written, leaves nothing, so no main session links to a missing child. A concurrent import of
   the same files is no error: whichever commits second finds the sessions stored. Each session
-  written gets a snapshot of its API context after the commit.
+  written with at least ``snapshot_every`` events gets a snapshot of its API context after the
+  commit (a snapshot that fails is logged, not an import error: the sessions are committed).
 * Only regular files are read, never through a FIFO or a device. In a folder, a special file or
   a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
   only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
@@ -34,6 +35,7 @@ import gc
 import hashlib
 import heapq
 import json
+import logging
 import os
 import re
 import uuid
@@ -47,11 +49,13 @@ from typing import Any, Literal
 import pydantic
 
 from .._paths import inside, name_problem, read_regular_file
+from .._telemetry import log_record, logger
 from ..errors import (
     ConcurrencyError,
     PathRefusedError,
     SessionExistsError,
     SessionNotFoundError,
+    SessionStoreError,
     ValidationError,
 )
 from ..events._base import (
@@ -88,6 +92,7 @@ SOURCE = "claude-code"
 #: ``CompactBoundary.summarizer`` of a compaction Claude Code made.
 SUMMARIZER = "claude-code"
 #: Namespace of the uuid5 event ids: (session, line, part) always gives the same id.
+_LOG = logger("import")
 _NAMESPACE = uuid.UUID("4b1f0c9e-6d0a-5c3e-9a57-2f1c7c0de1a5")
 #: ``progress(done, total)``: units are transcript lines, read once and written once.
 ProgressCallback = Callable[[int, int], None]
@@ -906,10 +911,16 @@ def _store_sidecars(store: SessionStore, plan: _Plan, skipped: list[SkippedLine]
             entry = reader.entry(line)
             content = entry["message"]["content"]  # indexed: a message with a list of blocks
             for block in content:
-                stub = block.get("content") if isinstance(block, dict) else None
-                if block.get("type") != "tool_result" or not isinstance(stub, str) or not _is_stub(stub):
+                if not isinstance(block, dict):  # as _FileIndex.visit: only a dict is a block
                     continue
-                tool_use_id = str(block["tool_use_id"])
+                stub, tool_use_id = block.get("content"), block.get("tool_use_id")
+                if (
+                    block.get("type") != "tool_result"
+                    or not isinstance(tool_use_id, str)
+                    or not isinstance(stub, str)
+                    or not _is_stub(stub)
+                ):
+                    continue
                 data = _sidecar(plan, line, tool_use_id, [p for p in _stub_paths(entry, stub) if p], skipped)
                 if data is None:
                     continue
@@ -1407,7 +1418,8 @@ def import_claude_code(
     checked before anything is written; then all sessions are written in one transaction,
     parents first, each line converted as it is written (memory does not grow with the files;
     docs/import-export.md "Bounded memory"). Importing the same files again (or concurrently)
-    writes nothing more. Each session written gets a snapshot of its API context at the end.
+    writes nothing more. Each session written with at least ``snapshot_every`` events gets a
+    snapshot of its API context at the end (one that fails is logged as a warning).
 
     Args:
         store: where the sessions go.
@@ -1519,7 +1531,17 @@ def _import_files(
             for plan, (events, new, _) in zip(plans, written, strict=True)
             if new and events >= every
         ]
-        take_snapshots(store, written_long)
+        try:
+            take_snapshots(store, written_long)
+        except SessionStoreError as e:  # a cache: the sessions are committed, a reader folds instead
+            log_record(
+                _LOG,
+                logging.WARNING,
+                "snapshot",
+                "imported sessions committed, but their snapshots were not taken: {error}",
+                session_ids=written_long,
+                error=str(e),
+            )
     imported: list[ImportedSession] = []
     for plan, (events, new, created) in zip(plans, written, strict=True):
         imported.append(
