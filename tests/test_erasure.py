@@ -528,3 +528,50 @@ def test_erasure_works_on_prefixed_tables(shared_backend: Backend, mode: str) ->
             store.read("s")
         with pytest.raises(AppendOnlyViolation):
             _raw(store, "DELETE FROM ss_events WHERE session_id = 'other'")
+
+
+def _persisted(ref: Any, tool_use_id: str = "t") -> ToolResultPersisted:
+    return ToolResultPersisted(
+        tool_use_id=tool_use_id,
+        blob_sha256=ref.sha256,
+        original_chars=ref.size,
+        preview="p",
+        reason="size",
+        location="l",
+    )
+
+
+def test_a_blob_one_session_stored_is_kept_while_another_sessions_payload_names_it(backend: Backend) -> None:
+    """A stored the blob with a ref; B stored the same bytes without a session and names it in a
+    payload: erasing A keeps the blob for B, and erasing B too removes it."""
+    data = b"shared tool output " * 50
+    with backend.open() as store:
+        store.create_session("a")
+        store.create_session("b")
+        store.put_blob(data, session_id="a")
+        ref = store.put_blob(data)
+        store.append("b", [_persisted(ref)], expected_seq=0)
+
+        (first,) = store.erase("a", reason="r")
+
+        assert first.blobs_removed == 0
+        assert store.get_blob(ref.sha256) == data
+        assert store.erase("b", reason="r")[0].blobs_removed == 1
+        with pytest.raises(KeyError):
+            store.get_blob(ref.sha256)
+
+
+def test_refs_of_sessions_that_do_not_exist_keep_no_blob(backend: Backend) -> None:
+    """A ref naming a session that was never created (an import that failed after storing its
+    blobs) does not keep the blob when its last real session is erased."""
+    data = b"imported tool output " * 50
+    with backend.open() as store:
+        ref = store.put_blob(data, session_id="never-created")
+        store.create_session("a")
+        store.put_blob(data, session_id="a")
+
+        (receipt,) = store.erase("a", reason="r")
+
+        assert receipt.blobs_removed == 1
+        with pytest.raises(KeyError):
+            store.get_blob(ref.sha256)

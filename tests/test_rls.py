@@ -19,7 +19,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import sessionstore
-from sessionstore import MessageAppended, SessionNotFoundError, SessionStore, ValidationError
+from sessionstore import (
+    MessageAppended,
+    SessionNotFoundError,
+    SessionStore,
+    ToolResultPersisted,
+    ValidationError,
+)
 from sessionstore.cli import main
 from sessionstore.errors import AccessDeniedError, SessionExistsError
 from sessionstore.store import (
@@ -381,3 +387,42 @@ def test_row_level_security_on_prefixed_tables(pg_backend: Backend) -> None:
                 conn.execute(text(f"DROP OWNED BY {role}"))
                 conn.execute(text(f"DROP ROLE {role}"))
         admin.dispose()
+
+
+def test_erasing_a_tenants_last_session_removes_its_copy_of_a_blob_and_never_anothers(roles: Roles) -> None:
+    """Each tenant stores its own row of the same bytes: the owner's erasure of acme's session
+    removes acme's row (beta's session still refers to the bytes, but not to acme's row); beta's
+    row stays while a beta session refers to it, by ref or only by a payload."""
+    data = b"the same tool output, in two tenants"
+    with roles.open(roles.acme) as acme:
+        acme.create_session("acme-1", tenant="acme", user="alice")
+        sha = acme.put_blob(data, session_id="acme-1").sha256
+    with roles.open(roles.beta) as beta:
+        beta.create_session("beta-1", tenant="beta", user="bob")
+        beta.put_blob(data, session_id="beta-1")
+        beta.create_session("beta-2", tenant="beta", user="bob")
+        ref = beta.put_blob(data)
+        persisted = ToolResultPersisted(
+            tool_use_id="t",
+            blob_sha256=ref.sha256,
+            original_chars=ref.size,
+            preview="p",
+            reason="size",
+            location="l",
+        )
+        beta.append("beta-2", [persisted], expected_seq=0)
+
+    def tenants_holding() -> list[str]:
+        with roles.open(roles.owner) as owner, owner.engine.connect() as conn:  # type: ignore[attr-defined]
+            query = text("SELECT tenant_id FROM blobs WHERE sha256 = :sha ORDER BY tenant_id")
+            return list(conn.execute(query, {"sha": sha}).scalars())
+
+    with roles.open(roles.owner) as owner:
+        removed = [owner.erase(sid, reason="r")[0].blobs_removed for sid in ("acme-1", "beta-1")]
+        assert tenants_holding() == ["beta"]
+        removed.append(owner.erase("beta-2", reason="r")[0].blobs_removed)
+
+    assert removed == [1, 0, 1]
+    assert tenants_holding() == []
+    with roles.open(roles.beta) as beta, pytest.raises(KeyError):
+        beta.get_blob(sha)

@@ -337,7 +337,9 @@ def _erase_in(
         raise ErasureRefusedError(session_id, sorted(receipted), why=why)
     purged = [sid for sid in targets if methods[sid] == "purged"]
     removable = _blobs_only_in(conn, t, purged)
-    guards = [f"session:{sid}" for sid in purged] + [f"blob:{sha}" for sha in removable]
+    guards = [f"session:{sid}" for sid in purged] + [
+        f"blob:{sha}" for sha in sorted({s for s, _ in removable})
+    ]
     if guards:
         conn.execute(insert(t.erasure_guard), [{"target": target} for target in guards])
     now = datetime.now(UTC)
@@ -346,8 +348,16 @@ def _erase_in(
         receipts.append(_erase_one(conn, t, sid, methods[sid], reason, now, parents.get(sid), genesis))
     for chunk in _chunks(purged):
         conn.execute(delete(t.blob_refs).where(t.blob_refs.c.session_id.in_(chunk)))
-    for chunk in _chunks(removable):
-        conn.execute(delete(t.blobs).where(t.blobs.c.sha256.in_(chunk)))
+    by_tenant: dict[str | None, list[str]] = {}
+    for sha, tenant in removable:
+        by_tenant.setdefault(tenant, []).append(sha)
+    for tenant, shas in by_tenant.items():  # each tenant's own row, never another's
+        for chunk in _chunks(shas):
+            conn.execute(
+                delete(t.blobs).where(
+                    t.blobs.c.sha256.in_(chunk), t.blobs.c.tenant_id.is_not_distinct_from(tenant)
+                )
+            )
     if guards:
         conn.execute(delete(t.erasure_guard).where(t.erasure_guard.c.target.in_(guards)))
     receipts.reverse()
@@ -404,45 +414,89 @@ def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
         yield values[start : start + _IN_CHUNK]
 
 
-def _blobs_only_in(conn: Connection, t: StoreTables, purged: Sequence[str]) -> list[str]:
-    """Blobs the purged sessions refer to and no other session does.
+def _blobs_only_in(conn: Connection, t: StoreTables, purged: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The blob rows, as (sha256, tenant_id) pairs, that only the purged sessions refer to.
 
     A session refers to a blob it stored (``put_blob(..., session_id=...)``: a row of
-    ``blob_refs``) and to one its plaintext payloads name. Other sessions' references are found
-    in ``blob_refs``; only a blob stored without a session, which no row records, is looked for
-    in every other session's payloads (the rule before ``blob_refs`` existed).
+    ``blob_refs``) and to one its plaintext payloads name. A blob row the purged sessions refer
+    to is removed only when no other session does either way: no ref of another session that
+    exists (a ref naming a session with no ``sessions`` row, left by a failed import, keeps
+    nothing) and no other session's payload naming it (a blob stored without a session is named
+    only there).
+
+    Under row-level security each tenant stores its own row of a blob (``tenant_id`` defaults to
+    the connection's tenant) and erasure runs as the owner, who sees every tenant's rows: a row
+    of tenant T is a candidate only when a purged session of T refers to it, and is kept by any
+    other session of T. A row or session without a tenant (stored before row-level security) is
+    shared by all: it is a candidate for any purged session and kept by any other one.
     """
-    refs, blobs = t.blob_refs, t.blobs
-    named: set[str] = set()
+    refs, blobs, sessions = t.blob_refs, t.blobs, t.sessions
+    purged_set = set(purged)
+    # sha256 -> the tenants of the purged sessions that refer to it
+    named: dict[str, set[str | None]] = {}
     for chunk in _chunks(purged):
-        named.update(
-            sha for (sha,) in conn.execute(select(refs.c.sha256).where(refs.c.session_id.in_(chunk)))
-        )
-        for text in _payloads(conn, t, t.events.c.session_id.in_(chunk)):
-            named.update(_HEX64.findall(text))
-    candidates: set[str] = set()
-    owned: set[str] = set()
-    for chunk in _chunks(sorted(named)):
-        candidates.update(
-            sha for (sha,) in conn.execute(select(blobs.c.sha256).where(blobs.c.sha256.in_(chunk)))
-        )
+        tenant_of: dict[str, str | None] = {
+            sid: tenant
+            for sid, tenant in conn.execute(
+                select(sessions.c.id, sessions.c.tenant_id).where(sessions.c.id.in_(chunk))
+            )
+        }
         for sha, session_id in conn.execute(
-            select(refs.c.sha256, refs.c.session_id).where(refs.c.sha256.in_(chunk))
+            select(refs.c.sha256, refs.c.session_id).where(refs.c.session_id.in_(chunk))
         ):
-            owned.add(sha)
-            if session_id not in purged:
-                candidates.discard(sha)
-    unowned = candidates - owned
-    if unowned:
+            named.setdefault(sha, set()).add(tenant_of.get(session_id))
+        for session_id, text in _payloads(conn, t, t.events.c.session_id.in_(chunk)):
+            for sha in _HEX64.findall(text):
+                named.setdefault(sha, set()).add(tenant_of.get(session_id))
+    candidates: set[tuple[str, str | None]] = set()
+    for chunk in _chunks(sorted(named)):
+        for sha, tenant in conn.execute(
+            select(blobs.c.sha256, blobs.c.tenant_id).where(blobs.c.sha256.in_(chunk))
+        ):
+            if tenant is None or tenant in named[sha] or None in named[sha]:
+                candidates.add((sha, tenant))
+    if not candidates:
+        return []
+
+    def keep(sha: str, tenant: str | None) -> None:
+        """Another session of ``tenant`` refers to ``sha``: keep the rows it can read."""
+        for pair in [c for c in candidates if c[0] == sha]:
+            if tenant is None or pair[1] is None or pair[1] == tenant:
+                candidates.discard(pair)
+
+    shas = sorted({sha for sha, _ in candidates})
+    for chunk in _chunks(shas):
+        query = (
+            select(refs.c.sha256, refs.c.session_id, sessions.c.tenant_id)
+            .join(sessions, sessions.c.id == refs.c.session_id)  # refs of sessions that exist
+            .where(refs.c.sha256.in_(chunk))
+        )
+        for sha, session_id, tenant in conn.execute(query):
+            if session_id not in purged_set:
+                keep(sha, tenant)
+    remaining = sorted({sha for sha, _ in candidates})
+    if remaining:
         others = t.events.c.session_id.not_in(purged)
-        for text in _payloads(conn, t, others, naming=sorted(unowned)):
-            candidates.difference_update(sha for sha in unowned if sha in text)
-    return sorted(candidates)
+        tenants: dict[str, str | None] = {}
+        for session_id, text in _payloads(conn, t, others, naming=remaining):
+            found = [sha for sha in remaining if sha in text]
+            if not found:
+                continue
+            if session_id not in tenants:
+                tenants[session_id] = conn.execute(
+                    select(sessions.c.tenant_id).where(sessions.c.id == session_id)
+                ).scalar()
+            for sha in found:
+                keep(sha, tenants[session_id])
+    return sorted(candidates, key=lambda pair: (pair[0], pair[1] or ""))
 
 
-def _payloads(conn: Connection, t: StoreTables, where: Any, naming: Sequence[str] = ()) -> Iterator[str]:
-    """The plaintext payloads of the events ``where`` selects (packed ones decompressed); with
-    ``naming`` (a few), only stored texts that contain one of those hashes, and every packed one."""
+def _payloads(
+    conn: Connection, t: StoreTables, where: Any, naming: Sequence[str] = ()
+) -> Iterator[tuple[str, str]]:
+    """(session id, plaintext payload) of the events ``where`` selects (packed ones decompressed);
+    with ``naming`` (a few), only stored texts that contain one of those hashes, and every packed
+    one."""
     events = t.events
     query = select(events.c.session_id, events.c.seq, events.c.payload, events.c.payload_packed).where(where)
     if 0 < len(naming) <= _LIKE_TERMS:
@@ -451,4 +505,4 @@ def _payloads(conn: Connection, t: StoreTables, where: Any, naming: Sequence[str
     for session_id, seq, payload, packed in conn.execute(query):
         text = payload if packed is None else unpack_payload(bytes(packed), session_id=session_id, seq=seq)
         if not is_sealed_payload(text):
-            yield text
+            yield session_id, text
