@@ -26,7 +26,7 @@ from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
 from sessionstore.errors import DataCorruptionError
 from sessionstore.store import ChainHead
-from sessionstore.store._codec import pack_payload
+from sessionstore.store._codec import pack_payload, unpack_payload
 from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
 from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
 
@@ -352,6 +352,40 @@ class TestCompressedPayloads:
 
         assert store.verify(sid).ok
         assert store.read(sid, 2, 2)[0].payload == text_of_2
+
+    @pytest.mark.parametrize("value", ["not bytes", 12345], ids=["text", "integer"])
+    def test_a_packed_payload_that_is_not_bytes_is_data_corruption(
+        self, store: SessionStore, value: object
+    ) -> None:
+        """A TEXT or INTEGER value in ``payload_packed`` (SQLite keeps what it is given) is an
+        altered row: reading it raises DataCorruptionError naming the event, verify reports the
+        session broken there, and an integer is not taken as a size to allocate."""
+        if store.engine.dialect.name != "sqlite":  # type: ignore[attr-defined]
+            pytest.skip("a PostgreSQL bytea column holds only bytes")
+        sid = self._long_session(store)
+        _tamper(store, "UPDATE events SET payload_packed = :value WHERE seq = 3", value=value)
+
+        report = store.verify(sid)
+        events = store.read(sid)
+
+        assert (report.ok, report.first_bad_seq) == (False, 3)
+        assert "long message 1" in events[1].payload
+        kind = type(value).__name__
+        with pytest.raises(
+            DataCorruptionError, match=f"seq 3: the stored payload is not bytes but {kind}"
+        ) as caught:
+            _ = events[2].event
+        assert (caught.value.session_id, caught.value.seq) == (sid, 3)
+
+    @pytest.mark.parametrize("value", ["not bytes", 12345, 1.5], ids=["text", "integer", "real"])
+    def test_unpacking_refuses_what_is_not_bytes(self, value: object) -> None:
+        """The check every backend's read goes through: only bytes, bytearray or memoryview."""
+        with pytest.raises(DataCorruptionError, match="session 's', seq 2: the stored payload is not bytes"):
+            unpack_payload(value, session_id="s", seq=2)
+        packed = pack_payload("x" * 1000)
+        assert packed is not None
+        for form in (packed, bytearray(packed), memoryview(packed)):
+            assert unpack_payload(form) == "x" * 1000
 
 
 def test_a_deleted_first_event_is_a_gap_at_seq_1(store: SessionStore) -> None:

@@ -80,12 +80,22 @@ def pack_payload(text: str) -> bytes | None:
     return None if packed is None or len(packed) + 1 >= len(data) else bytes((_ZSTD,)) + packed
 
 
-def unpack_payload(packed: bytes, *, session_id: str | None = None, seq: int | None = None) -> str:
+def unpack_payload(packed: object, *, session_id: str | None = None, seq: int | None = None) -> str:
     """The text of a packed payload (of the event at ``session_id`` and ``seq``, for errors).
 
+    ``packed`` is the ``payload_packed`` value as the database returned it: bytes, bytearray or
+    memoryview (psycopg). Anything else (a TEXT or INTEGER value written into the column) is an
+    altered row, not something to convert: ``bytes(12345)`` would allocate 12345 bytes.
+
     Raises:
-        DataCorruptionError: an unknown codec byte, or bytes that do not decompress.
+        DataCorruptionError: ``packed`` is not bytes, an unknown codec byte, or bytes that do
+            not decompress.
     """
+    if not isinstance(packed, (bytes, bytearray, memoryview)):
+        kind = type(packed).__name__
+        msg = f"session {session_id!r}, seq {seq}: the stored payload is not bytes but {kind}"
+        raise DataCorruptionError(msg, session_id=session_id, seq=seq)
+    packed = bytes(packed)  # the same object when it is bytes
     codec, body = packed[:1], memoryview(packed)[1:]
     try:
         if codec == b"\x02":

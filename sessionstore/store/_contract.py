@@ -282,7 +282,7 @@ def stored_event(
     prev_hash: str,
     digest: str,
     created_at: datetime,
-    packed: bytes | None = None,
+    packed: object = None,
 ) -> RecordedEvent:
     """The ``RecordedEvent`` of a stored row, equal to ``RecordedEvent(...)`` of the same values.
 

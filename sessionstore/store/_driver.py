@@ -101,7 +101,9 @@ def recorded_events(
             prev_hash,
             digest,
             to_datetime(created_at),
-            None if packed is None else bytes(packed),  # psycopg gives a memoryview
+            # psycopg gives a memoryview; a value that is not bytes is kept for unpack_payload to
+            # report as corruption when the payload is used (verify names the event).
+            bytes(packed) if isinstance(packed, (bytearray, memoryview)) else packed,
         )
         for (
             session_id,
@@ -393,9 +395,7 @@ class DriverTransaction:
                 )
             if row[1] != session_id:
                 raise DuplicateEventError(p.event_id, f"already stored in session {row[1]!r}")
-            payload = (
-                row[6] if row[7] is None else unpack_payload(bytes(row[7]), session_id=row[1], seq=row[2])
-            )
+            payload = row[6] if row[7] is None else unpack_payload(row[7], session_id=row[1], seq=row[2])
             if (row[4], int(row[5]), payload) != (p.type, p.schema_version, p.payload):
                 raise DuplicateEventError(p.event_id, "already stored with different content")
         rows = [stored[p.event_id] for p in prepared]

@@ -503,6 +503,6 @@ def _payloads(
         plain_match = or_(*(events.c.payload.contains(sha) for sha in naming))
         query = query.where(or_(events.c.payload_packed.is_not(None), plain_match))
     for session_id, seq, payload, packed in conn.execute(query):
-        text = payload if packed is None else unpack_payload(bytes(packed), session_id=session_id, seq=seq)
+        text = payload if packed is None else unpack_payload(packed, session_id=session_id, seq=seq)
         if not is_sealed_payload(text):
             yield session_id, text
