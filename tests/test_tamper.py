@@ -25,7 +25,7 @@ from sessionstore import MessageAppended, SessionStarted, SessionStore
 from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
 from sessionstore.errors import DataCorruptionError
-from sessionstore.store import ChainHead
+from sessionstore.store import ChainHead, _codec
 from sessionstore.store._codec import pack_payload, unpack_payload
 from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
 from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
@@ -386,6 +386,56 @@ class TestCompressedPayloads:
         assert packed is not None
         for form in (packed, bytearray(packed), memoryview(packed)):
             assert unpack_payload(form) == "x" * 1000
+
+    @pytest.mark.parametrize("codec", ["zstd", "zstd-unsized", "zlib"])
+    def test_a_payload_that_decompresses_past_the_limit_is_data_corruption(
+        self, store: SessionStore, monkeypatch: pytest.MonkeyPatch, codec: str
+    ) -> None:
+        """Decompression stops at MAX_DECOMPRESSED_BYTES: a small altered row that expands
+        further raises DataCorruptionError (verify reports it) instead of allocating it all."""
+        import zlib
+
+        import zstandard
+
+        sid = self._long_session(store)
+        text_of_3 = store.read(sid, 3, 3)[0].payload
+        limit = len(text_of_3.encode()) + 1000  # above every stored payload
+        data = text_of_3.encode() + b" " * 2000  # a row altered to expand past it
+        if codec == "zlib":
+            packed = b"\x01" + zlib.compress(data)
+        else:
+            packed = b"\x02" + zstandard.ZstdCompressor(write_content_size=codec == "zstd").compress(data)
+        _tamper(store, "UPDATE events SET payload_packed = :packed WHERE seq = 3", packed=packed)
+        monkeypatch.setattr(_codec, "MAX_DECOMPRESSED_BYTES", limit)
+
+        report = store.verify(sid)
+
+        assert (report.ok, report.first_bad_seq, report.reason) == (
+            False,
+            3,
+            "its stored payload does not decompress",
+        )
+        events = store.read(sid)
+        assert "long message 1" in events[1].payload
+        with pytest.raises(
+            DataCorruptionError, match="seq 3: the stored payload does not decompress"
+        ) as caught:
+            _ = events[2].event
+        assert (caught.value.session_id, caught.value.seq) == (sid, 3)
+        if codec != "zstd-unsized":  # zstd stops at the limit short of the frame's end
+            assert "more than" in str(caught.value)
+
+    def test_a_blob_that_decompresses_past_the_limit_is_data_corruption(
+        self, store: SessionStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A stored blob is read under the same limit."""
+        data = b"tool output line\n" * 1000
+        ref = store.put_blob(data)
+        assert store.get_blob(ref.sha256) == data
+        monkeypatch.setattr(_codec, "MAX_DECOMPRESSED_BYTES", len(data) - 1)
+
+        with pytest.raises(DataCorruptionError, match=f"blob {ref.sha256} does not decompress"):
+            store.get_blob(ref.sha256)
 
 
 def test_a_deleted_first_event_is_a_gap_at_seq_1(store: SessionStore) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOB_CODECS",
+    "MAX_DECOMPRESSED_BYTES",
     "PACK_MIN_BYTES",
     "compress_blob",
     "decompress_blob",
@@ -39,6 +40,10 @@ __all__ = [
 #: ~50 bytes a row (0.4% of the corpus's payload bytes) for a compression on every append and a
 #: decompression on every read of them (bench/codecs.py prints the savings by size).
 PACK_MIN_BYTES = 256
+#: The most bytes one payload or blob decompresses to: a stored value that expands further was
+#: altered (a few kilobytes of crafted zstd or zlib can expand to gigabytes), and reading it
+#: raises DataCorruptionError instead of allocating the memory.
+MAX_DECOMPRESSED_BYTES = 1 << 30
 #: zstd's default level: level 1 is ~20% faster and 6% larger, level 6 2.5x slower for 3% less.
 _ZSTD_LEVEL = 3
 
@@ -68,6 +73,33 @@ def _compress(data: bytes) -> bytes | None:
     return packed if len(packed) < len(data) else None
 
 
+def _decompress(codec: str, body: bytes | memoryview) -> bytes:
+    """The bytes ``body`` decompresses to with ``codec`` (``zstd`` or ``zlib``).
+
+    Raises:
+        ValueError: more than MAX_DECOMPRESSED_BYTES, or data left after the end of the stream.
+        zstd.ZstdError, zlib.error: bytes that do not decompress.
+    """
+    if codec == "zstd":
+        import zstandard
+
+        # max_output_size bounds only frames that do not state their size; zstd allocates the
+        # size a frame states, so a larger one is refused before anything is allocated.
+        if zstandard.frame_content_size(body) > MAX_DECOMPRESSED_BYTES:
+            raise ValueError(f"decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes")
+        data: bytes = _zstd()[1].decompress(body, max_output_size=MAX_DECOMPRESSED_BYTES)
+        if len(data) > MAX_DECOMPRESSED_BYTES:
+            raise ValueError(f"decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes")
+        return data
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(body, MAX_DECOMPRESSED_BYTES)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes")
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return data
+
+
 def pack_payload(text: str) -> bytes | None:
     """The ``payload_packed`` value of a payload, or None when it is stored as text.
 
@@ -88,8 +120,9 @@ def unpack_payload(packed: object, *, session_id: str | None = None, seq: int | 
     altered row, not something to convert: ``bytes(12345)`` would allocate 12345 bytes.
 
     Raises:
-        DataCorruptionError: ``packed`` is not bytes, an unknown codec byte, or bytes that do
-            not decompress.
+        DataCorruptionError: ``packed`` is not bytes.
+        DataCorruptionError: an unknown codec byte, bytes that do not decompress, or that
+            decompress to more than MAX_DECOMPRESSED_BYTES.
     """
     if not isinstance(packed, (bytes, bytearray, memoryview)):
         kind = type(packed).__name__
@@ -99,9 +132,9 @@ def unpack_payload(packed: object, *, session_id: str | None = None, seq: int | 
     codec, body = packed[:1], memoryview(packed)[1:]
     try:
         if codec == b"\x02":
-            data = _zstd()[1].decompress(body)
+            data = _decompress("zstd", body)
         elif codec == b"\x01":
-            data = zlib.decompress(body)
+            data = _decompress("zlib", body)
         else:
             raise ValueError(f"unknown payload codec {codec.hex() or 'none'}")
         return data.decode()
@@ -123,14 +156,13 @@ def decompress_blob(stored: bytes, codec: str, sha256: str) -> bytes:
     """The bytes of a stored blob.
 
     Raises:
-        DataCorruptionError: an unknown codec, or bytes that do not decompress.
+        DataCorruptionError: an unknown codec, bytes that do not decompress, or that decompress
+            to more than MAX_DECOMPRESSED_BYTES.
     """
     try:
-        if codec == "zstd":
-            return _zstd()[1].decompress(stored)
-        if codec == "zlib":
-            return zlib.decompress(stored)
-    except Exception as e:  # zstd.ZstdError, zlib.error
+        if codec in ("zstd", "zlib"):
+            return _decompress(codec, stored)
+    except Exception as e:  # zstd.ZstdError, zlib.error, ValueError (over the limit)
         raise DataCorruptionError(f"blob {sha256} does not decompress ({e})") from e
     if codec == "none":
         return stored
