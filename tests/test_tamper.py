@@ -13,7 +13,7 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -25,6 +25,7 @@ from sessionstore import MessageAppended, SessionStarted, SessionStore
 from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.cli import main
 from sessionstore.errors import DataCorruptionError
+from sessionstore.events._base import Event, register_event
 from sessionstore.store import ChainHead, _codec
 from sessionstore.store._codec import pack_payload, unpack_payload
 from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
@@ -670,3 +671,33 @@ def test_a_payload_altered_so_it_no_longer_decodes_is_data_corruption(
             assert capsys.readouterr().err.startswith("sessionstore: session 's', seq 3: the stored")
     finally:
         store.close()
+
+
+@register_event
+class _TamperNoteV2(Event):
+    """A test-only event at schema version 2, to read a stored version 1 through an upcaster."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    type: Literal["test_tamper_note"] = "test_tamper_note"
+    text: str
+
+
+def test_an_upcasters_own_error_is_not_reported_as_corruption(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a payload that is not JSON or not the event is corruption: a ValueError an upcaster
+    raises (a bug in the code, not in the row) reaches the caller as it is."""
+    from sessionstore.events._base import _UPCASTERS
+
+    def buggy(payload: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("upcaster bug")
+
+    monkeypatch.setitem(_UPCASTERS, ("test_tamper_note", 1), buggy)
+    sid = store.create_session("s", events=[*_messages(1), _TamperNoteV2(text="n")]).id
+    _tamper(store, "UPDATE events SET schema_version = 1 WHERE session_id = :sid AND seq = 2", sid=sid)
+    events = store.read(sid)
+
+    assert events[0].event.content == "message 0"
+    with pytest.raises(ValueError, match="upcaster bug") as caught:
+        _ = events[1].event
+    assert not isinstance(caught.value, DataCorruptionError)

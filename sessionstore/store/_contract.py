@@ -210,7 +210,9 @@ class RecordedEvent:
             return decode_event(self.type, self.schema_version, self.payload, self.event_id)
         except SessionStoreError:
             raise
-        except ValueError as e:  # pydantic's ValidationError and json's JSONDecodeError both are
+        except (json.JSONDecodeError, PydanticValidationError) as e:
+            # Only the payload's own failures are corruption: an upcaster's bug (any other
+            # ValueError) is raised as it is, not reported as an altered row.
             raise self._undecodable(e) from None
 
     def payload_dict(self) -> dict[str, Any]:
