@@ -154,6 +154,27 @@ class TestWriteStreamed:
 
         assert store.list_sessions() == []
 
+    def test_a_bad_event_is_named_by_its_index_in_the_whole_write(self, store: SessionStore) -> None:
+        """Event #25 of a write drawn in batches of 10 is #25 in the error, not #5 of its batch."""
+
+        def events() -> Iterator[Any]:
+            for i in range(30):
+                yield {"type": "no_such_event"} if i == 25 else MessageAppended(role="user", content=f"m {i}")
+
+        with pytest.raises(ValidationError, match="event #25") as caught:
+            store.write_streamed([SessionWrite("streamed", events(), create=True)], batch_size=10)
+
+        assert caught.value.index == 25
+        assert store.list_sessions() == []
+
+    def test_a_lone_event_instead_of_a_sequence_is_refused_as_such(self, store: SessionStore) -> None:
+        with pytest.raises(ValidationError, match="wrap a single event in a list"):
+            store.write_streamed(
+                [SessionWrite("streamed", MessageAppended(role="user", content="x"), create=True)]
+            )  # type: ignore[arg-type]
+
+        assert store.list_sessions() == []
+
 
 def test_an_import_leaves_a_snapshot_that_sessions_resume_from(tmp_path: Path, store: SessionStore) -> None:
     """Views of an imported session start from the snapshot taken at the end of the import."""

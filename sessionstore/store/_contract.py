@@ -676,7 +676,11 @@ class SessionStore(abc.ABC):
 
         All or nothing as ``write_sessions``: an event that fails to validate, or an iterator
         that raises, rolls back every write of the call. The writer's turn is held while the
-        events are drawn, so other writers wait for the whole call. Unlike ``write_sessions`` it
+        events are drawn, so other writers wait for the whole call, and only as long as their
+        lock wait allows (SQLite's ``busy_timeout``, 30 s; PostgreSQL's ``lock_timeout``, 10 s):
+        an agent appending during a long import fails after that wait. On PostgreSQL an
+        iterator that pauses longer than ``idle_in_transaction_session_timeout`` (60 s) between
+        batches ends the whole call. Unlike ``write_sessions`` it
         is tried once (an iterator cannot be replayed) and an append is not settled against
         stored ids: an append whose ``expected_seq`` is not the head raises ``ConcurrencyError``.
 

@@ -256,6 +256,13 @@ def _batches(events: Iterable[_T], size: int) -> Iterator[list[_T]]:
         yield batch
 
 
+def _check_event_sequence(events: object) -> None:
+    if isinstance(events, Event | dict | str | bytes) or not isinstance(events, Iterable):
+        kind = type(events).__name__
+        msg = f"events must be a sequence of events (wrap a single event in a list), not {kind}"
+        raise ValidationError(msg)
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -491,15 +498,14 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     # -- preparation (outside any transaction: validation and tokenizing hold no lock) --
 
-    def _prepare(self, batch: Iterable[Event | dict[str, Any]]) -> list[Prepared]:
-        if isinstance(batch, Event | dict | str | bytes) or not isinstance(batch, Iterable):
-            kind = type(batch).__name__
-            msg = f"events must be a sequence of events (wrap a single event in a list), not {kind}"
-            raise ValidationError(msg)
+    def _prepare(self, batch: Iterable[Event | dict[str, Any]], start: int = 0) -> list[Prepared]:
+        """The batch's events checked, encoded, counted and packed; errors name each event by its
+        index in the whole write (``start``: the index of the batch's first event)."""
+        _check_event_sequence(batch)
         prepared: list[Prepared] = []
         seen: set[str] = set()
         counter = self.token_counter
-        for index, raw in enumerate(batch):
+        for index, raw in enumerate(batch, start):
             event = parse_event(raw, index=index)
             event_id = str(event.event_id)
             if event_id in seen:
@@ -700,6 +706,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         batch_keys: dict[str, _Sealing] = {}
         for write in writes:
             # Checked (and a new session's key made) up front; the events are not touched yet.
+            _check_event_sequence(write.events)  # a lone event would be iterated as its fields
             one = self._check_write(dataclasses.replace(write, events=()), batch_keys)
             if write.create:
                 batch_keys[write.session_id] = one.sealing
@@ -727,6 +734,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         positions: list[int] = []
         batches = _batches(events, batch_size)
         first = one.sealing.seal(self._prepare(next(batches, [])))
+        starts = itertools.count(len(first), batch_size)  # error messages index the whole write
         if write.create:
             created, at, _ = self._create_in(
                 txn,
@@ -749,7 +757,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             if write.expected_seq != ANY and write.expected_seq != last_stored:
                 raise ConcurrencyError(sid, write.expected_seq, last_stored)  # streamed: never a replay
             last = last_stored
-        rest = (one.sealing.seal(self._prepare(batch)) for batch in batches)
+        rest = (one.sealing.seal(self._prepare(batch, next(starts))) for batch in batches)
         for prepared in itertools.chain([first] if first and not write.create else [], rest):
             outcome = self._append_in(txn, sid, prepared, last, one.sealing)
             if isinstance(outcome, AppendResult):  # pragma: no cover - the head was checked above
