@@ -41,8 +41,8 @@ from ..events._context import (
 from ..projections._api_context import (
     COMPACT_SUMMARY_PREFIX,
     LEADING_USER_MARKER,
-    freed_per_message,
     leading_results,
+    view_size,
 )
 from ..projections._api_records import PreparedCompaction
 from ..projections._session import Session
@@ -579,10 +579,7 @@ def _kept_size(session: Session, plan: _Plan) -> tuple[int, int]:
         start, end = state.first_visible, plan.from_index
     else:
         start, end = plan.keep_index, len(state.messages)
-    freed_tokens, freed_blocks = freed_per_message(state)
-    tokens = sum(state.message_tokens[i] - freed_tokens.get(i, 0.0) for i in range(start, end))
-    blocks = sum(len(state.messages[i]["content"]) - freed_blocks.get(i, 0) for i in range(start, end))
-    return max(0, round(tokens)), blocks
+    return view_size(state, start, end)
 
 
 def _predicted_used(session: Session, raw_tokens: int, blocks: int) -> int:

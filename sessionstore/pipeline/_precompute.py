@@ -36,7 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
-from ..projections._api_context import ApiContextState, committed_spans, freed_per_message, leading_results
+from ..projections._api_context import ApiContextState, committed_spans, leading_results, view_size
 from ..projections._api_records import CollapseEdit, PreparedCompaction
 from ..projections._session import Session
 
@@ -99,11 +99,7 @@ def stale_reason(
     messages = state.messages
     if keep < len(messages) and messages.role(keep) == "user" and leading_results(messages[keep]["content"]):
         return "unclean_cut", "the first message after it opens with tool results"
-    freed_tokens, freed_blocks = freed_per_message(state)
-    tail = range(keep, len(messages))
-    tail_raw = sum(state.message_tokens[i] - freed_tokens.get(i, 0.0) for i in tail)
-    tail_blocks = sum(len(messages[i]["content"]) - freed_blocks.get(i, 0) for i in tail)
-    grown = session.estimate(max(0, round(tail_raw)), tail_blocks)
+    grown = session.estimate(*view_size(state, keep, len(messages)))
     limit = math.floor(session.token_state().window.effective_window * max_growth_percent / 100)
     if grown > limit:
         share = f"{max_growth_percent}% of the window"

@@ -111,6 +111,7 @@ __all__ = [
     "committed_spans",
     "encode_request",
     "freed_per_message",
+    "view_size",
     "leading_results",
     "materialize",
     "request_bytes",
@@ -1036,6 +1037,16 @@ def freed_per_message(state: ApiContextState) -> tuple[dict[int, float], dict[in
                 if index is not None:
                     tokens[index] = tokens.get(index, 0.0) + edit.tokens / len(edit.ids)
     return tokens, blocks
+
+
+def view_size(state: ApiContextState, start: int, end: int) -> tuple[int, int]:
+    """Raw tokens and content blocks of messages ``start``..``end - 1`` as the view holds them:
+    less what persisted results, clears and committed collapses freed."""
+    freed_tokens, freed_blocks = freed_per_message(state)
+    span = range(start, end)
+    tokens = sum(state.message_tokens[i] - freed_tokens.get(i, 0.0) for i in span)
+    blocks = sum(len(state.messages[i]["content"]) - freed_blocks.get(i, 0) for i in span)
+    return max(0, round(tokens)), blocks
 
 
 def _with_collapses(state: ApiContextState, first: int) -> tuple[list[Part], list[int]]:
