@@ -1519,18 +1519,38 @@ def _import_files(
         return _plan_events(plan, count_text, skip_bad_lines, converted, shown.add)
 
     written = _write(store, plans, owner, convert, skipped)
+    imported = [
+        ImportedSession(
+            session_id=plan.session_id,
+            path=str(plan.file.path),
+            parent_session_id=plan.parent_session_id,
+            parent_tool_use_id=plan.parent_tool_use_id,
+            lines=0 if plan.stored else len({line.number for line in plan.file.lines}),
+            entries=plan.entries,
+            messages=plan.messages,
+            opaque=plan.opaque,
+            events=events,
+            written=new,
+            created=created,
+        )
+        for plan, (events, new, created) in zip(plans, written, strict=True)
+    ]
+    # The lines' heads are not needed once written: let them go before the snapshots' folds
+    # (a long file's heads are tens of MB, and the folds are the import's peak).
+    written_long = [
+        plan.session_id
+        for plan, (events, new, _) in zip(plans, written, strict=True)
+        if new and events >= SessionConfig().snapshot_every
+    ]
+    for file in files:
+        file.lines, file.index = [], _FileIndex()
+    del plans
     # A view of a long session resumes from a snapshot instead of folding every event: one is
     # taken of each session written, after the commit (a crash before it leaves no snapshot,
     # which a reader does without; a snapshot never runs ahead of the log it folds).
     # Only where a live Session would have taken one (every ``snapshot_every`` events): a short
     # session folds faster than a snapshot loads, and its huge lines would be held again by the fold.
-    every = SessionConfig().snapshot_every
     if snapshot:
-        written_long = [
-            plan.session_id
-            for plan, (events, new, _) in zip(plans, written, strict=True)
-            if new and events >= every
-        ]
         try:
             take_snapshots(store, written_long)
         except SessionStoreError as e:  # a cache: the sessions are committed, a reader folds instead
@@ -1542,22 +1562,5 @@ def _import_files(
                 session_ids=written_long,
                 error=str(e),
             )
-    imported: list[ImportedSession] = []
-    for plan, (events, new, created) in zip(plans, written, strict=True):
-        imported.append(
-            ImportedSession(
-                session_id=plan.session_id,
-                path=str(plan.file.path),
-                parent_session_id=plan.parent_session_id,
-                parent_tool_use_id=plan.parent_tool_use_id,
-                lines=0 if plan.stored else len({line.number for line in plan.file.lines}),
-                entries=plan.entries,
-                messages=plan.messages,
-                opaque=plan.opaque,
-                events=events,
-                written=new,
-                created=created,
-            )
-        )
     shown.finish()
     return ImportReport(tuple(imported), tuple(skipped))
