@@ -7,6 +7,7 @@ import io
 import os
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,3 +188,74 @@ def test_appending_after_the_file_was_replaced_raises(tmp_path: Path) -> None:
 
         with pytest.raises(DatabaseFileGoneError, match="replaced"):
             _append(store, sid, "would go to the old file")
+
+
+def test_a_write_on_a_connection_opened_after_the_file_was_deleted_raises_file_gone(tmp_path: Path) -> None:
+    """No connection the store held before the deletion: a new one cannot open the file, and the
+    write says the file is gone (not a bare "unable to open database file")."""
+    db = tmp_path / "store.db"
+    sid = _filled(db)
+    with sessionstore.open_store(db, token_counter=None) as store:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        store.engine.dispose()  # type: ignore[attr-defined]
+
+        with pytest.raises(DatabaseFileGoneError, match="deleted"):
+            _append(store, sid, "would be lost")
+        with pytest.raises(DatabaseFileGoneError, match="deleted"):
+            store.put_blob(b"would be lost too")
+    assert not db.exists()
+
+
+# --- the store's writer connection --------------------------------------------------------------
+
+
+def test_appends_from_several_threads_sharing_one_store_all_land_in_one_chain(tmp_path: Path) -> None:
+    """Threads appending at once through one store: every event is stored once, in one unbroken
+    chain per session (writers take turns on one connection or wait on the database's lock)."""
+    db = tmp_path / "store.db"
+    n_threads, per_thread = 4, 25
+    with sessionstore.open_store(db, migrate=True, token_counter=None) as store:
+        shared = store.create_session().id
+        own = [store.create_session().id for _ in range(n_threads)]
+        errors: list[BaseException] = []
+
+        def write(index: int) -> None:
+            try:
+                for i in range(per_thread):
+                    _append(store, shared, f"thread {index} message {i}")
+                    store.append(own[index], [MessageAppended(role="user", content=str(i))], expected_seq=i)
+            except BaseException as e:  # reported below: a thread's exception is otherwise lost
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(n_threads)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+
+        texts = sorted(r.event.content for r in store.read(shared))  # type: ignore[attr-defined]
+        expected = sorted(f"thread {t} message {i}" for t in range(n_threads) for i in range(per_thread))
+        assert texts == expected
+        assert store.verify(shared).ok
+        for sid in own:
+            assert [r.event.content for r in store.read(sid)] == [str(i) for i in range(per_thread)]  # type: ignore[attr-defined]
+            assert store.verify(sid).ok
+
+
+def test_a_closed_store_holds_no_connection_and_a_reopened_one_continues_the_chain(tmp_path: Path) -> None:
+    """``close()`` closes every connection, the writer's too: SQLite then folds the WAL into the
+    file and removes it. A store opened again reads every event and appends after them."""
+    db = tmp_path / "store.db"
+    store = sessionstore.open_store(db, migrate=True, token_counter=None)
+    sid = store.create_session().id
+    for i in range(3):
+        store.append(sid, [MessageAppended(role="user", content=str(i))], expected_seq=i)
+    store.close()
+    assert not Path(f"{db}-wal").exists()
+
+    with sessionstore.open_store(db, token_counter=None) as reopened:
+        reopened.append(sid, [MessageAppended(role="user", content="3")], expected_seq=3)
+        assert [r.event.content for r in reopened.read(sid)] == ["0", "1", "2", "3"]  # type: ignore[attr-defined]
+        assert reopened.verify(sid).ok

@@ -66,8 +66,13 @@ class Prepared:
 
 
 def sqlite_timestamp(moment: datetime) -> str:
-    """A UTC datetime in the text form SQLAlchemy's SQLite ``DateTime`` stores and parses."""
-    return moment.replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+    """A UTC datetime in the text form SQLAlchemy's SQLite ``DateTime`` stores and parses
+    (``2026-12-01 03:00:00.000000``: always six digits of microseconds).
+
+    ``isoformat`` rather than ``strftime``: the same text for one twentieth of the CPU, once per
+    append.
+    """
+    return moment.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def sqlite_datetime(stored: str) -> datetime:
@@ -223,6 +228,15 @@ class DriverSQL:
         marks = ", ".join([self.mark] * 11)
         return f"INSERT INTO {self.events} ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
 
+    def head_with_key_state(self) -> str:
+        """``head`` and ``key_state`` in one statement: no row when the session has no events."""
+        m = self.mark
+        return (
+            f"SELECT seq, hash, (SELECT wrapped_key FROM {self.session_keys} WHERE session_id = {m}), "
+            f"(SELECT 1 FROM {self.erasures} WHERE session_id = {m}) "
+            f"FROM {self.events} WHERE session_id = {m} ORDER BY seq DESC LIMIT 1"
+        )
+
     def key_state(self) -> str:
         """A session's wrapped data key (NULL: plaintext, or erased) and whether it was erased."""
         return (
@@ -311,6 +325,15 @@ class DriverTransaction:
             return int(row[0]), str(row[1])
         identity = self.identity(session_id)
         return None if identity is None else (0, self.genesis(identity))
+
+    def head_and_key_state(self, session_id: str) -> tuple[tuple[int, str] | None, bytes | None, bool]:
+        """(``head``, then ``key_state``'s two values): one round trip once the session has events."""
+        self.cursor.execute(self.sql.head_with_key_state(), (session_id, session_id, session_id))
+        row = self.cursor.fetchone()
+        if row is None:  # no event yet (or no session): the head from the session's identity
+            return (self.head(session_id), *self.key_state(session_id))
+        seq, digest, wrapped, erased = row
+        return (int(seq), str(digest)), (None if wrapped is None else bytes(wrapped)), erased is not None
 
     def last_seq(self, session_id: str) -> int | None:
         """The session's last seq (0 when it has no events), or None if there is no session."""

@@ -1051,12 +1051,11 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             replay = txn.stored_result(session_id, prepared)
             if replay is not None:
                 return replay
-        head = txn.head(session_id)
+        # The key state is checked under the write lock: an erasure that committed since the
+        # batch was sealed wins, and plaintext is never written into an encrypted session.
+        head, stored_key, erased = txn.head_and_key_state(session_id)
         if head is None:
             raise txn.missing(session_id)
-        # Checked under the write lock: an erasure that committed since the batch was sealed wins,
-        # and plaintext is never written into an encrypted session.
-        stored_key, erased = txn.key_state(session_id)
         if erased:
             raise txn.missing(session_id)
         if stored_key != sealing.wrapped:
@@ -1090,7 +1089,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         the driver runs the same three statements in a fraction of that.
         """
         with self._writer_turn, translate_errors(self.tables):
-            raw = self.engine.raw_connection()
+            raw = self._checkout_writer()
             try:
                 cursor = raw.cursor()
                 try:
@@ -1107,7 +1106,16 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 finally:
                     cursor.close()
             finally:
-                raw.close()
+                self._release_writer(raw)
+
+    def _checkout_writer(self) -> Any:
+        """The driver connection of one write transaction, from the pool (``_release_writer``
+        gives it back)."""
+        return self.engine.raw_connection()
+
+    def _release_writer(self, raw: Any) -> None:
+        """Give back what ``_checkout_writer`` returned, after its transaction ended."""
+        raw.close()
 
     def _last_seq(self, conn: Connection, session_id: str) -> int:
         events = self.tables.events

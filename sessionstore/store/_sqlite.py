@@ -24,16 +24,19 @@ lost with it. A file this process cannot write is opened read-only (``mode=ro``,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
+import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, Select, create_engine, event, literal_column
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
@@ -41,7 +44,7 @@ from sqlalchemy.pool import StaticPool
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..errors import DatabaseFileGoneError, ValidationError
+from ..errors import DatabaseFileGoneError, OperationalError, ValidationError
 from ._driver import DriverSQL, sqlite_datetime, sqlite_timestamp
 from ._sql import SqlSessionStore, translate_errors
 
@@ -256,6 +259,81 @@ class SQLiteSessionStore(SqlSessionStore):
         # ... but BEGIN IMMEDIATE makes the positions of one batch consecutive.
         last_rowid="SELECT last_insert_rowid()",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The writer connection this store keeps (``_checkout_writer``), its owner process, and
+        # the lock a write transaction holds while it uses it.
+        self._writer: Any = None
+        self._writer_pid = 0
+        self._writer_lock = threading.Lock()
+
+    def _checkout_writer(self) -> Any:
+        """The store's own writer connection when it is free, else one from the pool.
+
+        A pool checkout and its reset on return cost more CPU than the statements of a single
+        append, so a store on a file it opened keeps one driver connection for its writes, out
+        of the pool (``detach``). It serves one transaction at a time: a writer that finds it
+        busy (another thread's append) takes a pooled connection, as every write did before, so
+        threads wait for the database's write lock (``busy_timeout``), never for each other
+        here. A forked child never uses its parent's connection (SQLite forbids carrying one
+        across ``fork``): it opens its own. In-memory, async and borrowed engines use the pool.
+        """
+        if (
+            self._file is None
+            or self.in_greenlet
+            or not self._owns_engine
+            or not self._writer_lock.acquire(blocking=False)
+        ):
+            with self._gone_if_missing():
+                return super()._checkout_writer()
+        try:
+            if self._writer is None or self._writer_pid != os.getpid():
+                with self._gone_if_missing():
+                    raw = self.engine.raw_connection()
+                raw.detach()
+                self._writer, self._writer_pid = raw, os.getpid()
+        except BaseException:
+            self._writer_lock.release()
+            raise
+        return self._writer
+
+    def _release_writer(self, raw: Any) -> None:
+        if raw is not self._writer:  # a pooled connection (only the lock holder has ours)
+            super()._release_writer(raw)
+            return
+        if not raw.is_valid:  # invalidated after a failed rollback: open a fresh one next time
+            self._writer = None
+        self._writer_lock.release()
+
+    def close(self) -> None:
+        """Close the writer connection (after the write using it), then dispose of the pool."""
+        with self._writer_lock:
+            writer, self._writer = self._writer, None
+            if writer is not None and self._writer_pid == os.getpid():
+                writer.close()
+        super().close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._gone_if_missing(), super()._write() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _gone_if_missing(self) -> Iterator[None]:
+        """A write that fails while the store's file is missing: ``DatabaseFileGoneError``.
+
+        A connection opened after the file was deleted fails with "unable to open database
+        file" (files are opened ``mode=rw``, never created): the same loss as a write into the
+        deleted file, reported the same way.
+        """
+        try:
+            yield
+        except (OperationalError, sa_exc.OperationalError, sqlite3.OperationalError) as e:
+            path = self._file
+            if isinstance(e, DatabaseFileGoneError) or path is None or _file_id(path) is not None:
+                raise
+            raise DatabaseFileGoneError(str(path), "deleted") from e
 
     @functools.cached_property
     def _file(self) -> Path | None:
