@@ -144,8 +144,10 @@ class AsyncStoreOnThread(SessionStore):
     def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
         return self._wait(self.inner.write_sessions(writes))
 
-    def write_streamed(self, writes: Sequence[SessionWrite], *, batch_size: int = 1000) -> list[AppendResult]:
-        return self._wait(self.inner.write_streamed(writes, batch_size=batch_size))
+    def write_streamed(
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
+    ) -> list[AppendResult]:
+        return self._wait(self.inner.write_streamed(writes, batch_size=batch_size, json_checked=json_checked))
 
     def last_seq(self, session_id: str) -> int:
         return self._wait(self.inner.last_seq(session_id))

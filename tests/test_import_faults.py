@@ -14,6 +14,7 @@ from sessionstore import (
     SessionStarted,
     SessionStore,
     SessionStoreError,
+    ValidationError,
     import_claude_code,
 )
 from sessionstore.events import SubagentStarted
@@ -57,7 +58,17 @@ def _break_with_unstorable_line(folder: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-@pytest.mark.parametrize("breakage", [_break_with_self_parent, _break_with_unstorable_line])
+def _break_with_unstorable_manifest(folder: Path) -> None:
+    """The agent's manifest holds a NaN, which JSON cannot read back (json.dumps writes it)."""
+    _agent_file(folder).with_suffix(".meta.json").write_text(
+        json.dumps({"agentType": "Explore", "toolUseId": "toolu_x", "weight": float("nan")}),
+        encoding="utf-8",
+    )
+
+
+@pytest.mark.parametrize(
+    "breakage", [_break_with_self_parent, _break_with_unstorable_line, _break_with_unstorable_manifest]
+)
 def test_a_failing_subagent_leaves_no_main_session_behind(
     breakage: object, tmp_path: Path, store: SessionStore
 ) -> None:
@@ -66,6 +77,17 @@ def test_a_failing_subagent_leaves_no_main_session_behind(
     breakage(folder)  # type: ignore[operator]
 
     with pytest.raises(SessionStoreError):
+        import_claude_code(store, [folder])
+
+    assert store.list_sessions() == []
+
+
+def test_a_manifest_with_a_nan_is_refused_naming_the_manifest(tmp_path: Path, store: SessionStore) -> None:
+    """The manifest is kept in the sub-agent's metadata: refused as the file it is, not stored as null."""
+    folder = modern_project(tmp_path)
+    _break_with_unstorable_manifest(folder)
+
+    with pytest.raises(ValidationError, match=r"agent-.*\.meta\.json: unreadable sub-agent manifest: weight"):
         import_claude_code(store, [folder])
 
     assert store.list_sessions() == []

@@ -167,6 +167,24 @@ class TestWriteStreamed:
         assert caught.value.index == 25
         assert store.list_sessions() == []
 
+    def test_json_checked_events_still_refuse_a_lone_surrogate(self, store: SessionStore) -> None:
+        """Values vouched for as decoded JSON skip the store's walk, not the serializer's refusal."""
+        events = [SessionStarted(), MessageAppended(role="user", content="\ud800")]
+
+        with pytest.raises(ValidationError, match="event #1 of type 'message_appended': field content"):
+            store.write_streamed([SessionWrite("streamed", events, create=True)], json_checked=True)
+
+        assert store.list_sessions() == []
+
+    def test_a_nan_is_refused_unless_the_caller_vouched_for_its_values(self, store: SessionStore) -> None:
+        """The walk ``json_checked`` skips is what refuses a NaN (the serializer would write null)."""
+        event = MessageAppended(role="user", content=[{"type": "text", "text": "x", "score": float("nan")}])
+
+        with pytest.raises(ValidationError, match="NaN"):
+            store.write_streamed([SessionWrite("streamed", [SessionStarted(), event], create=True)])
+
+        assert store.list_sessions() == []
+
     def test_a_lone_event_instead_of_a_sequence_is_refused_as_such(self, store: SessionStore) -> None:
         with pytest.raises(ValidationError, match="wrap a single event in a list"):
             store.write_streamed(

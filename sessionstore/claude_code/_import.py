@@ -59,12 +59,14 @@ from ..errors import (
     ValidationError,
 )
 from ..events._base import (
+    MAX_JSON_DEPTH,
     Event,
     MessageAppended,
     QuerySource,
     SessionStarted,
     SubagentStarted,
     UsageRecorded,
+    json_problem,
 )
 from ..events._context import CompactBoundary, MicrocompactApplied, PreservedSegment, ToolResultPersisted
 from ..events._post_compact import ListingDelta, ListingKind
@@ -297,6 +299,11 @@ def _read_manifest(path: Path, skipped: list[SkippedLine]) -> dict[str, Any] | N
     except (OSError, ValueError, RecursionError) as e:  # ValueError: JSON, UTF-8, int digits
         msg = f"{path}: unreadable sub-agent manifest: {e}"
         raise ValidationError(msg, field="path") from e
+    # Kept in the session's metadata, written without the store's own walk (json_checked).
+    problem = json_problem(loaded, max_depth=MAX_JSON_DEPTH - 10)
+    if problem is not None:
+        msg = f"{path}: unreadable sub-agent manifest: {problem}"
+        raise ValidationError(msg, field="path")
     return loaded if isinstance(loaded, dict) else None
 
 
@@ -1351,7 +1358,11 @@ def _write(
         converted: list[SkippedLine] = []  # lines kept opaque: reported once, by the round that wrote
         planned = [_session_write(store, plan, owner, convert(plan, converted)) for plan in plans]
         try:
-            store.write_streamed([write for write, _, _ in planned], batch_size=_WRITE_BATCH)
+            # Every line was checked by the first pass (strict decoder, depth, surrogates): the
+            # store need not walk the events' values again.
+            store.write_streamed(
+                [write for write, _, _ in planned], batch_size=_WRITE_BATCH, json_checked=True
+            )
         except (SessionExistsError, ConcurrencyError):
             if round_ == _WRITE_ROUNDS:
                 raise

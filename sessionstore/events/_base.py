@@ -407,15 +407,21 @@ def _first_error(exc: pydantic.ValidationError) -> tuple[str, str]:
     return field, err["msg"]
 
 
-def parse_event(data: Event | dict[str, Any], *, index: int | None = None) -> Event:
+def parse_event(
+    data: Event | dict[str, Any], *, index: int | None = None, check_json: bool = True
+) -> Event:
     """Validate a dict (or pass through an event) into a registered event model.
+
+    ``check_json=False`` skips the walk over every value for what JSON cannot read back equal
+    (``json_problem``): for values decoded from JSON text by a decoder that refuses NaN,
+    infinities and over-long integers, and checked for depth, as the importer's are.
 
     Raises:
         ValidationError: names the batch index, the event type and the first bad field.
     """
     if isinstance(data, Event):
         event_class(data.type)
-        return _checked_json(data, index)
+        return _checked_json(data, index) if check_json else data
     if not isinstance(data, dict):
         msg = f"event{_at(index)} must be an Event or a dict, not {type(data).__name__}"
         raise ValidationError(msg, index=index)
@@ -436,7 +442,7 @@ def parse_event(data: Event | dict[str, Any], *, index: int | None = None) -> Ev
     except RecursionError:  # a value nested thousands deep, in validation itself
         msg = f"event{_at(index)} of type {type_name!r}: nested too deeply"
         raise ValidationError(msg, index=index, event_type=type_name) from None
-    return _checked_json(event, index)
+    return _checked_json(event, index) if check_json else event
 
 
 def _checked_json(event: Event, index: int | None) -> Event:

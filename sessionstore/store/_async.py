@@ -175,11 +175,13 @@ class AsyncSessionStore:
         return await self.run_sync(SqlSessionStore.write_sessions, writes)
 
     async def write_streamed(
-        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
     ) -> list[AppendResult]:
         """See ``SessionStore.write_streamed``: the events' iterators are drawn on the event loop's
         thread, between the batches' awaited statements."""
-        return await self.run_sync(SqlSessionStore.write_streamed, writes, batch_size=batch_size)
+        return await self.run_sync(
+            SqlSessionStore.write_streamed, writes, batch_size=batch_size, json_checked=json_checked
+        )
 
     # -- events --
 

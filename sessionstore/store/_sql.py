@@ -498,15 +498,18 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     # -- preparation (outside any transaction: validation and tokenizing hold no lock) --
 
-    def _prepare(self, batch: Iterable[Event | dict[str, Any]], start: int = 0) -> list[Prepared]:
+    def _prepare(
+        self, batch: Iterable[Event | dict[str, Any]], start: int = 0, *, json_checked: bool = False
+    ) -> list[Prepared]:
         """The batch's events checked, encoded, counted and packed; errors name each event by its
-        index in the whole write (``start``: the index of the batch's first event)."""
+        index in the whole write (``start``: the index of the batch's first event).
+        ``json_checked``: see ``SessionStore.write_streamed``."""
         _check_event_sequence(batch)
         prepared: list[Prepared] = []
         seen: set[str] = set()
         counter = self.token_counter
         for index, raw in enumerate(batch, start):
-            event = parse_event(raw, index=index)
+            event = parse_event(raw, index=index, check_json=not json_checked)
             event_id = str(event.event_id)
             if event_id in seen:
                 msg = f"event #{index}: event_id {event_id} appears twice in the batch"
@@ -699,7 +702,9 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             log_append(operation, write.session_id, one.prepared, result, expected)
         return results
 
-    def write_streamed(self, writes: Sequence[SessionWrite], *, batch_size: int = 1000) -> list[AppendResult]:
+    def write_streamed(
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
+    ) -> list[AppendResult]:
         """See ``SessionStore.write_streamed``."""
         check_int("batch_size", batch_size, minimum=1)
         checked: list[tuple[_CheckedWrite, Iterable[Event | dict[str, Any]]]] = []
@@ -718,7 +723,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         with span("sessionstore.write_streamed", attributes, client=True):
             now = _utcnow()
             with self._lock, self._driver_transaction() as txn:
-                return [self._stream_in(txn, one, events, batch_size, now) for one, events in checked]
+                return [
+                    self._stream_in(txn, one, events, batch_size, now, json_checked)
+                    for one, events in checked
+                ]
 
     def _stream_in(
         self,
@@ -727,13 +735,14 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         events: Iterable[Event | dict[str, Any]],
         batch_size: int,
         now: datetime,
+        json_checked: bool,
     ) -> AppendResult:
         """One write of ``write_streamed``: its events prepared and inserted a batch at a time."""
         write, sid = one.write, one.write.session_id
         seqs: list[int] = []
         positions: list[int] = []
         batches = _batches(events, batch_size)
-        first = one.sealing.seal(self._prepare(next(batches, [])))
+        first = one.sealing.seal(self._prepare(next(batches, []), json_checked=json_checked))
         starts = itertools.count(len(first), batch_size)  # error messages index the whole write
         if write.create:
             created, at, _ = self._create_in(
@@ -757,7 +766,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             if write.expected_seq != ANY and write.expected_seq != last_stored:
                 raise ConcurrencyError(sid, write.expected_seq, last_stored)  # streamed: never a replay
             last = last_stored
-        rest = (one.sealing.seal(self._prepare(batch, next(starts))) for batch in batches)
+        rest = (
+            one.sealing.seal(self._prepare(batch, next(starts), json_checked=json_checked))
+            for batch in batches
+        )
         for prepared in itertools.chain([first] if first and not write.create else [], rest):
             outcome = self._append_in(txn, sid, prepared, last, one.sealing)
             if isinstance(outcome, AppendResult):  # pragma: no cover - the head was checked above
