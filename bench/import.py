@@ -3,7 +3,7 @@
 Usage::
 
     python bench/import.py [--quick] [--turns N] [--repeats R] [--pg URL] [--profile]
-    python bench/import.py --large MB LINE_MB
+    python bench/import.py --large MB LINE_MB [--tokens-off]
 
 Workloads
 ---------
@@ -48,6 +48,8 @@ tree's store; skipped without git). Columns: wall and CPU seconds of the import 
 wall and per CPU second, the child's peak RSS and that over the largest file. Then
 ``sessionstore context``, ``audit`` and ``served --turn 1 --as-sent`` run as child processes on the
 imported ~MB session, first with the snapshot the import took, then with the snapshots deleted.
+``--tokens-off`` imports with ``token_counter=None`` instead (what counting costs is the difference;
+the views are left out: they count with the default tokenizer, which such a snapshot is not for).
 
 The full run takes about two minutes on 2 cores (a minute more with ``--pg``, another with
 ``--profile``); ``--quick`` about fifteen seconds (thirty with ``--pg``).
@@ -434,7 +436,7 @@ def large_workloads(folder: Path, many_mb: int, huge_mb: int) -> tuple[Workload,
 
 def _child(argv: list[str]) -> int:
     """In a child process: import ``paths`` into ``db`` with the ``before`` or ``after`` importer."""
-    which, db, *paths = argv
+    which, counting, db, *paths = argv
     importer = sessionstore.import_claude_code
     if which == "before":
         import importlib.util
@@ -446,7 +448,7 @@ def _child(argv: list[str]) -> int:
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         importer = module.import_claude_code
-    store = _open_sqlite(Path(db), counting=True)
+    store = _open_sqlite(Path(db), counting=counting == "on")
     rss_before = round(_own_peak_mb())
     start, cpu = time.perf_counter(), time.process_time()
     report = importer(store, paths)
@@ -513,9 +515,10 @@ def _run_child(command: list[str], folder: Path) -> ChildRun:
     return ChildRun(wall, cpu, peaks[-1] if peaks else float("nan"), text, child.returncode)
 
 
-def _import_child(which: str, workloads: list[Workload], folder: Path, db: Path) -> ChildRun:
+def _import_child(which: str, workloads: list[Workload], folder: Path, db: Path, counting: bool) -> ChildRun:
     paths = [str(p) for w in workloads for p in w.paths]
-    return _run_child([sys.executable, __file__, "--child", which, str(db), *paths], folder)
+    command = [sys.executable, __file__, "--child", which, "on" if counting else "off", str(db), *paths]
+    return _run_child(command, folder)
 
 
 def _before_source(db: Path) -> bool:
@@ -557,14 +560,17 @@ def _drop_snapshots(db: Path) -> None:
         conn.execute("DELETE FROM snapshots")
 
 
-def run_large(folder: Path, many_mb: int, huge_mb: int) -> int:
+def run_large(folder: Path, many_mb: int, huge_mb: int, counting: bool = True) -> int:
     made = large_workloads(folder, many_mb, huge_mb)
     if made is None:
         print(f"NOTE: corpus not found at {CORPUS}: the large workloads are skipped.")
         return 0
     many, huge = made
     largest = max(many.bytes, huge.bytes)
-    print("\nLarge transcripts made from the corpus; import in a child process each (token counting on):")
+    print(
+        "\nLarge transcripts made from the corpus; import in a child process each "
+        f"(token counting {'on' if counting else 'off'}):"
+    )
     header = (
         f"{'workload':<26} {'importer':<8} {'wall s':>8} {'cpu s':>8} {'MB/s':>7} {'MB/cpu s':>8} "
         f"{'peak RSS MB':>12} {'x largest':>10}"
@@ -586,7 +592,7 @@ def run_large(folder: Path, many_mb: int, huge_mb: int) -> int:
             if which == "before" and not _before_source(db):
                 print(f"{name:<26} {which:<8} (commit {BEFORE} not in this checkout's git: skipped)")
                 continue
-            run = _import_child(which, workloads, folder, db)
+            run = _import_child(which, workloads, folder, db, counting)
             if run.status != 0:
                 failed = True
                 print(f"{name:<26} {which:<8} FAILED (exit {run.status}, {run.rss_mb:,.0f} MB): {run.output}")
@@ -597,7 +603,7 @@ def run_large(folder: Path, many_mb: int, huge_mb: int) -> int:
                 f"{size / 1e6 / timing['wall']:>7.1f} {size / 1e6 / timing['cpu']:>8.1f} "
                 f"{run.rss_mb:>12,.0f} {run.rss_mb / (biggest / 2**20):>10.2f}"
             )
-            if which == "after" and workloads == [many]:
+            if which == "after" and workloads == [many] and counting:
                 views_db = db
                 continue
             for leftover in folder.glob(db.name + "*"):
@@ -630,6 +636,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--repeats", type=int, help="runs of each contender on the generated file (default 1, --quick 2)"
     )
+    parser.add_argument(
+        "--tokens-off", action="store_true", help="--large: import with token_counter=None (no views)"
+    )
     parser.add_argument("--pg", metavar="URL", help="also import into PostgreSQL (a fresh schema)")
     parser.add_argument("--profile", action="store_true", help="cProfile the generated import")
     parser.add_argument(
@@ -655,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sessionstore {sessionstore.__version__} import benchmark (large), Python {sys.version[:6]}")
         print_load("start")
         with tempfile.TemporaryDirectory(prefix="sessionstore-import-") as tmp:
-            status = run_large(Path(tmp), *args.large)
+            status = run_large(Path(tmp), *args.large, counting=not args.tokens_off)
         print_load("end")
         return status
     runners: dict[str, Runner] = {"sqlite": sqlite_runner(True), "sqlite, tokens off": sqlite_runner(False)}
