@@ -73,4 +73,4 @@ def test_the_projection_list_names_every_projection_of_the_package_once() -> Non
 
     assert set(sessionstore.projections.PROJECTIONS) == _projection_classes()
     assert names == sorted(set(names))
-    assert names == ["api_context", "file_history", "transcript"]
+    assert names == ["api_context", "file_history", "transcript", "transcript_digest"]

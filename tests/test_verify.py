@@ -21,6 +21,7 @@ from sessionstore.checkpoints import FileHistory
 from sessionstore.cli import main
 from sessionstore.projections._api_context import ApiContextProjection
 from sessionstore.projections._base import fold
+from sessionstore.projections._digest import TranscriptDigestProjection
 from sessionstore.projections._file_history import FileHistoryProjection
 from sessionstore.projections._transcript import TranscriptProjection
 from sessionstore.store._contract import SnapshotRecord
@@ -66,6 +67,7 @@ def _busy_session(store: sessionstore.SessionStore, root: Path, session_id: str 
         pipeline.prepare(session)
         if n == 2:
             session.transcript  # noqa: B018 - load the transcript so snapshots include it
+            session.transcript_digest  # noqa: B018 - and its digest
             history.save_snapshot()
     cleared = sessionstore.pipeline.microcompact(session, keep_recent=1)
     sessionstore.revert(session, cleared.event_ids[0])
@@ -76,7 +78,12 @@ def _busy_session(store: sessionstore.SessionStore, root: Path, session_id: str 
 def _snapshot_seqs(store: sessionstore.SessionStore, sid: str) -> dict[str, int | None]:
     tokenizer = Session(store, sid).tokenizer
     seqs: dict[str, int | None] = {}
-    for projection in (ApiContextProjection, TranscriptProjection, FileHistoryProjection):
+    for projection in (
+        ApiContextProjection,
+        TranscriptProjection,
+        FileHistoryProjection,
+        TranscriptDigestProjection,
+    ):
         name = projection.name
         found = store.latest_snapshot(sid, name, projection.version, tokenizer)
         seqs[name] = None if found is None else found.seq
@@ -96,7 +103,7 @@ def test_a_clean_session_verifies_with_every_snapshot_matching(
     assert result.ok, result.to_dict()
     assert result.chain.events_checked == last
     checks = {c.projection: c for c in result.projections}
-    assert set(checks) == {"api_context", "transcript", "file_history"}
+    assert set(checks) == {"api_context", "transcript", "file_history", "transcript_digest"}
     assert all(c.status == "match" for c in checks.values())
     # Every snapshot is behind the head: the check folds it forward, it does not just reload it.
     assert all(seq is not None and seq < last for seq in seqs.values()), seqs

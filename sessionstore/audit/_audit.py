@@ -1,9 +1,13 @@
 """The audit surface: every context operation of a session as one timeline, and replays of
 what the model was served.
 
-Everything here is read from the log: ``audit`` walks the transcript; ``served_request`` folds
-the API view up to the seq a ``ContextServed`` covers and checks the rebuilt bytes against the
-fingerprint recorded when the request went out; ``view_diff`` compares the request at two seqs.
+Everything here is read from the log: ``audit`` walks the transcript's digest (the events it
+reports, and the messages' uuids and tool-call ids: projections/_digest.py) and reads what each
+compaction and snip found in the view from the API context (``views_at_changes``), so it never
+holds every payload nor folds the log again; ``served_request`` folds the API view up to the
+seq a ``ContextServed`` covers (from the latest snapshot before it) and checks the rebuilt bytes
+against the fingerprint recorded when the request went out; ``view_diff`` compares the request
+at two seqs.
 It returns data; the command line (``sessionstore/cli/_render.py``) draws the tables.
 """
 
@@ -20,9 +24,9 @@ from typing import Any
 from ..errors import ValidationError
 from ..pipeline._collapse import collapsed_messages, shown_messages
 from ..pipeline._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
-from ..projections._api_context import ApiContextProjection, ApiContextState, materialize, request_bytes
-from ..projections._api_records import CollapseEdit
-from ..projections._base import fold
+from ..projections._api_context import materialize, request_bytes
+from ..projections._api_records import ViewAtChange
+from ..projections._digest import AUDITED
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
 from ..store import ErasureReceipt, SessionStore
@@ -37,35 +41,6 @@ __all__ = [
     "view_diff",
 ]
 
-#: Event types of the context stages: what changes (or tries to change) what the model sees.
-CONTEXT_OPERATIONS = (
-    "tool_result_persisted",
-    "snip_applied",
-    "microcompact_applied",
-    "server_edits_applied",
-    "collapse_staged",
-    "collapse_committed",
-    "context_edit_reverted",
-    "session_memory_updated",
-    "compact_boundary",
-    "compact_failed",
-)
-#: Everything the audit lists: the context operations, compaction summaries prepared ahead (and
-#: discarded), file rewinds, forks and bridged frameworks' own operations.
-AUDITED = (
-    *CONTEXT_OPERATIONS,
-    "compaction_prepared",
-    "compaction_preparation_discarded",
-    "files_rewind_started",
-    "files_rewound",
-    "files_rewind_failed",
-    "conversation_rewound",
-    "langgraph_checkpoint",
-    # An OpenAI Agents SDK session's removals, and their undoing (sessionstore.bridges.openai_agents).
-    "openai_agents_item_popped",
-    "openai_agents_session_cleared",
-    "openai_agents_removal_reverted",
-)
 #: The events that undo an earlier one (``target_event_id``), marking it ``reverted_by``.
 _REVERTS = ("context_edit_reverted", "openai_agents_removal_reverted")
 
@@ -234,7 +209,7 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
         if receipt is not None:
             return AuditReport(session_id, [], 0, 0, False, erasure=receipt)
         session = Session(session, session_id)
-    transcript = session.transcript
+    transcript = session.transcript_digest
     entries = [e for e in transcript if e.type in AUDITED]
     reverted = {str(e.payload["target_event_id"]): e for e in entries if e.type in _REVERTS}
     served = [int(e.payload["through_seq"]) for e in transcript if e.type == "context_served"]
@@ -256,7 +231,7 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
         timeline.append(described)
     timeline = _with_unfinished_rewinds(timeline)
     timeline = _with_langgraph_forks(timeline)
-    timeline = _with_source_metadata(session, timeline)
+    timeline = _with_source_metadata(transcript, timeline)
     failures = session.api_state.compact_failures
     return AuditReport(
         session.id, timeline, len(served), failures, failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
@@ -379,78 +354,76 @@ def _with_snipped(entry: AuditEntry, snipped: _Compacted) -> AuditEntry:
     return dataclasses.replace(entry, what=what, details=details)
 
 
-def _collapses_before(state: ApiContextState, keep_from_seq: int) -> list[str]:
+def _collapses_before(before: ViewAtChange, keep_from_seq: int) -> list[str]:
     """The committed collapses (their commit event ids) whose spans end before ``keep_from_seq``."""
-    first = state.message_first_seq[state.first_visible] if state.first_visible < len(state.messages) else 0
-    return [
-        event_id
-        for event_id, edit in state.edits.items()
-        if isinstance(edit, CollapseEdit) and first <= edit.first_seq and edit.end_seq <= keep_from_seq
-    ]
+    first = before.first_seq if before.first_seq is not None else 0
+    spans = zip(before.collapse_event_ids, before.collapse_first_seqs, before.collapse_end_seqs, strict=True)
+    return [event_id for event_id, start, end in spans if first <= start and end <= keep_from_seq]
 
 
 def _compactions(session: Session, transcript: list[TranscriptEntry]) -> dict[int, _Compacted]:
     """Each compaction and snip (by seq): the messages it took out, derived from the view before it.
 
-    One fold over the log: at each boundary or snip, the raw messages still visible (after
-    earlier boundaries and snips, outside committed collapses, whose summaries stood in for
-    them) that it does not keep.
+    The API context keeps the view as each boundary and snip found it (``views_at_changes``):
+    at each, the raw messages still visible (after earlier boundaries and snips, outside
+    committed collapses, whose summaries stood in for them) that it does not keep.
     """
     changes = {e.seq: e for e in transcript if e.type in ("compact_boundary", "snip_applied")}
     if not changes:
         return {}
     shown = shown_messages(transcript)
-    projection = ApiContextProjection()
-    state = projection.initial()
     out: dict[int, _Compacted] = {}
-    for recorded in session.log.read(1, max(changes)):
-        change = changes.get(recorded.seq)
-        if change is not None and change.type == "snip_applied":
-            removed = _snipped_messages(state, transcript, change.payload)
-            summaries = _collapses_before(state, int(change.payload["keep_from_seq"]))
-            out[recorded.seq] = _Compacted(removed, [], None, summaries)
-        elif change is not None:
-            replaced = _compacted_messages(state, transcript, shown, recorded.seq, change.payload)
-            dropped_before = int(change.payload.get("ptl_dropped_before_seq") or 0)
-            ptl_dropped = [e for e in replaced if e.seq < dropped_before]
-        state = projection.apply(state, recorded)
-        if change is not None and change.type == "compact_boundary":
-            after = session.estimate(state.view_tokens, state.visible_blocks)
-            out[recorded.seq] = _Compacted(replaced, ptl_dropped, after)
+    for before in session.api_state.views_at_changes:
+        change = changes.get(before.seq)
+        if change is None:
+            continue
+        if change.type == "snip_applied":
+            removed = _snipped_messages(before, transcript, change.payload)
+            summaries = _collapses_before(before, int(change.payload["keep_from_seq"]))
+            out[before.seq] = _Compacted(removed, [], None, summaries)
+            continue
+        replaced = _compacted_messages(before, transcript, shown, before.seq, change.payload)
+        dropped_before = int(change.payload.get("ptl_dropped_before_seq") or 0)
+        ptl_dropped = [e for e in replaced if e.seq < dropped_before]
+        assert before.tokens_after is not None and before.blocks_after is not None
+        after = session.estimate(before.tokens_after, before.blocks_after)
+        out[before.seq] = _Compacted(replaced, ptl_dropped, after)
     return out
 
 
-def _hidden_seqs(before: ApiContextState, transcript: list[TranscriptEntry]) -> set[int]:
+def _hidden_seqs(before: ViewAtChange, transcript: list[TranscriptEntry]) -> set[int]:
     """Seqs of message events a summary already stood in for in ``before``: committed collapses,
     and the part an earlier partial "from" compaction summarized."""
-    hidden = {e.seq for e in _collapsed_before(before, transcript)}
-    if before.compact is not None and before.compact.from_seq:
-        hidden.update(range(before.compact.from_seq, before.compact.seq))
+    hidden = {
+        e.seq
+        for start, end in zip(before.collapse_first_seqs, before.collapse_end_seqs, strict=True)
+        for e in collapsed_messages(transcript, start, end)
+    }
+    if before.compact_from_seq:
+        hidden.update(range(before.compact_from_seq, before.compact_seq))
     return hidden
 
 
 def _snipped_messages(
-    before: ApiContextState, transcript: list[TranscriptEntry], snip: dict[str, Any]
+    before: ViewAtChange, transcript: list[TranscriptEntry], snip: dict[str, Any]
 ) -> list[TranscriptEntry]:
     """The message events visible raw in ``before`` that a snip takes out: the span up to its cut,
     and the results opening the first kept message (their calls are in the span)."""
     keep = int(snip["keep_from_seq"])
-    first = before.first_visible
-    start = before.message_first_seq[first] if first < len(before.messages) else keep
+    start = before.first_seq if before.first_seq is not None else keep
     hidden = _hidden_seqs(before, transcript)
     return [e for e in collapsed_messages(transcript, start, keep) if e.seq not in hidden]
 
 
 def _compacted_messages(
-    before: ApiContextState,
+    before: ViewAtChange,
     transcript: list[TranscriptEntry],
     shown: list[TranscriptEntry],
     seq: int,
     boundary: dict[str, Any],
 ) -> list[TranscriptEntry]:
     """The message events visible raw in ``before`` that the boundary at ``seq`` summarizes."""
-    first = before.first_visible
-    start = before.message_first_seq[first] if first < len(before.messages) else seq
+    start = before.first_seq if before.first_seq is not None else seq
     stop = seq
     if boundary.get("summarized_from_seq"):
         start = max(start, int(boundary["summarized_from_seq"]))
@@ -460,20 +433,10 @@ def _compacted_messages(
     return [e for e in shown if start <= e.seq < stop and e.seq not in hidden]
 
 
-def _collapsed_before(state: ApiContextState, transcript: list[TranscriptEntry]) -> list[TranscriptEntry]:
-    """Message events behind the committed collapses active in ``state``."""
-    return [
-        e
-        for edit in state.edits.values()
-        if isinstance(edit, CollapseEdit)
-        for e in collapsed_messages(transcript, edit.first_seq, edit.end_seq)
-    ]
-
-
-def _source_metadata(session: Session) -> dict[str, dict[str, Any]]:
+def _source_metadata(transcript: list[TranscriptEntry]) -> dict[str, dict[str, Any]]:
     """Imported compactions: the boundary's event id -> the ``compactMetadata`` Claude Code wrote."""
     found: dict[str, dict[str, Any]] = {}
-    for entry in session.transcript:
+    for entry in transcript:
         if entry.type == "imported_entry" and entry.payload.get("entry_type") == "system/compact_boundary":
             metadata = entry.payload["entry"].get("compactMetadata")
             for event_id in entry.payload.get("events", []):
@@ -482,9 +445,9 @@ def _source_metadata(session: Session) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _with_source_metadata(session: Session, timeline: list[AuditEntry]) -> list[AuditEntry]:
+def _with_source_metadata(transcript: list[TranscriptEntry], timeline: list[AuditEntry]) -> list[AuditEntry]:
     """An imported compaction also shows what its source recorded: kept messages, token counts."""
-    metadata = _source_metadata(session)
+    metadata = _source_metadata(transcript)
     result = []
     for entry in timeline:
         source = metadata.get(entry.event_id) if entry.kind == "compact_boundary" else None
@@ -506,10 +469,6 @@ def _with_source_metadata(session: Session, timeline: list[AuditEntry]) -> list[
     return result
 
 
-def _api_state_at(session: Session, seq: int) -> Any:
-    return fold(ApiContextProjection(), session.log.read(1, seq))
-
-
 @dataclass(frozen=True)
 class ServedReplay:
     """A request rebuilt from the log, and whether it matches what was served."""
@@ -528,13 +487,13 @@ def served_request(session: Session, turn: int) -> ServedReplay:
     Raises:
         ValidationError: no such turn.
     """
-    served = [e for e in session.transcript if e.type == "context_served"]
+    served = [e for e in session.transcript_digest if e.type == "context_served"]
     if not 1 <= turn <= len(served):
         msg = f"session {session.id!r} served {len(served)} requests; there is no turn {turn}"
         raise ValidationError(msg, field="turn")
     entry = served[turn - 1]
     payload = entry.payload
-    state = _api_state_at(session, int(payload["through_seq"]))
+    state = session.api_state_at(int(payload["through_seq"]))
     request = materialize(state, cache_control=bool(payload.get("cache_control", False)))
     request.update(payload.get("extra") or {})
     fingerprint = hashlib.sha256(request_bytes(request)).hexdigest()
@@ -559,8 +518,8 @@ def _unified(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> 
 
 def view_diff(session: Session, seq_a: int, seq_b: int) -> str:
     """A unified diff of the request as it was at ``seq_a`` and at ``seq_b`` (indented JSON)."""
-    before = materialize(_api_state_at(session, seq_a))
-    after = materialize(_api_state_at(session, seq_b))
+    before = materialize(session.api_state_at(seq_a))
+    after = materialize(session.api_state_at(seq_b))
     return _unified(before, after, f"seq {seq_a}", f"seq {seq_b}")
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..projections import Session, TokenWindow, token_state, token_window
 from ..projections._api_context import COLLAPSE_PREFIX, COMPACT_SUMMARY_PREFIX
+from ..projections._digest import CONTEXT_OPERATIONS
 from ..store import SessionStore
-from ._audit import CONTEXT_OPERATIONS, AuditEntry, audit
+from ._audit import AuditEntry, audit
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",

@@ -30,6 +30,9 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..projections import ApiContextProjection, Session, fold, materialize
+from ..projections._digest import read_pages
+from ..projections._transcript import TranscriptEntry
+from ..store import RecordedEvent
 
 __all__ = ["SentComparison", "SentRequest", "compare_all_sent", "compare_sent", "sent_requests"]
 
@@ -111,15 +114,47 @@ def _message_hash(message: dict[str, Any]) -> str:
 
 
 def sent_requests(session: Session) -> list[SentRequest]:
-    """Every request the session's ``api-request`` lines record, in log order (none before 2.1.3xx)."""
+    """Every request the session's ``api-request`` lines record, in log order (none before 2.1.3xx).
+
+    The transcript's digest says which lines there are and which blobs and shapes their requests
+    name; the log is then read a page at a time, keeping only those (none is read when no
+    request was recorded).
+    """
+    lines = [e for e in session.transcript_digest if e.type in ("opaque_entry", "imported_entry")]
+    requests = [e.payload["entry"] for e in lines if e.payload.get("entry_type") == "api-request"]
+    if not requests:
+        _check_blobs(lines)
+        return []
+    needed: set[str] = set()
+    for request in requests:
+        needed.update(_str_list(request.get("tail")) or [])
+        if isinstance(request.get("shapeHash"), str):
+            needed.add(request["shapeHash"])
+    last = max(e.seq for e in lines if e.payload.get("entry_type") == "api-request")
+    sent = _read_requests(read_pages(session.log.read, 1, last), needed)
+    _check_blobs([e for e in lines if e.seq > last])
+    return sent
+
+
+def _check_blobs(lines: list[TranscriptEntry]) -> None:
+    """Raise for the first malformed blob line, as reading them all would."""
+    for entry in lines:
+        if entry.payload.get("entry_type") == "api-request-blob" and not entry.payload["entry"]["valid"]:
+            line = entry.payload["line"] if isinstance(entry.payload.get("line"), int) else 0
+            raise _bad(line, "a blob needs a string 'hash' and a 'message' object")
+
+
+def _read_requests(events: Iterator[RecordedEvent], needed: set[str]) -> list[SentRequest]:
+    """The requests of the ``api-request`` lines among ``events``, keeping only the blobs and
+    shapes in ``needed`` (no request names any other, so no other is ever looked up)."""
     shapes: dict[str, dict[str, Any]] = {}
     blobs: dict[str, dict[str, Any]] = {}
     messages_of: dict[str, list[dict[str, Any]]] = {}
     sent: list[SentRequest] = []
     responses: dict[str, list[Any]] = {}  # an API response's blocks so far (one line per block)
-    for event in session.transcript:
-        payload = event.payload
+    for event in events:
         if event.type == "message_appended":
+            payload = event.payload_dict()
             # A message the transcript holds is not written again as a blob: the request
             # names it by the same hash.
             content, role = payload.get("content"), payload.get("role")
@@ -127,26 +162,29 @@ def sent_requests(session: Session) -> list[SentRequest]:
             if role == "assistant" and isinstance(api_id, str) and isinstance(content, list):
                 content = responses.setdefault(api_id, [])
                 content.extend(payload["content"])
-            blobs[_message_hash({"role": role, "content": content})] = {"role": role, "content": content}
+            _keep(blobs, needed, {"role": role, "content": content})
             if isinstance(content, str):  # hashed as the one text block it is on the wire, too
                 block = {"role": role, "content": [{"type": "text", "text": content}]}
-                blobs.setdefault(_message_hash(block), block)
+                _keep(blobs, needed, block, replace=False)
             continue
-        if event.type not in ("opaque_entry", "imported_entry"):
+        if event.type not in ("opaque_entry", "imported_entry") or not _may_be_sent(event.payload):
             continue
+        payload = event.payload_dict()
         entry = payload.get("entry")
         if payload.get("entry_type") not in _KINDS or not isinstance(entry, dict):
             continue
         line = payload["line"] if isinstance(payload.get("line"), int) else 0
         kind = payload["entry_type"]
         if kind == "api-request-shape":
-            if isinstance(entry.get("shapeHash"), str) and isinstance(entry.get("shape"), dict):
-                shapes[entry["shapeHash"]] = entry["shape"]
+            shape_hash, shape = entry.get("shapeHash"), entry.get("shape")
+            if isinstance(shape_hash, str) and isinstance(shape, dict) and shape_hash in needed:
+                shapes[shape_hash] = shape
         elif kind == "api-request-blob":
             message = entry.get("message")
             if not isinstance(entry.get("hash"), str) or not isinstance(message, dict):
                 raise _bad(line, "a blob needs a string 'hash' and a 'message' object")
-            blobs[entry["hash"]] = message
+            if entry["hash"] in needed:
+                blobs[entry["hash"]] = message
         else:
             request = _rebuild(entry, line, shapes, blobs, messages_of)
             query_source = entry.get("querySource")
@@ -161,6 +199,21 @@ def sent_requests(session: Session) -> list[SentRequest]:
                 )
             )
     return sent
+
+
+def _keep(
+    blobs: dict[str, dict[str, Any]], needed: set[str], message: dict[str, Any], *, replace: bool = True
+) -> None:
+    """Record ``message`` under its hash if a request names that hash."""
+    digest = _message_hash(message)
+    if digest in needed and (replace or digest not in blobs):
+        blobs[digest] = message
+
+
+def _may_be_sent(text: str) -> bool:
+    """Whether a line's payload text can be an ``api-request*`` line: canonical JSON escapes no
+    letter, so its entry type appears verbatim (most lines are passed over unparsed)."""
+    return '"api-request' in text
 
 
 def _rebuild(
@@ -272,11 +325,12 @@ def compare_all_sent(session: Session) -> Iterator[SentComparison]:
 
 def _comparisons(session: Session, sent: list[SentRequest]) -> Iterator[SentComparison]:
     projection = ApiContextProjection()
-    state = projection.initial()
-    folded = 0
+    state, folded = None, 0
     for request in sent:
-        if request.seq - 1 > folded:
-            state = fold(projection, session.log.read(folded + 1, request.seq - 1), state)
+        if state is None:  # the first: from the latest snapshot before it
+            state, folded = session.api_state_at(request.seq - 1), request.seq - 1
+        elif request.seq - 1 > folded:
+            state = fold(projection, read_pages(session.log.read, folded + 1, request.seq - 1), state)
             folded = request.seq - 1
         rebuilt = materialize(state)
         differences = _differences(request.request.get("messages", []), rebuilt.get("messages", []))

@@ -30,6 +30,7 @@ from ._base import (
     fold,
     register_projection,
 )
+from ._digest import TranscriptDigestProjection
 from ._file_history import (
     MAX_SNAPSHOTS,
     POST_COMPACT_MAX_FILES_TO_RESTORE,
@@ -72,6 +73,7 @@ PROJECTIONS: tuple[type[Projection[Any]], ...] = (
     ApiContextProjection,
     FileHistoryProjection,
     TranscriptProjection,
+    TranscriptDigestProjection,
 )
 
 __all__ = [
@@ -108,6 +110,7 @@ __all__ = [
     "StagedCollapse",
     "TokenState",
     "TokenWindow",
+    "TranscriptDigestProjection",
     "TranscriptEntry",
     "TranscriptProjection",
     "UnfinishedRewind",

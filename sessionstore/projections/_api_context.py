@@ -91,6 +91,7 @@ from ._api_records import (
     SnipEdit,
     StagedCollapse,
     StateRecord,
+    ViewAtChange,
     edit_from_json,
     record_from_json,
 )
@@ -221,6 +222,9 @@ class ApiContextState:
     #: what a compaction puts back after the summary.
     skills: dict[str, str] = field(default_factory=dict)
     plan: str | None = None
+    #: The view as each compact boundary and snip found it, in seq order, reverted or not:
+    #: what the audit needs to list what each took out, without folding the log again.
+    views_at_changes: list[ViewAtChange] = field(default_factory=list)
 
     @property
     def view_tokens(self) -> int:
@@ -579,7 +583,24 @@ def _fold_microcompact(state: ApiContextState, event: RecordedEvent, edit: Micro
     _record_edit(state, event.event_id, ResultsEdit(type=edit.type, tokens=freed, blocks=0, ids=ids))
 
 
+def _view_at(state: ApiContextState, seq: int) -> ViewAtChange:
+    """The view as the change at ``seq`` finds it (see ``ViewAtChange``)."""
+    first = state.first_visible
+    collapses = [(key, e) for key, e in state.edits.items() if isinstance(e, CollapseEdit)]
+    compact = state.compact
+    return ViewAtChange(
+        seq=seq,
+        first_seq=state.message_first_seq[first] if first < len(state.messages) else None,
+        collapse_event_ids=tuple(key for key, _ in collapses),
+        collapse_first_seqs=tuple(e.first_seq for _, e in collapses),
+        collapse_end_seqs=tuple(e.end_seq for _, e in collapses),
+        compact_seq=compact.seq if compact is not None else 0,
+        compact_from_seq=compact.from_seq if compact is not None else 0,
+    )
+
+
 def _fold_snip(state: ApiContextState, event: RecordedEvent, edit: SnipApplied) -> None:
+    state.views_at_changes.append(_view_at(state, event.seq))
     stop = _index_of_seq(state, edit.keep_from_seq)
     span = state.messages[state.first_visible : stop]
     blocks = sum(len(m["content"]) for m in span) - _collapsed_blocks(state, state.first_visible, stop)
@@ -650,6 +671,7 @@ def _revert_compaction(state: ApiContextState, reverted_by: str) -> None:
 
 
 def _fold_boundary(state: ApiContextState, event: RecordedEvent, edit: CompactBoundary) -> None:
+    before = _view_at(state, event.seq)
     if state.compact is not None:
         state.earlier_compactions.append(state.compact)
     cleared = not edit.keep_from_seq or bool(edit.summarized_from_seq)
@@ -688,6 +710,9 @@ def _fold_boundary(state: ApiContextState, event: RecordedEvent, edit: CompactBo
     # The last usage measured the context before the boundary: estimate afresh until the next.
     state.usage_total = None
     state.compact_failures = 0
+    state.views_at_changes.append(
+        dataclasses.replace(before, tokens_after=state.view_tokens, blocks_after=state.visible_blocks)
+    )
 
 
 def _fold_compaction_prepared(
@@ -835,7 +860,8 @@ class ApiContextProjection(Projection[ApiContextState]):
     #: 4: compaction records keep the cursor they reset, and the boundaries the latest superseded.
     #: 5: the compaction summary prepared ahead (``prepared``), the listings and sub-agents a
     #:    compaction tells again (``CompactionRecord.announcements``, listing and sub-agent state).
-    version: ClassVar[int] = 5
+    #: 6: the view as each boundary and snip found it (``views_at_changes``), for the audit.
+    version: ClassVar[int] = 6
 
     def initial(self) -> ApiContextState:
         """An empty conversation."""
@@ -923,6 +949,7 @@ def _records_from_json(header: dict[str, Any]) -> dict[str, Any]:
     ]
     fields_["memory"] = record_from_json(MemoryRecord, header["memory"])
     fields_["prepared"] = record_from_json(PreparedCompaction, header["prepared"])
+    fields_["views_at_changes"] = [ViewAtChange.from_json(data) for data in header["views_at_changes"]]
     return fields_
 
 

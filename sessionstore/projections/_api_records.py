@@ -26,6 +26,7 @@ __all__ = [
     "SnipEdit",
     "StagedCollapse",
     "StateRecord",
+    "ViewAtChange",
     "edit_from_json",
     "record_from_json",
 ]
@@ -110,6 +111,32 @@ class CollapseEdit(StateRecord):
     end_seq: int
     summary: str
     type: Literal["collapse_committed"] = "collapse_committed"
+
+
+@dataclass(frozen=True, slots=True)
+class ViewAtChange(StateRecord):
+    """The view as a compact boundary or a snip found it, kept for the audit (which lists what
+    each took out) so that it never has to fold the log again to see it.
+
+    ``first_seq`` is the seq of the first message visible before it (None: none was);
+    ``collapse_*`` the committed collapses active then (commit event id, span), in the order
+    they were applied; ``compact_seq`` and ``compact_from_seq`` the latest boundary before it
+    (0: none, or not a partial one); ``tokens_after`` and ``blocks_after`` the view's raw
+    tokens and blocks right after a boundary (None for a snip).
+    """
+
+    _TUPLES: ClassVar[frozenset[str]] = frozenset(
+        {"collapse_event_ids", "collapse_first_seqs", "collapse_end_seqs"}
+    )
+    seq: int
+    first_seq: int | None
+    collapse_event_ids: tuple[str, ...]
+    collapse_first_seqs: tuple[int, ...]
+    collapse_end_seqs: tuple[int, ...]
+    compact_seq: int
+    compact_from_seq: int
+    tokens_after: int | None = None
+    blocks_after: int | None = None
 
 
 #: An edit the view applies until a ``ContextEditReverted`` takes it back.

@@ -27,6 +27,7 @@ from ._api_context import (
     materialize,
 )
 from ._base import fold, rebuild, save_snapshot
+from ._digest import TranscriptDigestProjection, digest_entries, read_pages
 from ._file_history import FileHistoryProjection, FileHistoryState
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 from ._window import (
@@ -122,6 +123,8 @@ class Session:
         self._fingerprints = IncrementalFingerprint()
         # The transcript is built on first use: a resume that only needs the request skips it.
         self._transcript: TranscriptState | None = None
+        # The digest of the transcript the audit and the replays read, built on first use too.
+        self._digest: TranscriptState | None = None
         # The file-history view is built on first use too (a post-compact restore reads it),
         # then kept current by ``refresh``: one per session, never refolded from the log.
         self._file_history_projection = FileHistoryProjection()
@@ -279,6 +282,8 @@ class Session:
         self._api = fold(self._api_projection, tail, self._api)
         if self._transcript is not None:
             self._transcript = fold(self._transcript_projection, tail, self._transcript)
+        if self._digest is not None:
+            self._digest = fold(TranscriptDigestProjection(), tail, self._digest)
         if self._file_history is not None:
             self._file_history = fold(self._file_history_projection, tail, self._file_history)
         self.last_seq = tail[-1].seq
@@ -301,7 +306,8 @@ class Session:
         return result
 
     def snapshot(self) -> None:
-        """Persist both projections at ``last_seq`` (the fold of events re-read from the store)."""
+        """Persist the projections at ``last_seq``: the API context, and the transcript and its
+        digest when they are loaded (the fold of events re-read from the store)."""
         if self.last_seq < 1:
             return
         save_snapshot(
@@ -316,6 +322,9 @@ class Session:
                 self.last_seq,
                 tokenizer=self.tokenizer,
             )
+        if self._digest is not None:
+            digest = TranscriptDigestProjection()
+            save_snapshot(self.store, self.id, digest, self._digest, self.last_seq, tokenizer=self.tokenizer)
         self._last_snapshot_seq = self.last_seq
 
     # -- views --
@@ -329,6 +338,44 @@ class Session:
     def transcript(self) -> list[TranscriptEntry]:
         """Every event of the session, in order."""
         return list(self._loaded_transcript().entries)
+
+    def api_state_at(self, seq: int) -> ApiContextState:
+        """The API view as it was at ``seq``: from the latest snapshot at or before it (and not
+        beyond what this session has seen), then the events after it, read a page at a time."""
+        projection = self._api_projection
+        state, done = projection.initial(), 0
+        bound = min(seq, self.last_seq)
+        snapshot = None
+        if self._use_snapshots and bound > 0:
+            name, version = projection.name, projection.version
+            snapshot = self.store.latest_snapshot(self.id, name, version, self.tokenizer, bound)
+        if snapshot is not None:
+            try:
+                state, done = projection.load(snapshot.state), snapshot.seq
+            except Exception:  # an unreadable snapshot is ignored, as ``rebuild`` ignores it
+                state, done = projection.initial(), 0
+        return fold(projection, read_pages(self.log.read, done + 1, seq), state)
+
+    @property
+    def uses_snapshots(self) -> bool:
+        """Whether this session's views resume from snapshots (``use_snapshots``)."""
+        return self._use_snapshots
+
+    @property
+    def transcript_digest(self) -> list[TranscriptEntry]:
+        """The events the audit and the replays read, cut down to what they read of them
+        (projections/_digest.py): a bounded read of a long session, from the digest's snapshot."""
+        if self._digest is None:
+            entries = digest_entries(
+                self.store,
+                self.id,
+                self.log.read,
+                self.last_seq,
+                tokenizer=self.tokenizer,
+                use_snapshots=self._use_snapshots,
+            )
+            self._digest = TranscriptState(entries)
+        return list(self._digest.entries)
 
     @property
     def transcript_state(self) -> TranscriptState:

@@ -1,0 +1,171 @@
+"""The audit and the replays read the transcript's digest and the views the API context kept:
+the same answers from snapshots as from the log, across compactions, and on a fork."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sessionstore
+from sessionstore import Pipeline, PipelineConfig, Session, SessionStore
+from sessionstore.audit._audit import audit, served_request, view_diff
+from sessionstore.claude_code import compare_all_sent, import_claude_code, sent_requests
+from sessionstore.errors import ValidationError
+from sessionstore.pipeline._collapse import collapse
+from sessionstore.pipeline._compaction import compact
+from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections._digest import DIGEST_WHOLE, TranscriptDigestProjection
+from sessionstore.projections._snapshots import take_snapshots
+
+from .test_audit import _named_turns, _scripted
+from .test_claude_code_sent import FIXTURE, MAIN_FILE, SESSION
+
+
+def _report(store: SessionStore, session_id: str, *, use_snapshots: bool = True) -> dict[str, Any]:
+    return audit(Session(store, session_id, use_snapshots=use_snapshots)).to_dict()
+
+
+def _digest_snapshots(store: SessionStore, session_id: str) -> list[int]:
+    """Seqs of the session's digest snapshots (the store keeps only the latest reachable)."""
+    projection = TranscriptDigestProjection()
+    tokenizer = Session(store, session_id).tokenizer
+    found = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer)
+    return [] if found is None else [found.seq]
+
+
+def test_the_audit_is_the_same_from_snapshots_as_from_the_log(store: SessionStore) -> None:
+    """Snapshot half way, then a snip, a collapse and a compaction after it: a reader resuming from
+    the snapshots (digest and API context) lists what a fold from seq 1 lists, and so does the
+    live session whose digest its appends kept current."""
+    session = _named_turns(store, 8)
+    live_before = audit(session).to_dict()  # builds the live session's digest, kept current from here
+    take_snapshots(store, [session.id])
+    assert _digest_snapshots(store, session.id) == [session.last_seq]
+    assert _report(store, session.id) == _report(store, session.id, use_snapshots=False) == live_before
+
+    sessionstore.pipeline.snip(session, rounds=2)
+    collapse(session, OfflineSummarizer(), "p2", "a3")
+    Pipeline(PipelineConfig()).prepare(session)
+    compact(session, OfflineSummarizer(), up_to_uuid="a5")
+    Pipeline(PipelineConfig()).prepare(session)
+
+    from_log = _report(store, session.id, use_snapshots=False)
+    kinds = [e["kind"] for e in from_log["entries"]]
+    assert kinds == ["snip_applied", "collapse_staged", "collapse_committed", "compact_boundary"]
+    assert from_log["requests_served"] == 2
+    boundary = from_log["entries"][-1]
+    # turn 0 snipped, turns 2-3 collapsed: what the boundary summarizes is turn 1 and turns 4-5
+    replaced = ["p1", "c1", "r1", "a1", "p4", "c4", "r4", "a4", "p5", "c5", "r5", "a5"]
+    assert boundary["details"]["replaced"]["uuids"] == replaced
+    assert boundary["tokens_after"] is not None
+    assert _report(store, session.id) == from_log  # the snapshots and the tail after them
+    assert audit(session).to_dict() == from_log  # the live session's digest, folded as it went
+
+    take_snapshots(store, [session.id])  # now past the compaction
+    assert _report(store, session.id) == from_log
+
+
+def test_the_scripted_audit_and_its_replays_are_the_same_from_snapshots(store: SessionStore) -> None:
+    """Every stage, a revert and served requests: the audit, each served replay and a view diff
+    are the same resumed from snapshots taken at the end as folded from the log."""
+    session = _scripted(store)
+    without = Session(store, session.id, use_snapshots=False)
+    expected = audit(without).to_dict()
+    replays = [served_request(without, turn) for turn in range(1, expected["requests_served"] + 1)]
+    diff = view_diff(without, 3, session.last_seq - 1)
+
+    take_snapshots(store, [session.id])
+    resumed = Session(store, session.id)
+    assert audit(resumed).to_dict() == expected
+    assert [served_request(resumed, r.turn) for r in replays] == replays
+    assert all(r.matches for r in replays)
+    assert view_diff(resumed, 3, session.last_seq - 1) == diff
+
+
+def test_a_fork_audits_its_parents_compaction_from_its_own_fold_and_from_its_snapshot(
+    store: SessionStore,
+) -> None:
+    """A fork made after a compaction lists it as the parent does, whether the fork's views are
+    folded through the parent's events or resumed from the fork's own snapshots."""
+    session = _named_turns(store, 6)
+    compact(session, OfflineSummarizer(), up_to_uuid="a3")
+    Pipeline(PipelineConfig()).prepare(session)
+    fork = session.fork()
+    sessionstore.pipeline.snip(fork, rounds=2)
+
+    parent = _report(store, session.id)["entries"]
+    parent_boundary = next(e for e in parent if e["kind"] == "compact_boundary")
+    folded = _report(store, fork.id, use_snapshots=False)
+    assert [e["kind"] for e in folded["entries"]] == ["compact_boundary", "snip_applied"]
+    assert folded["entries"][0] == parent_boundary
+    assert audit(fork).to_dict() == folded
+    take_snapshots(store, [fork.id])
+    assert _digest_snapshots(store, fork.id) == [fork.last_seq]
+    assert _report(store, fork.id) == folded
+
+
+def test_the_digest_is_the_transcript_cut_down(store: SessionStore) -> None:
+    """The digest keeps the audited and served events whole and the main-thread messages as their
+    role, uuid and blocks' types and tool-call ids, in seq order; its snapshot loads back equal."""
+    session = _scripted(store)
+    digest = session.transcript_digest
+    transcript = session.transcript
+
+    whole = [e for e in transcript if e.type in DIGEST_WHOLE]
+    assert [e for e in digest if e.type in DIGEST_WHOLE] == whole
+    messages = [e for e in transcript if e.type == "message_appended"]
+    kept = [e for e in digest if e.type == "message_appended"]
+    assert [e.seq for e in kept] == [e.seq for e in messages]
+    for cut, full in zip(kept, messages, strict=True):
+        assert cut.payload["role"] == full.payload["role"]
+        assert cut.payload.get("message_uuid") == full.payload.get("message_uuid")
+        content = full.payload["content"]
+        if isinstance(content, str):
+            assert cut.payload["content"] == ""
+        else:
+            assert [b["type"] for b in cut.payload["content"]] == [b["type"] for b in content]
+            assert [b.get("id") or b.get("tool_use_id") for b in cut.payload["content"]] == [
+                b.get("id") or b.get("tool_use_id") for b in content
+            ]
+    assert [e.seq for e in digest] == sorted(e.seq for e in digest)
+    projection = TranscriptDigestProjection()
+    state = projection.load(projection.dump(projection.initial()))
+    for entry in digest:
+        state.entries.append(entry)
+    assert projection.load(projection.dump(state)).entries == digest
+
+
+def test_the_requests_claude_code_sent_are_the_same_from_the_digest_snapshot(store: SessionStore) -> None:
+    """Every recorded request, and every comparison with the log's rebuild, from a digest
+    snapshot as from a fold of the log."""
+    import_claude_code(store, [FIXTURE])
+    expected = [c.to_dict() for c in compare_all_sent(Session(store, SESSION, use_snapshots=False))]
+    assert len(expected) == 6
+    take_snapshots(store, [SESSION])
+    assert _digest_snapshots(store, SESSION)
+    assert [c.to_dict() for c in compare_all_sent(Session(store, SESSION))] == expected
+
+
+@pytest.mark.parametrize("where", ["after the last request", "with no request at all"])
+def test_a_malformed_blob_anywhere_is_refused_naming_its_line(
+    store: SessionStore, tmp_path: Path, where: str
+) -> None:
+    """A blob line without a hash is refused, even after the last request or in a transcript that
+    records no request: the digest says where it is without the log being read."""
+    lines = MAIN_FILE.read_text().splitlines(keepends=True)
+    if where == "with no request at all":
+        lines = [line for line in lines if '"type":"api-request"' not in line]
+    blob = json.loads(next(line for line in lines if '"type":"api-request-blob"' in line))
+    del blob["hash"]
+    lines.append(json.dumps(blob) + "\n")
+    path = tmp_path / MAIN_FILE.name
+    path.write_text("".join(lines))
+    import_claude_code(store, [path])
+
+    for use_snapshots in (False, True):
+        with pytest.raises(ValidationError, match=rf"on line {len(lines)}: a blob needs a string 'hash'"):
+            sent_requests(Session(store, SESSION, use_snapshots=use_snapshots))
+        take_snapshots(store, [SESSION])
