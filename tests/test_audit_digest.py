@@ -17,6 +17,7 @@ from sessionstore.errors import ValidationError
 from sessionstore.pipeline._collapse import collapse
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections._base import read_pages
 from sessionstore.projections._digest import DIGEST_WHOLE, TranscriptDigestProjection
 from sessionstore.projections._snapshots import take_snapshots
 
@@ -169,3 +170,17 @@ def test_a_malformed_blob_anywhere_is_refused_naming_its_line(
         with pytest.raises(ValidationError, match=rf"on line {len(lines)}: a blob needs a string 'hash'"):
             sent_requests(Session(store, SESSION, use_snapshots=use_snapshots))
         take_snapshots(store, [SESSION])
+
+
+def test_a_paged_read_of_a_fork_is_its_whole_log(store: SessionStore) -> None:
+    """Pages that straddle the fork point, ranges that stop short and run past the end."""
+    session = _named_turns(store, 3)
+    fork = session.fork(at_seq=7)
+    fork.append([sessionstore.MessageAppended(role="user", content=f"more {n}") for n in range(4)])
+    whole = [(e.seq, e.event_id) for e in fork.log.read(1, None)]
+    assert len(whole) == 11
+    for page in (1, 3, 7, 500):
+        assert [(e.seq, e.event_id) for e in read_pages(fork.log.read, 1, None, page)] == whole
+        assert [(e.seq, e.event_id) for e in read_pages(fork.log.read, 2, 9, page)] == whole[1:9]
+        assert [(e.seq, e.event_id) for e in read_pages(fork.log.read, 5, 99, page)] == whole[4:]
+    assert list(read_pages(fork.log.read, 12, None)) == []

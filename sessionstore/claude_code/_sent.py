@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..projections import ApiContextProjection, Session, fold, materialize
-from ..projections._digest import read_pages
+from ..projections._base import read_pages
 from ..projections._transcript import TranscriptEntry
 from ..store import RecordedEvent
 

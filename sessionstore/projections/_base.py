@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import ClassVar, Generic, TypeVar
 
 from ..store._contract import RecordedEvent, SessionStore, SnapshotRecord
 
-__all__ = ["Projection", "fold", "projection_class", "rebuild", "register_projection", "save_snapshot"]
+__all__ = [
+    "Projection",
+    "fold",
+    "projection_class",
+    "read_pages",
+    "rebuild",
+    "register_projection",
+    "save_snapshot",
+]
 
 S = TypeVar("S")
 _log = logging.getLogger(__name__)
@@ -82,6 +90,26 @@ def fold(projection: Projection[S], events: Iterable[RecordedEvent], state: S | 
     return current
 
 
+#: Events read (and their payloads held) at a time by a fold over a long stretch of the log.
+PAGE = 500
+
+
+def read_pages(
+    read: Callable[[int, int | None], list[RecordedEvent]],
+    from_seq: int,
+    to_seq: int | None,
+    page: int = PAGE,
+) -> Iterator[RecordedEvent]:
+    """The events ``from_seq``..``to_seq`` (None: to the end) in seq order, read ``page`` at a time."""
+    start = from_seq
+    while to_seq is None or start <= to_seq:
+        events = read(start, start + page - 1 if to_seq is None else min(to_seq, start + page - 1))
+        if not events:
+            return
+        yield from events
+        start = events[-1].seq + 1
+
+
 def rebuild(
     store: SessionStore,
     session_id: str,
@@ -105,9 +133,10 @@ def rebuild(
         if resumed is not None:
             state, events = resumed  # events[0] is the snapshot's own seq, already folded in
             return fold(projection, events[1:], state), events[-1].seq
-    tail = read_events(1, to_seq)
-    state = fold(projection, tail)
-    return state, tail[-1].seq if tail else 0
+    state, last = projection.initial(), 0
+    for event in read_pages(read_events, 1, to_seq):  # a page of payloads held at a time
+        state, last = projection.apply(state, event), event.seq
+    return state, last
 
 
 def _resume(

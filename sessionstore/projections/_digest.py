@@ -15,11 +15,11 @@ holding one page of payloads at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..store._contract import RecordedEvent, SessionStore
-from ._base import register_projection
+from ._base import read_pages, register_projection
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "SENT_KINDS",
     "TranscriptDigestProjection",
     "digest_entries",
-    "read_pages",
 ]
 
 #: Event types of the context stages: what changes (or tries to change) what the model sees.
@@ -67,23 +66,6 @@ DIGEST_WHOLE = frozenset({*AUDITED, "context_served"})
 SENT_KINDS = frozenset({"api-request", "api-request-blob", "api-request-shape"})
 #: An imported compaction's line, whose ``compactMetadata`` the audit shows.
 IMPORTED_BOUNDARY = "system/compact_boundary"
-#: Events read (and their payloads held) at a time.
-PAGE = 500
-
-
-def read_pages(
-    read: Callable[[int, int | None], list[RecordedEvent]], from_seq: int, to_seq: int, page: int = PAGE
-) -> Iterator[RecordedEvent]:
-    """The events ``from_seq``..``to_seq`` in seq order, read ``page`` at a time."""
-    start = from_seq
-    while start <= to_seq:
-        events = read(start, min(to_seq, start + page - 1))
-        if not events:
-            return
-        yield from events
-        start = events[-1].seq + 1
-
-
 def _message_digest(payload: dict[str, Any]) -> dict[str, Any]:
     """A main-thread message cut down to its role, uuid and each block's type and tool-call id."""
     content = payload.get("content")

@@ -26,8 +26,8 @@ from ._api_context import (
     encode_request,
     materialize,
 )
-from ._base import fold, rebuild, save_snapshot
-from ._digest import TranscriptDigestProjection, digest_entries, read_pages
+from ._base import fold, read_pages, rebuild, save_snapshot
+from ._digest import TranscriptDigestProjection, digest_entries
 from ._file_history import FileHistoryProjection, FileHistoryState
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 from ._window import (
