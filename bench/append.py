@@ -74,9 +74,9 @@ Reads, disk and memory
 
 ``--profile`` prints a cProfile of single appends (counting off) to show where the store's
 time goes beyond the database's. Every run also prints the CPU per message of each step of a
-100-event batch (the caller's event model, validation, serialization, hash chain) beside
-``SQLiteSession``'s item building and ``json.dumps``; the rest of each run's CPU per message is
-the database, the transaction and the per-call cost.
+100-event batch (the caller's event model, validation, serialization, compression, hash chain)
+beside ``SQLiteSession``'s item building and ``json.dumps``; the rest of each run's CPU per
+message is the database, the transaction and the per-call cost.
 """
 
 from __future__ import annotations
@@ -870,8 +870,9 @@ def _cpu_us_per_message(step: Callable[[], object], count: int, repeats: int = 5
 
 
 def batch_cpu_steps(messages: list[Message]) -> list[tuple[str, float]]:
-    """CPU microseconds per message of each step a 100-event append takes before the database,
-    and of what ``SQLiteSession.add_items`` does with an item before its INSERT.
+    """CPU microseconds per message of each step a 100-event append takes before the database
+    (validation, serialization, compression, the hash chain), and of what
+    ``SQLiteSession.add_items`` does with an item before its INSERT.
 
     Measured on the same messages outside any transaction, so the rest of a run's CPU per
     message is the database, the transaction and the store's fixed cost per call.
@@ -906,6 +907,10 @@ def batch_cpu_steps(messages: list[Message]) -> list[tuple[str, float]]:
         (
             "store: serialize (encode_event)",
             _cpu_us_per_message(lambda: [encode_event(e) for e in events], count),
+        ),
+        (
+            "store: compress (pack_payload, zstd)",
+            _cpu_us_per_message(lambda: [_codec.pack_payload(p) for p in payloads], count),
         ),
         ("store: hash chain (chain_rows)", _cpu_us_per_message(chain, count)),
         (

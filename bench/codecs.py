@@ -46,7 +46,7 @@ from sessionstore.store import _codec
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus"
 #: What the store uses (store/_codec.py).
-CHOSEN = "zstd-3"
+CHOSEN = "zstd-1"
 SIZE_EDGES = (0, 128, 256, 512, 1024, 4096, 1 << 62)
 
 Codec = tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]

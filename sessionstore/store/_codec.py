@@ -9,10 +9,13 @@ its text in ``payload`` with ``payload_packed`` NULL. Reads unpack only what a c
 
 Blobs name their codec in the ``compression`` column (``none``, ``zlib``, ``zstd``).
 
-New values are written with zstd (the ``zstandard`` package) at level 3: on bench/append.py's
-messages and on real Claude Code transcripts it packs 3-8% smaller than zlib at level 1 and runs
-about twice as fast both ways (bench/codecs.py; bench/README.md has the numbers). zlib stays
-readable: blobs written before it were zlib.
+New values are written with zstd (the ``zstandard`` package) at level 1: on bench/append.py's
+messages and on real Claude Code transcripts it packs as small as zlib at level 1 (0.401 and
+0.464 of the raw bytes, against 0.410 and 0.463) for a third of the CPU (bench/codecs.py;
+bench/README.md has the numbers). Every append compresses its payloads: level 3 packs 2-6%
+smaller for ~25% more compression CPU, the largest single cost of a batch append with token
+counting off. Decompression is as fast at either level, and any level reads back. zlib stays
+readable: blobs written before zstd were zlib.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ PACK_MIN_BYTES = 256
 #: altered (a few kilobytes of crafted zstd or zlib can expand to gigabytes), and reading it
 #: raises DataCorruptionError instead of allocating the memory.
 MAX_DECOMPRESSED_BYTES = 1 << 30
-#: zstd's default level: level 1 is ~20% faster and 6% larger, level 6 2.5x slower for 3% less.
-_ZSTD_LEVEL = 3
+#: zstd level 1: level 3 (zstd's default) is ~25% slower to compress for 2-6% fewer bytes.
+_ZSTD_LEVEL = 1
 
 #: The codec byte that leads a packed payload.
 _ZLIB, _ZSTD = 1, 2
