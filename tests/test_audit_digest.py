@@ -12,6 +12,7 @@ import pytest
 import sessionstore
 from sessionstore import Pipeline, PipelineConfig, Session, SessionStore
 from sessionstore.audit._audit import audit, served_request, view_diff
+from sessionstore.audit._tokens import token_timeline
 from sessionstore.claude_code import compare_all_sent, import_claude_code, sent_requests
 from sessionstore.errors import ValidationError
 from sessionstore.pipeline._collapse import collapse
@@ -70,16 +71,19 @@ def test_the_audit_is_the_same_from_snapshots_as_from_the_log(store: SessionStor
 
 
 def test_the_scripted_audit_and_its_replays_are_the_same_from_snapshots(store: SessionStore) -> None:
-    """Every stage, a revert and served requests: the audit, each served replay and a view diff
-    are the same resumed from snapshots taken at the end as folded from the log."""
+    """Every stage, a revert and served requests: the audit, each served replay, a view diff and
+    the token gauge are the same resumed from snapshots taken at the end as folded from the log."""
     session = _scripted(store)
     without = Session(store, session.id, use_snapshots=False)
     expected = audit(without).to_dict()
     replays = [served_request(without, turn) for turn in range(1, expected["requests_served"] + 1)]
     diff = view_diff(without, 3, session.last_seq - 1)
+    gauge = token_timeline(without).to_dict()
+    assert [turn["source"] for turn in gauge["turns"]] == ["served"] * expected["requests_served"]
 
     take_snapshots(store, [session.id])
     resumed = Session(store, session.id)
+    assert token_timeline(resumed).to_dict() == gauge
     assert audit(resumed).to_dict() == expected
     assert [served_request(resumed, r.turn) for r in replays] == replays
     assert all(r.matches for r in replays)
@@ -140,14 +144,17 @@ def test_the_digest_is_the_transcript_cut_down(store: SessionStore) -> None:
 
 
 def test_the_requests_claude_code_sent_are_the_same_from_the_digest_snapshot(store: SessionStore) -> None:
-    """Every recorded request, and every comparison with the log's rebuild, from a digest
-    snapshot as from a fold of the log."""
+    """Every recorded request, every comparison with the log's rebuild, and the token gauge of
+    the API's usage reports, from a digest snapshot as from a fold of the log."""
     import_claude_code(store, [FIXTURE])
     expected = [c.to_dict() for c in compare_all_sent(Session(store, SESSION, use_snapshots=False))]
     assert len(expected) == 6
+    gauge = token_timeline(Session(store, SESSION, use_snapshots=False)).to_dict()
+    assert gauge["turns"] and {turn["source"] for turn in gauge["turns"]} == {"usage"}
     take_snapshots(store, [SESSION])
     assert _digest_snapshots(store, SESSION)
     assert [c.to_dict() for c in compare_all_sent(Session(store, SESSION))] == expected
+    assert token_timeline(Session(store, SESSION)).to_dict() == gauge
 
 
 @pytest.mark.parametrize("where", ["after the last request", "with no request at all"])

@@ -122,7 +122,7 @@ def token_timeline(source: Session | SessionStore, session_id: str | None = None
     """
     session = _session(source, session_id)
     window = _window(session)
-    transcript = session.transcript
+    transcript = session.transcript_digest
     served = [e for e in transcript if e.type == "context_served"]
     # (seq, used, the last seq the turn's request covers, source)
     points: list[tuple[int, int, int, str]]

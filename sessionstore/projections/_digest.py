@@ -2,11 +2,12 @@
 
 The transcript view holds every event's payload, so it is as large as the log: on a long
 imported session (tens of thousands of events) building it costs seconds and hundreds of
-megabytes. ``audit``, ``served`` and ``served --as-sent`` read only a sliver of it: the audited
-operations and served requests whole, the main-thread messages' roles, uuids and tool-call
-ids, an imported compaction's metadata and the ``api-request`` lines' hashes. The digest keeps
-just that, as ``TranscriptEntry`` values whose payloads are cut down to those fields, so the
-code that reads transcript entries reads digest entries the same way.
+megabytes. ``audit``, ``served``, ``served --as-sent`` and the token gauge read only a sliver
+of it: the audited operations, served requests and usage reports whole, the main-thread
+messages' roles, uuids and tool-call ids, an imported compaction's metadata and the
+``api-request`` lines' hashes. The digest keeps just that, as ``TranscriptEntry`` values whose
+payloads are cut down to those fields, so the code that reads transcript entries reads digest
+entries the same way.
 
 It is snapshotted where the API context is at the end of an import (``take_snapshots``); a
 reader folds the events after its snapshot (all of them when there is none) a page at a time,
@@ -60,8 +61,9 @@ AUDITED = (
     "openai_agents_session_cleared",
     "openai_agents_removal_reverted",
 )
-#: Events the digest keeps whole: the audited operations and the served requests.
-DIGEST_WHOLE = frozenset({*AUDITED, "context_served"})
+#: Events the digest keeps whole: the audited operations, the served requests and the API's
+#: usage reports (the token gauge's turns when no request was served).
+DIGEST_WHOLE = frozenset({*AUDITED, "context_served", "usage_recorded"})
 #: Entry types of the lines recording the requests Claude Code sent (claude_code/_sent.py).
 SENT_KINDS = frozenset({"api-request", "api-request-blob", "api-request-shape"})
 #: An imported compaction's line, whose ``compactMetadata`` the audit shows.
@@ -109,7 +111,8 @@ class TranscriptDigestProjection(TranscriptProjection):
     state and snapshots are the transcript's, with fewer and smaller entries."""
 
     name: ClassVar[str] = "transcript_digest"
-    version: ClassVar[int] = 1
+    #: 2: usage reports too.
+    version: ClassVar[int] = 2
 
     def apply(self, state: TranscriptState, event: RecordedEvent) -> TranscriptState:
         """Keep the event, cut down, if a report reads it."""
