@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import ClassVar, Generic, TypeVar
 
-from ..store._contract import RecordedEvent, SessionStore, SnapshotRecord
+from ..store._contract import RecordedEvent, SessionStore, SnapshotRecord, check_int
 
 __all__ = [
     "Projection",
@@ -100,8 +100,15 @@ def read_pages(
     to_seq: int | None,
     page: int = PAGE,
 ) -> Iterator[RecordedEvent]:
-    """The events ``from_seq``..``to_seq`` (None: to the end) in seq order, read ``page`` at a time."""
-    start = from_seq
+    """The events ``from_seq``..``to_seq`` (None: to the end) in seq order, read ``page`` at a time.
+
+    Raises:
+        ValidationError: a seq that is not a 64-bit int (as ``SessionStore.read`` says; no page
+            would pass it on).
+    """
+    start = check_int("from_seq", from_seq)
+    if to_seq is not None:
+        check_int("to_seq", to_seq)
     while to_seq is None or start <= to_seq:
         events = read(start, start + page - 1 if to_seq is None else min(to_seq, start + page - 1))
         if not events:
