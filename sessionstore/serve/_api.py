@@ -75,7 +75,7 @@ def get_session(request: Request, session_id: str) -> dict[str, Any]:
     store = store_of(request)
     info = store.get_session(session_id)
     session = Session(store, session_id)
-    served = sum(1 for e in session.transcript if e.type == "context_served")
+    served = sum(1 for e in session.transcript_digest if e.type == "context_served")
     return {
         "session": session_json(info),
         "tokens": session.token_state().to_dict(),

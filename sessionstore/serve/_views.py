@@ -146,7 +146,7 @@ def context_page(request: Request, session_id: str) -> HTMLResponse:
 def turn_page(request: Request, session_id: str, turn: int) -> HTMLResponse:
     session = Session(store_of(request), session_id)
     replay = served_request(session, turn)
-    served = sum(1 for e in session.transcript if e.type == "context_served")
+    served = sum(1 for e in session.transcript_digest if e.type == "context_served")
     return render(
         request,
         "turn.html",
