@@ -7,7 +7,9 @@ compressed UTF-8 of the text. A smaller one, and every row written before revisi
 its text in ``payload`` with ``payload_packed`` NULL. Reads unpack only what a caller touches
 (``RecordedEvent.payload`` is filled on first use).
 
-Blobs name their codec in the ``compression`` column (``none``, ``zlib``, ``zstd``).
+Blobs name their codec in the ``compression`` column (``none``, ``zlib``, ``zstd``). A snapshot's
+state of ``PACK_MIN_BYTES`` or more is stored as zstd behind ``SNAPSHOT_PACKED`` (not in an
+encrypted session: sealed, as its payloads); one stored before, or that does not shrink, as it is.
 
 New values are written with zstd (the ``zstandard`` package) at level 1: on bench/append.py's
 messages and on real Claude Code transcripts it packs as small as zlib at level 1 (0.401 and
@@ -33,10 +35,13 @@ __all__ = [
     "BLOB_CODECS",
     "MAX_DECOMPRESSED_BYTES",
     "PACK_MIN_BYTES",
+    "SNAPSHOT_PACKED",
     "compress_blob",
     "decompress_blob",
     "pack_payload",
+    "pack_snapshot",
     "unpack_payload",
+    "unpack_snapshot",
 ]
 
 #: Payloads and blobs shorter than this are stored as they are. Below 256 bytes zstd saves
@@ -49,6 +54,9 @@ PACK_MIN_BYTES = 256
 MAX_DECOMPRESSED_BYTES = 1 << 30
 #: zstd level 1: level 3 (zstd's default) is ~25% slower to compress for 2-6% fewer bytes.
 _ZSTD_LEVEL = 1
+
+#: Leads a snapshot state stored as zstd (a projection's own state never starts with a NUL).
+SNAPSHOT_PACKED = b"\x00sessionstore-zstd-snapshot:v1\x00"
 
 #: The codec byte that leads a packed payload.
 _ZLIB, _ZSTD = 1, 2
@@ -170,3 +178,31 @@ def decompress_blob(stored: bytes, codec: str, sha256: str) -> bytes:
     if codec == "none":
         return stored
     raise DataCorruptionError(f"blob {sha256}: unknown compression {codec!r}")
+
+
+def pack_snapshot(state: bytes) -> bytes:
+    """The stored form of a snapshot's state: zstd behind ``SNAPSHOT_PACKED`` when that is smaller.
+
+    A long session's state is tens of MB of JSON that the insert copies twice over (the driver's
+    binding, the row): packed, an import's end-of-import snapshot is no longer its peak.
+    """
+    if len(state) < PACK_MIN_BYTES:
+        return state
+    packed = _compress(state)
+    if packed is None or len(packed) + len(SNAPSHOT_PACKED) >= len(state):
+        return state
+    return SNAPSHOT_PACKED + packed
+
+
+def unpack_snapshot(stored: bytes) -> bytes:
+    """A snapshot's state as it was put, from its stored form (``pack_snapshot``).
+
+    A packed state that does not decompress is returned as stored: the projection's ``load``
+    then refuses it, so a reader folds the log instead and ``verify`` reports the snapshot.
+    """
+    if not stored.startswith(SNAPSHOT_PACKED):
+        return stored
+    try:
+        return _decompress("zstd", memoryview(stored)[len(SNAPSHOT_PACKED) :])
+    except Exception:  # zstd.ZstdError, ValueError (over the limit): a damaged cache
+        return stored

@@ -48,7 +48,7 @@ from ..errors import (
     ValidationError,
 )
 from ..events._base import Event, encode_event, json_problem, parse_event
-from ._codec import compress_blob, decompress_blob, pack_payload
+from ._codec import compress_blob, decompress_blob, pack_payload, pack_snapshot, unpack_snapshot
 from ._contract import (
     ANY,
     AppendResult,
@@ -1377,14 +1377,17 @@ class SqlSessionStore(ErasureMixin, SessionStore):
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         """See ``SessionStore.put_snapshot``."""
         snapshots = self.tables.snapshots
+        sealing = _PLAINTEXT
         if self.encryption is not None:
             try:
                 sealing = self._sealing(snapshot.session_id)
             except SessionNotFoundError:
                 return  # erased (or gone): a cache of it is never written
-            if sealing.cipher is not None:
-                state = sealing.cipher.seal_snapshot(_snapshot_label(snapshot), snapshot.state)
-                snapshot = dataclasses.replace(snapshot, state=state)
+        if sealing.cipher is not None:
+            state = sealing.cipher.seal_snapshot(_snapshot_label(snapshot), snapshot.state)
+        else:  # compressed, as payloads are: not under a seal (its length would tell what repeats)
+            state = pack_snapshot(snapshot.state)
+        snapshot = dataclasses.replace(snapshot, state=state)
         statement = (
             type(self)
             .dialect_insert(snapshots)
@@ -1452,7 +1455,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         record = SnapshotRecord(session_id, projection, projection_version, tokenizer, seq, state)
         if state.startswith(SNAPSHOT_MAGIC):
             return self._open_snapshot(record)
-        return record
+        return dataclasses.replace(record, state=unpack_snapshot(state))
 
     def _open_snapshot(self, record: SnapshotRecord) -> SnapshotRecord | None:
         """A sealed snapshot opened; None when it cannot be (a cache: the reader folds the log,
