@@ -207,6 +207,9 @@ class AsyncStoreOnThread(SessionStore):
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         self._wait(self.inner.put_snapshot(snapshot))
 
+    def store_token_counts(self) -> int:
+        return self._wait(self.inner.store_token_counts())
+
     def latest_snapshot(
         self,
         session_id: str,

@@ -27,6 +27,7 @@ TABLES = {
     "events",
     "blobs",
     "blob_refs",
+    "token_counts",
     "snapshots",
     "session_keys",
     "erasures",

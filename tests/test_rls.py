@@ -30,6 +30,7 @@ from sessionstore.cli import main
 from sessionstore.errors import AccessDeniedError, SessionExistsError
 from sessionstore.store import (
     SnapshotRecord,
+    TiktokenCounter,
     disable_row_level_security,
     enable_row_level_security,
     grant_tenant_role,
@@ -116,8 +117,9 @@ def _populate(roles: Roles) -> dict[str, str]:
     """Each tenant writes a session with events, a snapshot and a blob; the blobs' hashes."""
     blobs = {}
     for role, tenant in ((roles.acme, "acme"), (roles.beta, "beta")):
-        with roles.open(role) as store:
+        with roles.open(role, token_counter=TiktokenCounter()) as store:
             store.create_session(f"{tenant}-1", tenant=tenant, user="alice", events=_messages(3, tenant))
+            store.read(f"{tenant}-1")  # counts the events: the snapshot stores the counts along
             store.put_snapshot(_snapshot(f"{tenant}-1"))
             data = f"{tenant}'s tool output".encode()
             blobs[tenant] = store.put_blob(data, session_id=f"{tenant}-1").sha256
@@ -143,8 +145,10 @@ def test_a_tenant_reads_only_its_own_rows(roles: Roles) -> None:
         with pytest.raises(KeyError):
             acme.get_blob(blobs["beta"])
         with acme.engine.connect() as conn:  # type: ignore[attr-defined]
+            own = "SELECT count(*) FROM token_counts WHERE session_id = 'acme-1'"
+            assert conn.execute(text(own)).scalar_one() == 3
             # Not even a count leaks through plain SQL.
-            for table in ("sessions", "events", "snapshots", "blobs", "blob_refs"):
+            for table in ("sessions", "events", "snapshots", "blobs", "blob_refs", "token_counts"):
                 seen = conn.execute(
                     text(
                         f"SELECT count(*) FROM {table} WHERE tenant_id = 'beta'"
@@ -179,6 +183,9 @@ def test_a_tenant_cannot_write_into_another_tenants_rows(roles: Roles) -> None:
         denied = pytest.raises(AccessDeniedError, match="row-level security")
         with denied, translate_errors(), engine.begin() as conn:
             conn.execute(text(forged), {"eid": str(uuid.uuid4()), "h": "0" * 64})
+        # A token count for another tenant's event.
+        with denied, translate_errors(), engine.begin() as conn:
+            conn.execute(text("INSERT INTO token_counts (session_id, seq) VALUES ('beta-1', 99)"))
         # A blob reference under another tenant (it would keep that tenant's blob from an erasure).
         with denied, translate_errors(), engine.begin() as conn:
             conn.execute(

@@ -86,7 +86,7 @@ def _recompute_chain(store: SessionStore, session_id: str, from_seq: int, start:
             e.event_id,
             e.type,
             e.schema_version,
-            e.token_count,
+            None if e.token_count_deferred else e.token_count,  # a deferred count is not hashed
             e.created_at,
             e.payload,
         )

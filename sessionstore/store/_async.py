@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn, in_greenlet
 
+from ..errors import SessionStoreError
 from ..events._base import Event
 from ._contract import (
     AppendResult,
@@ -41,6 +42,7 @@ from ._contract import (
     SnapshotRecord,
     VerifyReport,
 )
+from ._observed import STORE_LOG
 from ._receipts import ErasureReceipt, RetentionPlan
 from ._retry import RetryPolicy
 from ._sql import SqlSessionStore
@@ -361,9 +363,19 @@ class AsyncSessionStore:
 
     # -- lifetime --
 
+    async def store_token_counts(self) -> int:
+        """See ``SessionStore.store_token_counts``."""
+        return await self.run_sync(SqlSessionStore.store_token_counts)
+
     async def close(self) -> None:
-        """Close the engine's connections (unless the engine was handed in: the host's).
-        The store cannot be used afterwards."""
+        """Store the token counts reads made (a failure is logged), then close the engine's
+        connections (unless the engine was handed in: the host's). The store cannot be used
+        afterwards."""
+        if len(self._store._counts):
+            try:
+                await self.store_token_counts()
+            except SessionStoreError as e:
+                STORE_LOG.warning("token counts not stored at close (counted again when read): %s", e)
         if self._store._owns_engine:
             await self.engine.dispose()
 

@@ -183,6 +183,10 @@ class RecordedEvent:
     created_at: datetime
     stored_payload: str | None = None
     erased: bool = False
+    #: The count was made after COMMIT (``open_store(defer_token_counts=True)``, the default): it
+    #: is not part of the row's hash. ``token_count`` is None until a reader with a token counter
+    #: counted it (the store's reads fill it in).
+    token_count_deferred: bool = False
 
     if not TYPE_CHECKING:  # hidden from mypy: it would accept any attribute name
 
@@ -263,7 +267,7 @@ class RecordedEvent:
             self.event_id,
             self.type,
             self.schema_version,
-            self.token_count,
+            None if self.token_count_deferred else self.token_count,
             self.created_at,
             self.payload if self.stored_payload is None else self.stored_payload,
         )
@@ -285,6 +289,7 @@ def stored_event(
     digest: str,
     created_at: datetime,
     packed: object = None,
+    token_count_deferred: bool = False,
 ) -> RecordedEvent:
     """The ``RecordedEvent`` of a stored row, equal to ``RecordedEvent(...)`` of the same values.
 
@@ -292,7 +297,8 @@ def stored_event(
     frozen dataclass's ``__init__``, which sets each of its 13 fields through
     ``object.__setattr__`` (tests/test_read_path.py holds the two equal, field for field).
     ``packed``: the row's ``payload_packed`` (then ``payload`` is ``''``), decompressed into
-    ``payload`` on first access.
+    ``payload`` on first access. ``token_count_deferred``: the row waits for a count made after
+    COMMIT (see the field).
     """
     event: RecordedEvent = _new_object(RecordedEvent)
     event.__dict__.update(
@@ -308,6 +314,7 @@ def stored_event(
         created_at=created_at,
         stored_payload=None,
         erased=False,
+        token_count_deferred=token_count_deferred,
     )
     if packed is None:
         event.__dict__["payload"] = payload
@@ -1058,6 +1065,12 @@ class SessionStore(abc.ABC):
         tenant: str | None = None,
     ) -> RetentionPlan:
         """Erase what ``retention_plan`` selects (nothing with ``dry_run``), with receipts."""
+
+    def store_token_counts(self) -> int:
+        """Store the token counts this store's reads made after the events' COMMIT that no write
+        stored along yet (``open_store(defer_token_counts=True)``); returns how many. A store
+        without deferred counts has nothing to store."""
+        return 0
 
     @abc.abstractmethod
     def close(self) -> None:

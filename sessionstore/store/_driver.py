@@ -14,7 +14,7 @@ and everything else stay on SQLAlchemy Core. Statements here touch only the colu
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
 from ._codec import unpack_payload
 from ._contract import AppendResult, RecordedEvent, stored_event
+from ._counts import store_counts
 from ._hashing import SessionIdentity, as_utc, batch_hasher, fork_point_hash, session_genesis
 from ._listen import channel_sql
 from ._schema import StoreTables
@@ -40,12 +41,12 @@ __all__ = [
 _LOOKUP_CHUNK = 1000
 _EVENT_COLUMNS = (
     "session_id, seq, event_id, type, schema_version, payload, payload_packed, token_count, prev_hash, "
-    "hash, created_at"
+    "hash, created_at, token_count_deferred"
 )
 #: What a read selects, in ``stored_event``'s argument order.
 _READ_COLUMNS = (
     "session_id, seq, position, event_id, type, schema_version, payload, token_count, prev_hash, hash, "
-    "created_at, payload_packed"
+    "created_at, payload_packed, token_count_deferred"
 )
 
 
@@ -54,7 +55,8 @@ class Prepared:
     """An event validated, serialized and counted before the write transaction starts.
 
     ``packed``: the payload compressed for storage (``_codec.pack_payload``), or None to store
-    the text as it is.
+    the text as it is. ``deferred``: the event has text whose tokens are counted after COMMIT
+    (``token_count`` is then None, in the row and in its hash).
     """
 
     event_id: str
@@ -63,6 +65,7 @@ class Prepared:
     payload: str
     token_count: int | None
     packed: bytes | None = None
+    deferred: bool = False
 
 
 def sqlite_timestamp(moment: datetime) -> str:
@@ -109,6 +112,8 @@ def recorded_events(
             # psycopg gives a memoryview; a value that is not bytes is kept for unpack_payload to
             # report as corruption when the payload is used (verify names the event).
             bytes(packed) if isinstance(packed, (bytearray, memoryview)) else packed,
+            # Only a row without a count of its own waits for one (a count in the row is hashed).
+            token_count is None and bool(deferred),
         )
         for (
             session_id,
@@ -123,6 +128,7 @@ def recorded_events(
             digest,
             created_at,
             packed,
+            deferred,
         ) in rows
     ]
 
@@ -159,6 +165,7 @@ class DriverSQL:
     notify: str | None = None
     session_keys: str = "session_keys"
     erasures: str = "erasures"
+    token_counts: str = "token_counts"
 
     def for_tables(self, tables: StoreTables) -> DriverSQL:
         """These statements on ``tables`` (a store's prefix and schema)."""
@@ -169,6 +176,7 @@ class DriverSQL:
             sessions=tables.sql_name("sessions"),
             session_keys=tables.sql_name("session_keys"),
             erasures=tables.sql_name("erasures"),
+            token_counts=tables.sql_name("token_counts"),
             begin_write=self.begin_write.format(events=events),
             notify=None if self.notify is None else self.notify.format(channel=channel_sql(tables)),
         )
@@ -225,7 +233,7 @@ class DriverSQL:
 
     def insert_event(self) -> str:
         """One event row, returning its global position."""
-        marks = ", ".join([self.mark] * 11)
+        marks = ", ".join([self.mark] * 12)
         return f"INSERT INTO {self.events} ({_EVENT_COLUMNS}) VALUES ({marks}) RETURNING position"
 
     def head_with_key_state(self) -> str:
@@ -235,6 +243,24 @@ class DriverSQL:
             f"SELECT seq, hash, (SELECT wrapped_key FROM {self.session_keys} WHERE session_id = {m}), "
             f"(SELECT 1 FROM {self.erasures} WHERE session_id = {m}) "
             f"FROM {self.events} WHERE session_id = {m} ORDER BY seq DESC LIMIT 1"
+        )
+
+    def stored_counts(self) -> str:
+        """The ``token_counts`` rows of a session between two seqs."""
+        m = self.mark
+        return (
+            f"SELECT seq, token_count FROM {self.token_counts} "
+            f"WHERE session_id = {m} AND seq BETWEEN {m} AND {m}"
+        )
+
+    def insert_count(self) -> str:
+        """One deferred count (session, seq, count, then session and seq again), stored only for an
+        event that exists and waits for it, and only once (``_counts.store_counts``)."""
+        m = self.mark
+        return (
+            f"INSERT INTO {self.token_counts} (session_id, seq, token_count) SELECT {m}, {m}, {m} "
+            f"WHERE EXISTS (SELECT 1 FROM {self.events} WHERE session_id = {m} AND seq = {m} "
+            "AND token_count_deferred IS NOT NULL) ON CONFLICT DO NOTHING"
         )
 
     def key_state(self) -> str:
@@ -293,6 +319,7 @@ def chain_rows(
                 prev,
                 digest,
                 stamp,
+                True if p.deferred else None,
             )
         )
         prev = digest
@@ -458,6 +485,10 @@ class DriverTransaction:
             self.cursor.execute(statement, row)
             result.append(int(self.cursor.fetchone()[0]))
         return tuple(result)
+
+    def store_counts(self, session_id: str, counts: Mapping[int, int | None]) -> None:
+        """Store deferred token counts of the session (``_counts.store_counts``)."""
+        store_counts(self.cursor, self.sql.insert_count(), session_id, counts)
 
     def key_state(self, session_id: str) -> tuple[bytes | None, bool]:
         """(the session's wrapped data key or None, whether it was erased): one round trip."""

@@ -41,6 +41,9 @@ from ._observed import log_erase
 from ._receipts import ErasureReceipt, RetentionPlan
 from ._schema import StoreTables
 
+if TYPE_CHECKING:
+    from ._counts import CountBacklog
+
 __all__ = ["ErasureMixin", "erased_error", "receipt_from_row"]
 
 _T = TypeVar("_T")
@@ -105,6 +108,7 @@ class ErasureMixin:
     _write: Callable[[], contextlib.AbstractContextManager[Connection]]
     _read: Callable[[], contextlib.AbstractContextManager[Connection]]
     _retrying: Callable[..., Any]
+    _counts: CountBacklog
 
     if TYPE_CHECKING:  # SessionStore's (defined here only for the type checker)
 
@@ -179,6 +183,8 @@ class ErasureMixin:
 
         receipts: list[ErasureReceipt] = self._retrying("erase", attempt)
         self._after_erase()
+        for receipt in receipts:
+            self._counts.forget(receipt.session_id)  # made before the erasure: never to be stored
         for receipt in receipts:
             fields = receipt.to_dict()
             del fields["session_id"], fields["reason"]
@@ -391,6 +397,8 @@ def _erase_one(
     head_hash = str(head_row.hash) if head_row is not None else genesis.get(sid, "0" * 64)
     dropped = conn.execute(delete(snapshots).where(snapshots.c.session_id == sid)).rowcount
     conn.execute(delete(session_keys).where(session_keys.c.session_id == sid))
+    # Counts made after COMMIT go either way: a shredded session's text can no longer be counted.
+    conn.execute(delete(t.token_counts).where(t.token_counts.c.session_id == sid))
     if method == "purged":
         conn.execute(delete(events).where(events.c.session_id == sid))
         conn.execute(delete(sessions).where(sessions.c.id == sid))

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: The Alembic head this code expects. A test asserts it equals the scripts' head.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 # Serializes concurrent first-use migrations on PostgreSQL (SQLite uses BEGIN IMMEDIATE).
 _MIGRATION_LOCK_KEY = 0x5E55_0001

@@ -57,6 +57,7 @@ def open_store(
     retry: RetryPolicy = DEFAULT_RETRY,
     create: bool = True,
     encryption: KeyProvider | None = None,
+    defer_token_counts: bool = True,
 ) -> SessionStore:
     """Open the store at ``url`` (see ``resolve_url`` for the default).
 
@@ -75,6 +76,10 @@ def open_store(
             the embedded default and in-memory databases only; a configured database
             must be migrated explicitly (``sessionstore db upgrade``) or with True.
         token_counter: counts tokens of appended events; None turns counting off.
+        defer_token_counts: count an event's tokens when a read first needs them rather than
+            inside its append (the default: the tokenizer costs more than the rest of an append).
+            Such counts are stored outside the hash chain (docs/storage.md "Token counts");
+            False counts inside the append and hashes the count with the event.
         durability: SQLite ``synchronous`` level, ``"full"`` (default) or ``"normal"``.
         retry: how transient failures (a dropped connection, a restarting PostgreSQL) are
             retried before ``StoreUnavailableError`` is raised; ``RetryPolicy(attempts=1)``
@@ -118,6 +123,7 @@ def open_store(
             durability=durability,
             retry=retry,
             encryption=encryption,
+            defer_token_counts=defer_token_counts,
         )
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
@@ -139,6 +145,7 @@ def open_store(
         retry=retry,
         owns_engine=True,
         encryption=encryption,
+        defer_token_counts=defer_token_counts,
     )
 
 
@@ -166,6 +173,7 @@ def _open_borrowed(
     durability: SQLiteDurability,
     retry: RetryPolicy,
     encryption: KeyProvider | None,
+    defer_token_counts: bool = True,
 ) -> SessionStore:
     """A store on the host application's engine (see ``open_store``)."""
     if not isinstance(engine, Engine):
@@ -188,6 +196,7 @@ def _open_borrowed(
         retry=retry,
         owns_engine=False,
         encryption=encryption,
+        defer_token_counts=defer_token_counts,
     )
 
 
@@ -201,6 +210,7 @@ def _store_for(
     owns_engine: bool,
     in_greenlet: bool = False,
     encryption: KeyProvider | None = None,
+    defer_token_counts: bool = True,
 ) -> SqlSessionStore:
     if is_sqlite_url(str(engine.url)):
         return SQLiteSessionStore(
@@ -212,6 +222,7 @@ def _store_for(
             owns_engine=owns_engine,
             in_greenlet=in_greenlet,
             encryption=encryption,
+            defer_token_counts=defer_token_counts,
         )
     return PostgresSessionStore(
         engine,
@@ -221,6 +232,7 @@ def _store_for(
         owns_engine=owns_engine,
         in_greenlet=in_greenlet,
         encryption=encryption,
+        defer_token_counts=defer_token_counts,
     )
 
 
@@ -236,6 +248,7 @@ async def open_async_store(
     retry: RetryPolicy = DEFAULT_RETRY,
     create: bool = True,
     encryption: KeyProvider | None = None,
+    defer_token_counts: bool = True,
 ) -> AsyncSessionStore:
     """``open_store`` for asyncio: the same arguments, migration rule and errors, giving an
     ``AsyncSessionStore`` on aiosqlite (SQLite) or psycopg 3's async mode (PostgreSQL).
@@ -292,6 +305,7 @@ async def open_async_store(
             owns_engine=False,
             in_greenlet=True,
             encryption=encryption,
+            defer_token_counts=defer_token_counts,
         )
         return AsyncSessionStore(engine, borrowed, single_connection=single)
     embedded = url is None and not os.environ.get(URL_ENV)
@@ -316,5 +330,6 @@ async def open_async_store(
         owns_engine=True,
         in_greenlet=True,
         encryption=encryption,
+        defer_token_counts=defer_token_counts,
     )
     return AsyncSessionStore(own, store, single_connection=in_memory)

@@ -18,6 +18,7 @@ What the policies hold (the owner, who runs migrations, is not subject to them):
   fills in the tenant), so two tenants storing the same bytes do not share a row.
 * ``blob_refs``: only the references its connections wrote (the same column default), which
   may name a session not created yet (an import stores blobs first).
+* ``token_counts``: only the counts of its own sessions' events.
 * ``session_keys`` and ``erasures``: only its own sessions' wrapped keys and erasure receipts
   (the receipt of a purged session, whose row is gone, is the owner's to read). Erasing is the
   owner's too: a tenant role may not delete keys or write receipts.
@@ -46,7 +47,16 @@ __all__ = [
     "row_level_security_sql",
 ]
 
-_TABLES = ("sessions", "events", "snapshots", "blobs", "blob_refs", "session_keys", "erasures")
+_TABLES = (
+    "sessions",
+    "events",
+    "snapshots",
+    "blobs",
+    "blob_refs",
+    "session_keys",
+    "erasures",
+    "token_counts",
+)
 
 
 def _ident(name: str) -> str:
@@ -142,6 +152,10 @@ def _enable_sql(n: _Names) -> list[str]:
             ("INSERT", f"WITH CHECK ({own_session('session_keys')})"),
         ],
         "erasures": [("SELECT", f"USING ({own_session('erasures')})")],
+        "token_counts": [
+            ("SELECT", f"USING ({own_session('token_counts')})"),
+            ("INSERT", f"WITH CHECK ({own_session('token_counts')})"),
+        ],
     }
     for base, rules in policies.items():
         statements.append(f"ALTER TABLE {n.table(base)} ENABLE ROW LEVEL SECURITY")
@@ -218,9 +232,9 @@ def grant_tenant_role(
     """Make ``role`` (an existing PostgreSQL role) the tenant ``tenant``'s, with the privileges
     the store needs and no more; granting another tenant later moves the role.
 
-    The privileges: read the schema revision; SELECT and INSERT on sessions, events, blobs and
-    blob_refs; SELECT, INSERT, DELETE on snapshots (caches, pruned as they are replaced); the event
-    position sequence; and UPDATE on events, which PostgreSQL requires for the
+    The privileges: read the schema revision; SELECT and INSERT on sessions, events, blobs,
+    blob_refs and token_counts; SELECT, INSERT, DELETE on snapshots (caches, pruned as they are
+    replaced); the event position sequence; and UPDATE on events, which PostgreSQL requires for the
     ``LOCK TABLE events IN EXCLUSIVE MODE`` every append takes — no UPDATE policy exists, and
     the append-only trigger refuses it too, so no row can be changed through it.
 
@@ -238,7 +252,9 @@ def grant_tenant_role(
             raise ValidationError(msg, field="role")
         r = _ident(role)
         versions = [v for v in (n.tables.version_table, LEGACY_VERSION_TABLE) if _has(conn, n, v)]
-        tables = ", ".join(n.table(base) for base in ("sessions", "events", "blobs", "blob_refs"))
+        tables = ", ".join(
+            n.table(base) for base in ("sessions", "events", "blobs", "blob_refs", "token_counts")
+        )
         statements = [
             f"GRANT USAGE ON SCHEMA {n.schema} TO {r}",
             *(f"GRANT SELECT ON {n.of(v)} TO {r}" for v in versions),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -97,6 +98,7 @@ class StoreTables:
     erasures: Table = field(repr=False)
     erasure_guard: Table = field(repr=False)
     blob_refs: Table = field(repr=False)
+    token_counts: Table = field(repr=False)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoreTables):
@@ -176,7 +178,10 @@ def _build(prefix: str, schema: str | None) -> StoreTables:
     sessions, events, blobs, snapshots = _define(metadata, prefix)
     erasure = _erasure(metadata, prefix, sessions)
     blob_refs = _blob_refs(metadata, prefix)
-    return StoreTables(prefix, schema, metadata, sessions, events, blobs, snapshots, *erasure, blob_refs)
+    token_counts = _token_counts(metadata, prefix)
+    return StoreTables(
+        prefix, schema, metadata, sessions, events, blobs, snapshots, *erasure, blob_refs, token_counts
+    )
 
 
 def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table]:
@@ -234,6 +239,9 @@ def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table
         # The payload compressed (revision 0006): a codec byte, then the compressed text; NULL
         # when ``payload`` holds the text itself (else ``payload`` is ''). See ``_codec.py``.
         Column("payload_packed", LargeBinary, nullable=True),
+        # True when the event's tokens are counted after COMMIT (revision 0007): ``token_count`` is
+        # then NULL in the row and in its hash, and the count is in ``token_counts``. NULL otherwise.
+        Column("token_count_deferred", Boolean, nullable=True),
         UniqueConstraint("session_id", "seq"),
         UniqueConstraint("event_id"),
         CheckConstraint("seq >= 1", name="seq_positive"),
@@ -339,6 +347,23 @@ def _blob_refs(metadata: MetaData, prefix: str) -> Table:
     )
     Index(None, blob_refs.c.sha256)
     return blob_refs
+
+
+def _token_counts(metadata: MetaData, prefix: str) -> Table:
+    """token_counts (revision 0007), named with ``prefix``, in ``metadata``."""
+    # The tokens of events appended with their count deferred (``events.token_count_deferred``):
+    # filled when a reader first needs them, outside the hash chain. A missing row is counted
+    # again by the next reader, so losing one (a crash before it was stored) loses nothing.
+    # No foreign key: rows are inserted only for events that exist, and go with a purge.
+    return Table(
+        f"{prefix}token_counts",
+        metadata,
+        Column("session_id", String(64), nullable=False),
+        Column("seq", BigInteger, nullable=False),
+        Column("token_count", Integer, nullable=True),
+        PrimaryKeyConstraint("session_id", "seq"),
+        CheckConstraint("token_count IS NULL OR token_count >= 0", name="token_count_not_negative"),
+    )
 
 
 #: The default layout: unprefixed tables in the connection's default schema.

@@ -64,6 +64,7 @@ from ._contract import (
     check_session_id,
     loaded_payload,
 )
+from ._counts import CountBacklog, counts_later, fill_counts, store_counts
 from ._crypto import (
     SNAPSHOT_MAGIC,
     KeyProvider,
@@ -75,7 +76,7 @@ from ._crypto import (
 from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows, recorded_events
 from ._erasure import ErasureMixin, erased_error
 from ._hashing import SessionIdentity, as_utc
-from ._observed import log_append, observe_append, observe_read
+from ._observed import STORE_LOG, log_append, observe_append, observe_read
 from ._owners import Owner, check_owner, inherit_owner
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, DEFAULT_TABLES, StoreTables
@@ -308,6 +309,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         owns_engine: bool = True,
         in_greenlet: bool = False,
         encryption: KeyProvider | None = None,
+        defer_token_counts: bool = True,
     ) -> None:
         if token_counter is not None:
             check_token_counter(token_counter)
@@ -320,6 +322,9 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         self.tables = tables
         self._write_sql = self.driver_sql.for_tables(tables)
         self.token_counter = token_counter
+        #: Count an event's tokens when a reader first needs them, not inside the append (``_counts``).
+        self.defer_token_counts = defer_token_counts
+        self._counts = CountBacklog()
         self.retry = retry
         #: True when ``engine`` is an ``AsyncEngine``'s ``sync_engine``: ``AsyncSessionStore``
         #: runs every call of this store in a greenlet on the event loop, where each driver
@@ -508,6 +513,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         prepared: list[Prepared] = []
         seen: set[str] = set()
         counter = self.token_counter
+        defer = counter is not None and self.defer_token_counts
         for index, raw in enumerate(batch, start):
             event = parse_event(raw, index=index, check_json=not json_checked)
             event_id = str(event.event_id)
@@ -516,14 +522,16 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 raise ValidationError(msg, index=index, event_type=event.type, field="event_id")
             seen.add(event_id)
             payload = encode_event(event, index=index)
+            later = defer and counts_later(event)
             prepared.append(
                 Prepared(
                     event_id,
                     event.type,
                     type(event).SCHEMA_VERSION,
                     payload,
-                    counter.count(event) if counter is not None else None,
+                    counter.count(event) if counter is not None and not defer else None,
                     pack_payload(payload),
+                    later,
                 )
             )
         return prepared
@@ -1020,9 +1028,13 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             if expected_seq != ANY and expected_seq != head_seq:
                 raise ConcurrencyError(session_id, expected_seq, head_seq)
             return AppendResult(session_id, (), (), head_seq)
+        # Counts this process made of the session's earlier events ride along (no commit of their own).
+        counts = self._counts.known(session_id)
         try:
             with self._lock, self._driver_transaction() as txn:
                 outcome = self._append_in(txn, session_id, prepared, expected_seq, sealing)
+                txn.store_counts(session_id, counts)
+            self._counts.stored(session_id, counts)
             if not isinstance(outcome, tuple):
                 return outcome  # an idempotent retry: the original result
             seqs, positions = outcome
@@ -1172,7 +1184,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         if to_seq is not None:
             check_int("to_seq", to_seq)
 
-        def attempt() -> list[RecordedEvent]:
+        def attempt() -> tuple[list[RecordedEvent], list[_Uncounted]]:
             with self._read() as conn:
                 found = self._session_events(conn, session_id, from_seq, to_seq)
                 if not found:
@@ -1181,12 +1193,14 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                     erased = erased_error(conn, self.tables, session_id) if self.encryption else None
                     if erased is not None:
                         raise erased
-                return self._opened(conn, found, strict=True)
+                opened = self._opened(conn, found, strict=True)
+                return opened, self._uncounted(conn, opened)
 
         with observe_read(
             self.db_system, "read", session_id=session_id, from_seq=from_seq, to_seq=to_seq
         ) as done:
-            result = self._retrying("read", attempt, session_id)
+            result, uncounted = self._retrying("read", attempt, session_id)
+            self._count(uncounted)
             done(len(result))
         if verify:
             start = self.chain_start(session_id, result[0]) if from_seq <= 1 and result else None
@@ -1218,19 +1232,63 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         finally:
             cursor.close()
 
+    def _uncounted(self, conn: Connection, records: Sequence[RecordedEvent]) -> list[_Uncounted]:
+        """The records waiting for a deferred count, by session, with the counts stored for them
+        (looked up in the read's transaction; ``_count`` fills them in after it)."""
+        waiting: dict[str, list[RecordedEvent]] = {}
+        for record in records:
+            if record.token_count_deferred and record.token_count is None and not record.erased:
+                waiting.setdefault(record.session_id, []).append(record)
+        if not waiting:
+            return []
+        found = []
+        cursor = conn.connection.cursor()
+        try:
+            for session_id, group in waiting.items():
+                cursor.execute(self._write_sql.stored_counts(), (session_id, group[0].seq, group[-1].seq))
+                found.append((group, {int(seq): count for seq, count in cursor.fetchall()}))
+        finally:
+            cursor.close()
+        return found
+
+    def _count(self, uncounted: Sequence[_Uncounted]) -> None:
+        """Fill in deferred counts (``_counts.fill_counts``), outside the read's transaction: a
+        large first read tokenizes for seconds, and must not hold a snapshot of the database."""
+        for group, stored in uncounted:
+            fill_counts(group, stored, self._counts, self.token_counter)
+
+    def store_token_counts(self) -> int:
+        """Store the token counts this store's reads made and no write has stored yet; returns how
+        many. Appends and snapshots store a session's along; ``close`` stores the rest.
+        """
+        stored = 0
+        for session_id in self._counts.sessions():
+            counts = self._counts.known(session_id)
+
+            def attempt(session_id: str = session_id, counts: Mapping[int, int | None] = counts) -> None:
+                with self._lock, self._driver_transaction() as txn:
+                    txn.store_counts(session_id, counts)
+
+            self._retrying("store_token_counts", attempt, session_id)
+            self._counts.stored(session_id, counts)
+            stored += len(counts)
+        return stored
+
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """See ``SessionStore.read_all``."""
         check_int("after_position", after_position)
         check_int("limit", limit, minimum=0)
         statement = self._write_sql.events_after()
 
-        def attempt() -> list[RecordedEvent]:
+        def attempt() -> tuple[list[RecordedEvent], list[_Uncounted]]:
             with self._read() as conn:
                 found = self._select_events(conn, statement, (after_position, limit))
-                return self._opened(conn, found, strict=False)
+                opened = self._opened(conn, found, strict=False)
+                return opened, self._uncounted(conn, opened)
 
         with observe_read(self.db_system, "read_all", after_position=after_position, limit=limit) as done:
-            found = self._retrying("read_all", attempt)
+            found, uncounted = self._retrying("read_all", attempt)
+            self._count(uncounted)
             done(len(found))
         return found
 
@@ -1409,9 +1467,18 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             snapshots.c.tokenizer == snapshot.tokenizer,
         )
 
+        # The counts the snapshot's fold made are stored with it (the same transaction).
+        counts = self._counts.known(snapshot.session_id)
+
         def attempt() -> None:
             with self._write() as conn:
                 conn.execute(statement)
+                if counts:
+                    cursor = conn.connection.cursor()
+                    try:
+                        store_counts(cursor, self._write_sql.insert_count(), snapshot.session_id, counts)
+                    finally:
+                        cursor.close()
                 # Keep the two newest per key: a snapshot is a cache, and old ones only cost space.
                 newest = select(snapshots.c.seq).where(*same_key).order_by(snapshots.c.seq.desc()).limit(2)
                 floor = conn.execute(select(func.min(newest.subquery().c.seq))).scalar()
@@ -1419,6 +1486,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                     conn.execute(delete(snapshots).where(*same_key, snapshots.c.seq < floor))
 
         self._retrying("put_snapshot", attempt)  # keyed and ON CONFLICT DO NOTHING: a repeat is a no-op
+        self._counts.stored(snapshot.session_id, counts)
 
     def latest_snapshot(
         self,
@@ -1484,9 +1552,21 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         return None if row is None else (int(row.seq), bytes(row.state))  # bytes: not a memoryview
 
     def close(self) -> None:
-        """Dispose of the engine's connection pool (unless the engine was handed in: the host's)."""
+        """Store the token counts reads made (``store_token_counts``; a failure is logged: they are
+        counted again when next read), then dispose of the engine's connection pool (unless the
+        engine was handed in: the host's)."""
+        if len(self._counts):
+            try:
+                self.store_token_counts()
+            except SessionStoreError as e:
+                STORE_LOG.warning("token counts not stored at close (counted again when read): %s", e)
         if self._owns_engine:
             self.engine.dispose()
+
+
+#: One session's records waiting for a deferred count, and the counts ``token_counts`` holds
+#: for that span (seq -> count).
+_Uncounted = tuple[list[RecordedEvent], dict[int, int | None]]
 
 
 def _is_sealed(recorded: RecordedEvent) -> bool:
