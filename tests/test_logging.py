@@ -85,15 +85,27 @@ def test_one_record_per_append_batch_with_its_numbers(
     assert first.levelno == logging.DEBUG
     assert (first.session_id, first.event_count, first.first_seq, first.last_seq) == (sid, 3, 1, 3)  # type: ignore[attr-defined]
     assert (first.first_position, first.last_position) == (result.positions[0], result.positions[-1])  # type: ignore[attr-defined]
-    assert first.tokens == sum(r.token_count or 0 for r in store.read(sid))  # type: ignore[attr-defined]
-    assert first.tokens > 0  # type: ignore[attr-defined]
+    # The default store counts tokens when the events are first read, not in the append.
+    assert first.tokens is None and first.tokens_deferred == 3  # type: ignore[attr-defined]
     assert first.expected_seq == 0  # type: ignore[attr-defined]
     assert first.deduplicated is False  # type: ignore[attr-defined]
     assert first.getMessage() == (
-        f"append: session {sid}, 3 event(s) at seqs 1-3, {first.tokens} tokens, deduplicated=False"  # type: ignore[attr-defined]
+        f"append: session {sid}, 3 event(s) at seqs 1-3, 3 event(s) counted when read, deduplicated=False"
     )
     assert again.deduplicated and retried.deduplicated is True  # type: ignore[attr-defined]
     assert retried.last_seq == 3  # type: ignore[attr-defined]
+
+
+def test_an_append_that_counts_logs_its_tokens(debug: pytest.LogCaptureFixture) -> None:
+    with sessionstore.open_store(":memory:", defer_token_counts=False) as store:
+        sid = store.create_session().id
+        debug.clear()
+        store.append(sid, [MessageAppended(role="user", content="hello there")], expected_seq=0)
+        (record,) = _records(debug, "append")
+        assert record.tokens == store.read(sid)[0].token_count == 2  # type: ignore[attr-defined]
+        assert record.tokens_deferred == 0  # type: ignore[attr-defined]
+        message = f"append: session {sid}, 1 event(s) at seqs 1-1, 2 tokens, deduplicated=False"
+        assert record.getMessage() == message
 
 
 def test_a_refused_append_logs_no_batch(store: SessionStore, debug: pytest.LogCaptureFixture) -> None:

@@ -25,6 +25,18 @@ def _tokens(prepared: Sequence[Prepared]) -> int | None:
     return sum(counts) if counts else None
 
 
+def _deferred(prepared: Sequence[Prepared]) -> int:
+    """How many of the batch's events are counted when first read (``_counts``)."""
+    return sum(1 for p in prepared if p.deferred)
+
+
+def _token_note(tokens: int | None, deferred: int) -> str:
+    """The tokens part of an append's log message."""
+    counted = f"{tokens} tokens" if tokens is not None else ""
+    later = f"{deferred} event(s) counted when read" if deferred else ""
+    return ", ".join(part for part in (counted, later) if part) or "no tokens"
+
+
 @contextlib.contextmanager
 def observe_append(
     db_system: str,
@@ -41,6 +53,7 @@ def observe_append(
         "sessionstore.session_id": session_id,
         "sessionstore.event_count": len(prepared),
         "sessionstore.tokens": tokens,
+        "sessionstore.tokens.deferred": _deferred(prepared),
         "sessionstore.expected_seq": str(expected_seq) if expected_seq is not None else None,
     }
     with span(f"sessionstore.{operation}", attributes, client=True) as current:
@@ -67,12 +80,13 @@ def log_append(
     expected_seq: ExpectedSeq | None,
 ) -> None:
     """The record of one committed batch (DEBUG: one per append)."""
+    tokens, deferred = _tokens(prepared), _deferred(prepared)
     log_record(
         STORE_LOG,
         logging.DEBUG,
         "append",
         "{operation}: session {session_id}, {event_count} event(s) at seqs {first_seq}-{last_seq}, "
-        "{tokens} tokens, deduplicated={deduplicated}",
+        "{token_note}, deduplicated={deduplicated}",
         operation=operation,
         session_id=session_id,
         event_count=len(prepared),
@@ -80,7 +94,9 @@ def log_append(
         last_seq=result.last_seq,
         first_position=result.positions[0] if result.positions else None,
         last_position=result.positions[-1] if result.positions else None,
-        tokens=_tokens(prepared),
+        tokens=tokens,
+        tokens_deferred=deferred,
+        token_note=_token_note(tokens, deferred),
         expected_seq=expected_seq,
         deduplicated=result.deduplicated,
     )
