@@ -1274,6 +1274,15 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             stored += len(counts)
         return stored
 
+    def _store_counts_before_close(self) -> None:
+        """``store_token_counts`` at close: a failure is logged (the counts are made again when
+        next read), never raised."""
+        if len(self._counts):
+            try:
+                self.store_token_counts()
+            except SessionStoreError as e:
+                STORE_LOG.warning("token counts not stored at close (counted again when read): %s", e)
+
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """See ``SessionStore.read_all``."""
         check_int("after_position", after_position)
@@ -1555,11 +1564,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         """Store the token counts reads made (``store_token_counts``; a failure is logged: they are
         counted again when next read), then dispose of the engine's connection pool (unless the
         engine was handed in: the host's)."""
-        if len(self._counts):
-            try:
-                self.store_token_counts()
-            except SessionStoreError as e:
-                STORE_LOG.warning("token counts not stored at close (counted again when read): %s", e)
+        self._store_counts_before_close()
         if self._owns_engine:
             self.engine.dispose()
 

@@ -307,7 +307,9 @@ class SQLiteSessionStore(SqlSessionStore):
         self._writer_lock.release()
 
     def close(self) -> None:
-        """Close the writer connection (after the write using it), then dispose of the pool."""
+        """Store the reads' token counts, close the writer connection (after the write using it),
+        then dispose of the pool."""
+        self._store_counts_before_close()  # on the writer connection, while it is open
         with self._writer_lock:
             writer, self._writer = self._writer, None
             if writer is not None and self._writer_pid == os.getpid():
