@@ -17,17 +17,15 @@ migrating, loading the tokenizer) is not timed.
 Contenders, each one event per transaction ("single") and 100 per transaction ("batch"):
 
 * ``sessionstore``: ``SessionStore.append`` on SQLite, ``expected_seq`` tracked, with token
-  counting off (``token_counter=None``) and on (the default ``TiktokenCounter``).
+  counting off (``token_counter=None``), on (the default ``TiktokenCounter``, counting each
+  event when it is first read: the appends tokenize nothing, and the run then times one full
+  read, which counts every event) and in the append (``defer_token_counts=False``: the count
+  inside the append, under the hash chain).
 * ``raw sqlite3``: the reference. An equivalent table (session_id, seq, event_id unique,
   type, payload text, created_at; UNIQUE(session_id, seq)) written with the stdlib driver,
   ``BEGIN IMMEDIATE ... COMMIT``, nothing else. It is the floor: the cost of the database.
 * ``SQLiteSession``: the OpenAI Agents SDK's session (``pip install openai-agents``; the row
   is skipped with a note when it is not installed), ``add_items`` with Responses-API items.
-* ``estimate: count after COMMIT``: counting off, and a thread that counts each batch's events
-  (``TiktokenCounter.count``) once its append returned. The store has no such mode (a count is
-  hashed with its event, so it is taken before COMMIT); the row estimates what counting after
-  COMMIT in the same process would give on this machine: the rate at which appends return, and
-  (in the ratios) the rate at which everything is counted.
 * With ``--pg URL`` (or ``SESSIONSTORE_TEST_PG_URL``): sessionstore on PostgreSQL against
   raw psycopg on an equivalent table, each in a fresh schema that is dropped afterwards.
 
@@ -46,13 +44,16 @@ How to read the ratios
   store. Target: <= 2.5 (the store's validation, hash chain, concurrency check and
   idempotency lookup cost at most 1.5x the database's own work).
 * ``sessionstore(off) / SQLiteSession``: > 1 means the store is faster. Target: >= 1.
-* ``sessionstore(on) / sessionstore(off)``: the price of token counting. The same line gives
-  the extra CPU time of the counting-on run, how much of it was spent inside the counter
+* ``sessionstore(on) / SQLiteSession``: appends with counting on (deferred); the next line
+  gives the appends plus the first read that counts every event, against ``SQLiteSession``'s
+  appends: what a caller pays before every count is known.
+* ``sessionstore(inline) / sessionstore(off)``: the price of counting inside the append. The
+  same line gives the extra CPU time of that run, how much of it was spent inside the counter
   (``added - counter`` near 0 means tokenizing is the only added cost), and the CPU time of
   the tokenizer alone over the same messages (measured separately, for scale). Every
-  counting-on run also checks that each event was tokenized exactly once (a wrapped counter
-  records calls per event id and the characters it tokenized) and that the stored counts
-  match; the script exits 1 if not.
+  counting run also checks that each event was tokenized exactly once (a wrapped counter
+  records calls per event id and the characters it tokenized; deferred runs: none inside the
+  appends) and that the counts read back match; the script exits 1 if not.
 * ``PG store / raw psycopg``: the store's rate as a fraction of the bare driver's (higher is
   better). The store also takes ``LOCK TABLE events IN EXCLUSIVE MODE`` per append (see
   store/_postgres.py), which the raw reference does not.
@@ -88,14 +89,12 @@ import gc
 import json
 import os
 import pstats
-import queue
 import random
 import shutil
 import sqlite3
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -278,7 +277,8 @@ class Run:
     payload_read_seconds: float = float("nan")  # the same read, every payload's text used too
     dict_read_seconds: float = float("nan")  # the same read, every payload parsed (json.loads)
     disk_bytes: int = 0  # the database file after a checkpoint (WAL emptied)
-    counted_seconds: float = float("nan")  # until a counting thread caught up (estimate rows)
+    #: Deferred counting: the appends plus the first read, which counts every event (wall seconds).
+    counted_seconds: float = float("nan")
 
 
 @dataclass
@@ -452,17 +452,35 @@ def _payloads_uncompressed(uncompressed: bool) -> Iterator[None]:
 
 
 def sessionstore_sqlite(
-    *, counting: bool, durability: Literal["full", "normal"], batch: int, uncompressed: bool = False
+    *,
+    counting: bool,
+    durability: Literal["full", "normal"],
+    batch: int,
+    uncompressed: bool = False,
+    defer: bool = True,
 ) -> Callable[[list[Message], Path], Run]:
+    """The store on a SQLite file. ``defer``: counts made when first read (the default), not in
+    the append; ``counted_seconds`` is then the appends plus that first read."""
+
     def run(messages: list[Message], folder: Path) -> Run:
         counter = AuditedCounter().warm_up() if counting else None
         store = sessionstore.open_store(
-            folder / "store.db", migrate=True, token_counter=counter, durability=durability
+            folder / "store.db",
+            migrate=True,
+            token_counter=counter,
+            durability=durability,
+            defer_token_counts=defer,
         )
         try:
             with _payloads_uncompressed(uncompressed):
                 seconds, cpu, session_id = _timed_store_appends(store, messages, batch)
             result = Run(seconds, cpu, settings=_store_pragmas(store))
+            if counter is not None and defer:
+                if counter.calls:
+                    result.problems.append(f"the appends tokenized {len(counter.calls)} events")
+                watch = Stopwatch()
+                store.read(session_id)  # counts every event (outside the append)
+                result.counted_seconds = seconds + watch.read()[0]
             result.read_seconds = timed_read(_store_read(store, session_id, len(messages)))
             result.payload_read_seconds = timed_read(
                 _store_read(store, session_id, len(messages), payloads=True)
@@ -472,52 +490,6 @@ def sessionstore_sqlite(
                 result.problems = _audit(counter, store, messages)
                 result.counter_cpu_seconds = counter.cpu_seconds
         finally:
-            store.close()
-        result.disk_bytes = disk_bytes(folder / "store.db")
-        return result
-
-    return run
-
-
-def sessionstore_count_after_commit(*, batch: int) -> Callable[[list[Message], Path], Run]:
-    """Counting off, and a thread counting each batch once its append returned: what counting
-    after COMMIT would cost on this machine. An estimate (the store counts before COMMIT, as the
-    count is hashed): the timer stops when the appends return, ``counted_seconds`` when the
-    thread has counted everything."""
-
-    def run(messages: list[Message], folder: Path) -> Run:
-        counter = TiktokenCounter()
-        counter.count_text("warm up")
-        store = sessionstore.open_store(
-            folder / "store.db", migrate=True, token_counter=None, durability="full"
-        )
-        pending: queue.SimpleQueue[list[MessageAppended] | None] = queue.SimpleQueue()
-        counts: list[int | None] = []
-
-        def count_all() -> None:
-            while (events := pending.get()) is not None:
-                counts.extend(counter.count(event) for event in events)
-
-        worker = threading.Thread(target=count_all, name="count-after-commit")
-        try:
-            session_id = store.create_session().id
-            watch = Stopwatch()
-            worker.start()
-            seq = 0
-            for group in chunks(messages, batch):
-                events = [to_event(m) for m in group]
-                seq = store.append(session_id, events, expected_seq=seq).last_seq
-                pending.put(events)
-            seconds, cpu = watch.read()
-            pending.put(None)
-            worker.join()
-            counted_seconds, _ = watch.read()
-            result = Run(seconds, cpu, settings=_store_pragmas(store))
-            result.counted_seconds = counted_seconds
-            if len(counts) != len(messages):
-                result.problems.append(f"the counting thread counted {len(counts)} of {len(messages)}")
-        finally:
-            pending.put(None)
             store.close()
         result.disk_bytes = disk_bytes(folder / "store.db")
         return result
@@ -752,27 +724,31 @@ def sqlite_contenders() -> tuple[list[Contender], str | None]:
         ),
         Contender(
             "on-1",
-            "sessionstore, counting on",
+            "sessionstore, counting on (when read)",
             "full",
             1,
             sessionstore_sqlite(counting=True, durability="full", batch=1),
         ),
         Contender(
             "on-100",
-            "sessionstore, counting on",
+            "sessionstore, counting on (when read)",
             "full",
             BATCH,
             sessionstore_sqlite(counting=True, durability="full", batch=BATCH),
         ),
         Contender(
-            "after-1", "estimate: count after COMMIT", "full", 1, sessionstore_count_after_commit(batch=1)
+            "inline-1",
+            "sessionstore, counting in the append",
+            "full",
+            1,
+            sessionstore_sqlite(counting=True, durability="full", batch=1, defer=False),
         ),
         Contender(
-            "after-100",
-            "estimate: count after COMMIT",
+            "inline-100",
+            "sessionstore, counting in the append",
             "full",
             BATCH,
-            sessionstore_count_after_commit(batch=BATCH),
+            sessionstore_sqlite(counting=True, durability="full", batch=BATCH, defer=False),
         ),
         Contender("raw-1-normal", "raw sqlite3", "normal", 1, raw_sqlite(durability="normal", batch=1)),
         Contender(
@@ -1019,7 +995,7 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
             f"  batch   1, synchronous=NORMAL: sessionstore(off)/raw sqlite3 = {rate(ours) / rate(raw):.2f}"
             f"   raw/ours = {rate(raw) / rate(ours):.2f} [cpu {cpu(ours) / cpu(raw):.2f}]"
         )
-    for counting in ("on", "off"):
+    for counting in ("on", "inline", "off"):
         for batch in (1, BATCH):
             ours, theirs = f"{counting}-{batch}", f"agents-{batch}"
             if {ours, theirs} <= by_key.keys():
@@ -1030,13 +1006,13 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
                     f"{_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
                 )
     for batch in (1, BATCH):
-        ours, theirs = f"after-{batch}", f"agents-{batch}"
+        ours, theirs = f"on-{batch}", f"agents-{batch}"
         if {ours, theirs} <= by_key.keys():
             counted = count / statistics.median(r.counted_seconds for r in by_key[ours].runs)
             print(
-                f"  batch {batch:>3}: estimate, counting off and a thread counting after each append: "
-                f"appends returned at {rate(ours) / rate(theirs):.2f}x SQLiteSession "
-                f"[cpu {cpu(theirs) / cpu(ours):.2f}], all counted at {counted / rate(theirs):.2f}x"
+                f"  batch {batch:>3}: counting on (deferred): the appends and then the first read, which "
+                f"counts every event, at {counted / rate(theirs):.2f}x SQLiteSession's appends "
+                f"({counted:.0f} msg/s)"
             )
     if "raw-1" in by_key:
         floor = by_key["raw-1"].read_ms()
@@ -1069,14 +1045,15 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
         print(f"  full read: sessionstore on PostgreSQL / raw psycopg = {ratio:.2f}")
 
     for batch in (1, BATCH):
-        if not {f"on-{batch}", f"off-{batch}"} <= by_key.keys():
+        if not {f"inline-{batch}", f"off-{batch}"} <= by_key.keys():
             continue
-        on, off = by_key[f"on-{batch}"], by_key[f"off-{batch}"]
+        on, off = by_key[f"inline-{batch}"], by_key[f"off-{batch}"]
         extra_wall = count * (1 / on.rate(count) - 1 / off.rate(count))
         extra_cpu = count * (on.cpu_ms(count) - off.cpu_ms(count)) / 1000
         inside = statistics.median(r.counter_cpu_seconds for r in on.runs)
         print(
-            f"  batch {batch:>3}: sessionstore(on)/sessionstore(off) = {on.rate(count) / off.rate(count):.2f}"
+            f"  batch {batch:>3}: sessionstore(inline)/sessionstore(off) = "
+            f"{on.rate(count) / off.rate(count):.2f}"
             f"   counting added {extra_wall:.2f} s wall, {extra_cpu:.2f} s cpu, of which "
             f"{inside:.2f} s cpu inside the counter (added - counter = {extra_cpu - inside:+.2f} s cpu); "
             f"tokenizer alone: {tokenizer_cpu:.2f} s cpu"
@@ -1186,8 +1163,13 @@ def memory_child(counting: str) -> int:
     gc.collect()
     before = _resident_mb()
     with tempfile.TemporaryDirectory(prefix="sessionstore-bench-") as tmp:
-        counter = TiktokenCounter() if counting == "on" else None
-        store = sessionstore.open_store(Path(tmp) / "store.db", migrate=True, token_counter=counter)
+        counter = TiktokenCounter() if counting != "off" else None
+        store = sessionstore.open_store(
+            Path(tmp) / "store.db",
+            migrate=True,
+            token_counter=counter,
+            defer_token_counts=counting != "inline",
+        )
         try:
             _append_all(store, store.create_session().id, messages, 1)
             gc.collect()
@@ -1198,11 +1180,12 @@ def memory_child(counting: str) -> int:
 
 
 def append_rss_growth() -> dict[str, float]:
-    """RSS growth (MB) of the append path with counting on and off, each in a fresh process."""
+    """RSS growth (MB) of the append path with counting off, on (deferred: the appends tokenize
+    nothing) and in the append, each in a fresh process."""
     import subprocess
 
     growth = {}
-    for counting in ("off", "on"):
+    for counting in ("off", "on", "inline"):
         done = subprocess.run(
             [sys.executable, __file__, "--memory-child", counting], capture_output=True, text=True, check=True
         )
@@ -1225,7 +1208,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeats", type=int, help="runs per contender, median reported (default 3, --quick 1)"
     )
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of single appends")
-    parser.add_argument("--memory-child", choices=("on", "off"), help=argparse.SUPPRESS)
+    parser.add_argument("--memory-child", choices=("on", "off", "inline"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.messages = args.messages or (300 if args.quick else 2000)
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -1291,8 +1274,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nMemory: {MEMORY_MESSAGES} single appends in a fresh process grew its RSS by "
             f"{growth['off']:.1f} MB with counting off, {growth['on']:.1f} MB with counting on "
-            f"(+{extra:.1f} MB: the cl100k encoder's tables, loaded once per process; target < "
-            f"{TARGET_COUNTING_EXTRA_MB} MB: {_verdict(extra < TARGET_COUNTING_EXTRA_MB)})"
+            f"(+{extra:.1f} MB; target < {TARGET_COUNTING_EXTRA_MB} MB: "
+            f"{_verdict(extra < TARGET_COUNTING_EXTRA_MB)}), {growth['inline']:.1f} MB counting in the "
+            f"append (+{growth['inline'] - growth['off']:.1f} MB: the cl100k encoder's tables, loaded "
+            "once per process, where it counts)"
         )
         if args.profile:
             profile_single_appends(messages[:500], workdir)
