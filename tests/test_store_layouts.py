@@ -104,6 +104,7 @@ def test_the_tables_are_where_the_layout_says_and_nowhere_else(store: SessionSto
         "events",
         "blobs",
         "blob_refs",
+        "token_counts",
         "snapshots",
         "session_keys",
         "erasures",
