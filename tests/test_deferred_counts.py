@@ -273,3 +273,82 @@ def test_a_session_reads_the_same_whether_counts_are_deferred_or_not(log: list[A
             )
     assert results[0] == results[1]
     assert results[0][1] == results[0][3]
+
+
+def test_no_count_is_stored_for_an_erased_session_even_by_a_process_that_counted_before(
+    tmp_path: Path,
+) -> None:
+    """A shredded session keeps its event rows: the guard still refuses its counts."""
+    master = sessionstore.store.LocalKeyProvider(bytes(range(32)))
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    reader = sessionstore.open_store(url, encryption=master, migrate=True)
+    eraser = sessionstore.open_store(url, encryption=master)
+    try:
+        sid = reader.create_session(events=_conversation()).id
+        reader.read(sid)  # counted: waiting in the reader's backlog
+        eraser.erase(sid, reason="user asked")
+        assert reader.store_token_counts() == 0
+    finally:
+        reader.close()
+        eraser.close()
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM token_counts")).scalar_one() == 0
+    engine.dispose()
+
+
+def test_an_altered_count_is_reported_as_corruption(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with sessionstore.open_store(url, migrate=True) as store:
+        sid = store.create_session(events=_conversation()).id
+        store.read(sid)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE token_counts SET token_count = 'abc' WHERE seq = 2"))
+    engine.dispose()
+    with sessionstore.open_store(url) as store:
+        with pytest.raises(
+            sessionstore.errors.DataCorruptionError, match="seq 2: the stored token count 'abc'"
+        ):
+            store.read(sid)
+        assert len(store.read(sid, 3, 4)) == 2  # the rest of the session still reads
+
+
+def test_storing_counts_never_fails_an_append_and_a_large_backlog_waits(tmp_path: Path) -> None:
+    """Counts that cannot be stored stay in memory and the append commits; an append stores at
+    most 256 of them along; close stores the rest and leaves no connection open."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = sessionstore.open_store(url, migrate=True)
+    sid = store.create_session(events=[MessageAppended(role="user", content=f"m{i}") for i in range(300)]).id
+    store.read(sid)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("CREATE TRIGGER refuse BEFORE INSERT ON token_counts BEGIN SELECT RAISE(ABORT, 'no'); END")
+        )
+    store.append(sid, [MessageAppended(role="user", content="still appended")], expected_seq=300)
+    assert store.read(sid, 301, 301)[0].token_count == 2
+    with engine.begin() as conn:
+        conn.execute(text("DROP TRIGGER refuse"))
+        assert conn.execute(text("SELECT count(*) FROM token_counts")).scalar_one() == 0
+    store.append(sid, [MessageAppended(role="user", content="again")], expected_seq=301)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM token_counts")).scalar_one() == 256
+    store.close()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM token_counts")).scalar_one() == 301
+    engine.dispose()
+    assert store._writer is None  # type: ignore[attr-defined]  # nothing reopened by the close
+
+
+def test_store_token_counts_says_how_many_rows_it_added(shared_backend: Backend) -> None:
+    first, second = shared_backend.open(), shared_backend.open()
+    try:
+        sid = first.create_session(events=_conversation()).id
+        first.read(sid)
+        second.read(sid)
+        assert first.store_token_counts() == 4
+        assert second.store_token_counts() == 0  # the same counts, stored already
+    finally:
+        first.close()
+        second.close()

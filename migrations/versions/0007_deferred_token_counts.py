@@ -5,7 +5,9 @@
 * ``token_counts``: the counts of those events, stored when a reader first counted them. A
   missing row is counted again by the next reader that needs it.
 
-Plain ADD COLUMN and CREATE TABLE: no row is rewritten. Downgrading drops both: the counts
+Plain ADD COLUMN and CREATE TABLE: no row is rewritten. Under row-level security, run
+`sessionstore rls enable` and grant the tenant roles again after upgrading: until then a tenant
+role cannot read the new table, and its reads of events with deferred counts fail. Downgrading drops both: the counts
 are derived data (a pure function of each event), but an older version reads an event whose
 count was deferred as one without text, so its token estimate after the latest API usage is
 lower until the session is compacted or a new usage is recorded. The hash chain is unaffected

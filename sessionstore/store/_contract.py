@@ -253,6 +253,8 @@ class RecordedEvent:
             "type": self.type,
             "schema_version": self.schema_version,
             "token_count": self.token_count,
+            # True: the count is not part of the hash (NULL was hashed), see ``token_count_deferred``.
+            "token_count_deferred": self.token_count_deferred,
             "created_at": self.created_at.isoformat(),
             "hash": self.hash,
             "payload": self.payload_dict(),

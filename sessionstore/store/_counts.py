@@ -11,22 +11,34 @@ are a pure function of the event, so every reader agrees.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SessionStoreError
+from ..errors import DataCorruptionError, SessionStoreError
 from ..events._base import Event
 
 if TYPE_CHECKING:
     from ._contract import RecordedEvent
+    from ._driver import DriverSQL
     from ._tokens import TokenCounter
 
-__all__ = ["CountBacklog", "counts_later", "fill_counts", "store_counts"]
+__all__ = [
+    "RIDE_ALONG_COUNTS",
+    "CountBacklog",
+    "checked_counts",
+    "counts_later",
+    "fill_counts",
+    "store_counts",
+]
 
 #: Counts held for storing at most; beyond it the oldest sessions' are dropped (and counted
 #: again by whoever reads them next), so a process that only reads never grows without bound.
 BACKLOG_LIMIT = 500_000
+#: Counts an append stores along at most: the rest wait for a snapshot, ``store_token_counts``
+#: or ``close`` rather than lengthen a transaction that holds the write lock.
+RIDE_ALONG_COUNTS = 256
 
 
 def counts_later(event: Event) -> bool:
@@ -50,10 +62,13 @@ class CountBacklog:
     def __len__(self) -> int:
         return self._size
 
-    def known(self, session_id: str) -> Mapping[int, int | None]:
-        """The session's counts waiting to be stored (a copy: seq -> count)."""
+    def known(self, session_id: str, limit: int | None = None) -> Mapping[int, int | None]:
+        """The session's counts waiting to be stored (a copy: seq -> count), at most ``limit``."""
         with self._lock:
-            return dict(self._by_session.get(session_id, ()))
+            held = self._by_session.get(session_id, {})
+            if limit is None or len(held) <= limit:
+                return dict(held)
+            return dict(itertools.islice(held.items(), limit))
 
     def add(self, session_id: str, counts: Mapping[int, int | None]) -> None:
         """Hold ``counts`` (seq -> count) of ``session_id`` for storing."""
@@ -130,10 +145,32 @@ def fill_counts(
     backlog.add(session_id, made)
 
 
-def store_counts(cursor: Any, statement: str, session_id: str, counts: Mapping[int, int | None]) -> None:
-    """Insert ``counts`` (seq -> count) of one session with the driver ``statement``
-    (``DriverSQL.insert_count``: a row only for an event that exists and waits for it)."""
-    if counts:
-        cursor.executemany(
-            statement, [(session_id, seq, count, session_id, seq) for seq, count in sorted(counts.items())]
-        )
+def checked_counts(session_id: str, rows: Sequence[Sequence[Any]]) -> dict[int, int | None]:
+    """The ``token_counts`` rows of a session (seq, count) as seq -> count.
+
+    Raises:
+        DataCorruptionError: a count that is not a non-negative integer (SQLite's column
+            affinity lets text or a float through the CHECK): an altered row.
+    """
+    found: dict[int, int | None] = {}
+    for seq, count in rows:
+        if count is not None and (type(count) is not int or count < 0):
+            msg = (
+                f"session {session_id!r}, seq {seq}: the stored token count {count!r} is not a count "
+                "(the token_counts row was altered); delete the row to have the event counted again"
+            )
+            raise DataCorruptionError(msg, session_id=session_id, seq=int(seq))
+        found[int(seq)] = count
+    return found
+
+
+def store_counts(cursor: Any, sql: DriverSQL, session_id: str, counts: Mapping[int, int | None]) -> int:
+    """Insert ``counts`` (seq -> count) of one session (``DriverSQL.insert_count``: a row only for
+    an event that exists and waits for it, of a session not erased); how many rows were added."""
+    if not counts:
+        return 0
+    cursor.executemany(
+        sql.insert_count(),
+        [(session_id, seq, count, session_id, seq, session_id) for seq, count in sorted(counts.items())],
+    )
+    return max(int(cursor.rowcount), 0)

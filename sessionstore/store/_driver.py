@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from .._telemetry import logger
 from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
 from ._codec import unpack_payload
 from ._contract import AppendResult, RecordedEvent, stored_event
@@ -37,6 +38,7 @@ __all__ = [
     "sqlite_timestamp",
 ]
 
+_LOG = logger("store")
 #: Event ids looked up per statement when checking a batch for an idempotent retry.
 _LOOKUP_CHUNK = 1000
 _EVENT_COLUMNS = (
@@ -254,13 +256,15 @@ class DriverSQL:
         )
 
     def insert_count(self) -> str:
-        """One deferred count (session, seq, count, then session and seq again), stored only for an
-        event that exists and waits for it, and only once (``_counts.store_counts``)."""
+        """One deferred count (session, seq, count, then session, seq and session again), stored
+        only for an event that exists and waits for it, of a session never erased (a shredded
+        session keeps its rows), and only once (``_counts.store_counts``)."""
         m = self.mark
         return (
             f"INSERT INTO {self.token_counts} (session_id, seq, token_count) SELECT {m}, {m}, {m} "
             f"WHERE EXISTS (SELECT 1 FROM {self.events} WHERE session_id = {m} AND seq = {m} "
-            "AND token_count_deferred IS NOT NULL) ON CONFLICT DO NOTHING"
+            "AND token_count_deferred IS NOT NULL) "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.erasures} WHERE session_id = {m}) ON CONFLICT DO NOTHING"
         )
 
     def key_state(self) -> str:
@@ -486,9 +490,25 @@ class DriverTransaction:
             result.append(int(self.cursor.fetchone()[0]))
         return tuple(result)
 
-    def store_counts(self, session_id: str, counts: Mapping[int, int | None]) -> None:
-        """Store deferred token counts of the session (``_counts.store_counts``)."""
-        store_counts(self.cursor, self.sql.insert_count(), session_id, counts)
+    def store_counts(
+        self, session_id: str, counts: Mapping[int, int | None], *, best_effort: bool = False
+    ) -> int:
+        """Store deferred token counts of the session (``_counts.store_counts``); how many rows
+        were added. ``best_effort``: under a savepoint, so a failure (a tenant role not granted
+        the table yet) leaves the transaction as it was and returns 0 (logged)."""
+        if not counts:
+            return 0
+        if not best_effort:
+            return store_counts(self.cursor, self.sql, session_id, counts)
+        self.cursor.execute("SAVEPOINT token_counts")
+        try:
+            added = store_counts(self.cursor, self.sql, session_id, counts)
+        except Exception as e:  # the driver's own error types: whatever failed, the append goes on
+            self.cursor.execute("ROLLBACK TO SAVEPOINT token_counts")
+            _LOG.warning("session %s: token counts not stored with the append: %s", session_id, e)
+            return 0
+        self.cursor.execute("RELEASE SAVEPOINT token_counts")
+        return added
 
     def key_state(self, session_id: str) -> tuple[bytes | None, bool]:
         """(the session's wrapped data key or None, whether it was erased): one round trip."""

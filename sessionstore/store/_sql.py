@@ -64,7 +64,7 @@ from ._contract import (
     check_session_id,
     loaded_payload,
 )
-from ._counts import CountBacklog, counts_later, fill_counts, store_counts
+from ._counts import RIDE_ALONG_COUNTS, CountBacklog, checked_counts, counts_later, fill_counts, store_counts
 from ._crypto import (
     SNAPSHOT_MAGIC,
     KeyProvider,
@@ -1028,13 +1028,16 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             if expected_seq != ANY and expected_seq != head_seq:
                 raise ConcurrencyError(session_id, expected_seq, head_seq)
             return AppendResult(session_id, (), (), head_seq)
-        # Counts this process made of the session's earlier events ride along (no commit of their own).
-        counts = self._counts.known(session_id)
+        # Counts this process made of the session's earlier events ride along (no commit of their
+        # own), a bounded number: a large backlog (a first read of an import) is not written
+        # while this append holds the write lock. A failure to store them never fails the append.
+        counts = self._counts.known(session_id, limit=RIDE_ALONG_COUNTS)
         try:
             with self._lock, self._driver_transaction() as txn:
                 outcome = self._append_in(txn, session_id, prepared, expected_seq, sealing)
-                txn.store_counts(session_id, counts)
-            self._counts.stored(session_id, counts)
+                stored = txn.store_counts(session_id, counts, best_effort=True)
+            if stored:
+                self._counts.stored(session_id, counts)
             if not isinstance(outcome, tuple):
                 return outcome  # an idempotent retry: the original result
             seqs, positions = outcome
@@ -1246,7 +1249,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         try:
             for session_id, group in waiting.items():
                 cursor.execute(self._write_sql.stored_counts(), (session_id, group[0].seq, group[-1].seq))
-                found.append((group, {int(seq): count for seq, count in cursor.fetchall()}))
+                found.append((group, checked_counts(session_id, cursor.fetchall())))
         finally:
             cursor.close()
         return found
@@ -1259,19 +1262,19 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     def store_token_counts(self) -> int:
         """Store the token counts this store's reads made and no write has stored yet; returns how
-        many. Appends and snapshots store a session's along; ``close`` stores the rest.
+        many rows it added (counts another process stored first, or of events erased meanwhile,
+        add none). Appends and snapshots store a session's along; ``close`` stores the rest.
         """
         stored = 0
         for session_id in self._counts.sessions():
             counts = self._counts.known(session_id)
 
-            def attempt(session_id: str = session_id, counts: Mapping[int, int | None] = counts) -> None:
+            def attempt(session_id: str = session_id, counts: Mapping[int, int | None] = counts) -> int:
                 with self._lock, self._driver_transaction() as txn:
-                    txn.store_counts(session_id, counts)
+                    return txn.store_counts(session_id, counts)
 
-            self._retrying("store_token_counts", attempt, session_id)
+            stored += self._retrying("store_token_counts", attempt, session_id)
             self._counts.stored(session_id, counts)
-            stored += len(counts)
         return stored
 
     def _store_counts_before_close(self) -> None:
@@ -1485,7 +1488,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 if counts:
                     cursor = conn.connection.cursor()
                     try:
-                        store_counts(cursor, self._write_sql.insert_count(), snapshot.session_id, counts)
+                        store_counts(cursor, self._write_sql, snapshot.session_id, counts)
                     finally:
                         cursor.close()
                 # Keep the two newest per key: a snapshot is a cache, and old ones only cost space.
@@ -1565,6 +1568,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         counted again when next read), then dispose of the engine's connection pool (unless the
         engine was handed in: the host's)."""
         self._store_counts_before_close()
+        self._release_connections()
+
+    def _release_connections(self) -> None:
+        """Dispose of the engine's connection pool (unless the engine was handed in: the host's)."""
         if self._owns_engine:
             self.engine.dispose()
 

@@ -306,15 +306,13 @@ class SQLiteSessionStore(SqlSessionStore):
             self._writer = None
         self._writer_lock.release()
 
-    def close(self) -> None:
-        """Store the reads' token counts, close the writer connection (after the write using it),
-        then dispose of the pool."""
-        self._store_counts_before_close()  # on the writer connection, while it is open
+    def _release_connections(self) -> None:
+        """Close the writer connection (after the write using it), then dispose of the pool."""
         with self._writer_lock:
             writer, self._writer = self._writer, None
             if writer is not None and self._writer_pid == os.getpid():
                 writer.close()
-        super().close()
+        super()._release_connections()
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
