@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -259,3 +261,41 @@ def test_a_closed_store_holds_no_connection_and_a_reopened_one_continues_the_cha
         reopened.append(sid, [MessageAppended(role="user", content="3")], expected_seq=3)
         assert [r.event.content for r in reopened.read(sid)] == ["0", "1", "2", "3"]  # type: ignore[attr-defined]
         assert reopened.verify(sid).ok
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_on_its_own_connection_even_if_the_parent_was_mid_write(
+    tmp_path: Path,
+) -> None:
+    """A child forked while the parent's writer connection was in use neither waits for it nor
+    uses or closes it: it appends on a connection of its own and closes cleanly; the parent
+    goes on appending; one chain holds both."""
+    store = sessionstore.open_store(tmp_path / "store.db", migrate=True)
+    sid = store.create_session(events=[MessageAppended(role="user", content="parent 1")]).id
+    store.append(sid, [MessageAppended(role="user", content="parent 2")], expected_seq="any")
+    store._writer_lock.acquire()  # type: ignore[attr-defined]  # as if a thread were mid-append
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status, never through pytest
+        code = 1
+        try:
+            store.append(sid, [MessageAppended(role="user", content="child")], expected_seq="any")
+            store.close()
+            code = 0
+        finally:
+            os._exit(code)
+    store._writer_lock.release()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:  # it hangs on the lock it inherited
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish within 60 s")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    store.append(sid, [MessageAppended(role="user", content="parent 3")], expected_seq="any")
+    try:
+        contents = [e.event.content for e in store.read(sid)]  # type: ignore[attr-defined]
+        assert contents == ["parent 1", "parent 2", "child", "parent 3"]
+        assert store.verify(sid).ok
+    finally:
+        store.close()

@@ -7,11 +7,12 @@
 
 Plain ADD COLUMN and CREATE TABLE: no row is rewritten. Under row-level security, run
 `sessionstore rls enable` and grant the tenant roles again after upgrading: until then a tenant
-role cannot read the new table, and its reads of events with deferred counts fail. Downgrading drops both: the counts
-are derived data (a pure function of each event), but an older version reads an event whose
-count was deferred as one without text, so its token estimate after the latest API usage is
-lower until the session is compacted or a new usage is recorded. The hash chain is unaffected
-(the deferred counts were never in it).
+role cannot read the new table, and its reads of events with deferred counts fail.
+
+Downgrading drops both: the counts are derived data (a pure function of each event), but an
+older version reads an event whose count was deferred as one without text, so its token
+estimate after the latest API usage is lower until the session is compacted or a new usage is
+recorded. The hash chain is unaffected (the deferred counts were never in it).
 
 Revision ID: 0007
 Revises: 0006

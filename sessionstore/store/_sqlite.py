@@ -246,6 +246,28 @@ def configure_sqlite_engine(
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+#: Stores that may hold a writer connection, for the fork handler below.
+_WRITER_STORES: weakref.WeakSet[SQLiteSessionStore] = weakref.WeakSet()
+#: Writer connections a forked child inherited: never used, and never closed or collected there
+#: (closing a SQLite connection in the child could checkpoint or remove the parent's WAL).
+_INHERITED_WRITERS: list[Any] = []
+
+
+def _forget_writers_in_child() -> None:
+    """After ``fork``, in the child: every store drops its parent's writer connection and gets a
+    fresh lock (the parent may have held it at the fork, and no thread of the child would ever
+    release it)."""
+    for store in list(_WRITER_STORES):
+        if store._writer is not None:
+            _INHERITED_WRITERS.append(store._writer)
+        store._writer = None
+        store._writer_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_writers_in_child)
+
+
 class SQLiteSessionStore(SqlSessionStore):
     """The store on a SQLite file (or ``:memory:`` for throwaway use)."""
 
@@ -267,6 +289,7 @@ class SQLiteSessionStore(SqlSessionStore):
         self._writer: Any = None
         self._writer_pid = 0
         self._writer_lock = threading.Lock()
+        _WRITER_STORES.add(self)
 
     def _checkout_writer(self) -> Any:
         """The store's own writer connection when it is free, else one from the pool.
@@ -289,6 +312,8 @@ class SQLiteSessionStore(SqlSessionStore):
                 return super()._checkout_writer()
         try:
             if self._writer is None or self._writer_pid != os.getpid():
+                if self._writer is not None:  # a parent's: never used nor closed here
+                    _INHERITED_WRITERS.append(self._writer)
                 with self._gone_if_missing():
                     raw = self.engine.raw_connection()
                 raw.detach()
@@ -312,6 +337,8 @@ class SQLiteSessionStore(SqlSessionStore):
             writer, self._writer = self._writer, None
             if writer is not None and self._writer_pid == os.getpid():
                 writer.close()
+            elif writer is not None:  # a parent's (no fork handler ran): keep it from the collector
+                _INHERITED_WRITERS.append(writer)
         super()._release_connections()
 
     @contextlib.contextmanager
