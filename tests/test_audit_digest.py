@@ -14,6 +14,7 @@ from sessionstore import Pipeline, PipelineConfig, Session, SessionStore
 from sessionstore.audit._audit import audit, served_request, view_diff
 from sessionstore.audit._tokens import token_timeline
 from sessionstore.claude_code import compare_all_sent, import_claude_code, sent_requests
+from sessionstore.claude_code._sent import _message_hash
 from sessionstore.errors import ValidationError
 from sessionstore.pipeline._collapse import collapse
 from sessionstore.pipeline._compaction import compact
@@ -191,3 +192,67 @@ def test_a_paged_read_of_a_fork_is_its_whole_log(store: SessionStore) -> None:
         assert [(e.seq, e.event_id) for e in read_pages(fork.log.read, 2, 9, page)] == whole[1:9]
         assert [(e.seq, e.event_id) for e in read_pages(fork.log.read, 5, 99, page)] == whole[4:]
     assert list(read_pages(fork.log.read, 12, None)) == []
+
+
+TWO_COMPACTIONS = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-two-compactions.jsonl"
+
+
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as its blob recorded it: no ``cache_control`` markers."""
+    content = message["content"]
+    if isinstance(content, list):
+        content = [{k: v for k, v in block.items() if k != "cache_control"} for block in content]
+    return {**message, "content": content}
+
+
+def _hashes(message: dict[str, Any]) -> set[str]:
+    """The blob hashes ``message`` may be recorded under (a string is also one text block)."""
+    found = {_message_hash(_unmarked(message))}
+    if isinstance(message["content"], str):
+        found.add(_message_hash({**message, "content": [{"type": "text", "text": message["content"]}]}))
+    elif len(message["content"]) == 1 and message["content"][0].get("type") == "text":
+        found.add(_message_hash({**message, "content": message["content"][0]["text"]}))
+    return found
+
+
+def test_every_rebuilt_sent_message_is_the_blob_its_request_names(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    """A response's blob is the message as it stood when a request named it: a later line with
+    the same API message id (the two-compactions transcript's ``msg_after`` again, after its last
+    request) changes no request rebuilt before it. A request repeated at the end makes the
+    rebuild read that line."""
+    lines = TWO_COMPACTIONS.read_text().splitlines()
+    last = json.loads([text for text in lines if '"type":"api-request",' in text][-1])
+    transcript = tmp_path / TWO_COMPACTIONS.name
+    transcript.write_text("\n".join([*lines, json.dumps({**last, "id": "repeated"})]) + "\n")
+    session = Session(store, import_claude_code(store, [transcript]).sessions[0].session_id)
+    tails = {}
+    for text in transcript.read_text().splitlines():
+        line = json.loads(text)
+        if line.get("type") == "api-request":
+            tails[line["id"]] = line["tail"]
+    sent = sent_requests(session)
+    assert len(sent) == len(tails) == 6
+    for request in sent:
+        tail = tails[request.request_id]
+        messages = request.request["messages"][len(request.request["messages"]) - len(tail) :]
+        for digest, message in zip(tail, messages, strict=True):
+            assert digest in _hashes(message), (request.turn, digest)
+    compared = [c.to_dict() for c in compare_all_sent(session)]
+    continued = "user message 1: text: This session"
+    summary = [f"sent only: {continued}", f"rebuilt only: {continued}"]
+    assert [
+        (c["turn"], c["seq"], [d[: d.index(": text: ") + 20] for d in c["differences"]]) for c in compared
+    ] == [
+        (1, 9, []),
+        (2, 25, []),
+        (3, 35, summary),
+        (4, 48, summary),
+        (5, 58, summary),
+        (6, 63, [*summary, "rebuilt only: assistant message 2: text: pears are fi"]),
+    ]
+    turn_4 = compared[3]["sent"]["messages"]
+    assert [m["content"] for m in turn_4 if m["role"] == "assistant"] == [
+        [{"type": "text", "text": "pears are fine"}]
+    ]

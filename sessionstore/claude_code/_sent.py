@@ -162,7 +162,12 @@ def _read_requests(events: Iterator[RecordedEvent], needed: set[str]) -> list[Se
             if role == "assistant" and isinstance(api_id, str) and isinstance(content, list):
                 content = responses.setdefault(api_id, [])
                 content.extend(payload["content"])
-            _keep(blobs, needed, {"role": role, "content": content})
+            # A copy: the response's list grows with its later lines, a blob must not.
+            _keep(
+                blobs,
+                needed,
+                {"role": role, "content": list(content) if isinstance(content, list) else content},
+            )
             if isinstance(content, str):  # hashed as the one text block it is on the wire, too
                 block = {"role": role, "content": [{"type": "text", "text": content}]}
                 _keep(blobs, needed, block, replace=False)
