@@ -3,25 +3,30 @@ the same answers from snapshots as from the log, across compactions, and on a fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sessionstore
-from sessionstore import Pipeline, PipelineConfig, Session, SessionStore
+from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionStore
 from sessionstore.audit._audit import audit, served_request, view_diff
 from sessionstore.audit._tokens import token_timeline
 from sessionstore.claude_code import compare_all_sent, import_claude_code, sent_requests
 from sessionstore.claude_code._sent import _message_hash
-from sessionstore.errors import ValidationError
+from sessionstore.errors import DataCorruptionError, ValidationError
 from sessionstore.pipeline._collapse import collapse
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
+from sessionstore.projections._api_context import ApiContextProjection
+from sessionstore.projections._api_records import ViewAtChange
 from sessionstore.projections._base import read_pages
 from sessionstore.projections._digest import DIGEST_WHOLE, TranscriptDigestProjection
 from sessionstore.projections._snapshots import take_snapshots
+from sessionstore.store import SnapshotRecord
 
 from .test_audit import _named_turns, _scripted
 from .test_claude_code_sent import FIXTURE, MAIN_FILE, SESSION
@@ -256,3 +261,66 @@ def test_every_rebuilt_sent_message_is_the_blob_its_request_names(
     assert [m["content"] for m in turn_4 if m["role"] == "assistant"] == [
         [{"type": "text", "text": "pears are fine"}]
     ]
+
+
+def _tampered_api_snapshot(store: SessionStore, session: Session, change: Any) -> None:
+    """A newer api_context snapshot whose views at changes ``change`` rewrote (a snapshot is
+    database data: it can hold anything)."""
+    session.append([MessageAppended(role="user", content="after the snapshots")])
+    projection = ApiContextProjection()
+    state = Session(store, session.id).api_state
+    state.views_at_changes = change(state.views_at_changes)
+    record = SnapshotRecord(
+        session.id,
+        projection.name,
+        projection.version,
+        session.tokenizer,
+        session.last_seq,
+        projection.dump(state),
+    )
+    store.put_snapshot(record)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda views: [],
+        lambda views: [v for v in views if v.tokens_after is None],
+        lambda views: [dataclasses.replace(v, tokens_after=None) for v in views],
+    ],
+    ids=["no views", "no view at the boundary", "no token count after the boundary"],
+)
+def test_a_snapshot_lacking_a_view_at_a_change_is_a_corruption_naming_the_session(
+    store: SessionStore, change: Any
+) -> None:
+    session = _named_turns(store, 6)
+    sessionstore.pipeline.snip(session, rounds=1)
+    compact(session, OfflineSummarizer(), up_to_uuid="a4")
+    take_snapshots(store, [session.id])
+    _tampered_api_snapshot(store, session, change)
+    assert _report(store, session.id, use_snapshots=False)["entries"]
+    with pytest.raises(
+        DataCorruptionError, match=f"session {session.id}: the api_context snapshot"
+    ) as raised:
+        _report(store, session.id)
+    assert raised.value.session_id == session.id
+
+
+def test_a_snapshot_view_of_the_wrong_types_is_ignored_and_refolded(
+    store: SessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = _named_turns(store, 6)
+    compact(session, OfflineSummarizer(), up_to_uuid="a4")
+    take_snapshots(store, [session.id])
+    _tampered_api_snapshot(
+        store, session, lambda views: [dataclasses.replace(v, seq=str(v.seq)) for v in views]
+    )
+    with caplog.at_level(logging.WARNING):
+        assert _report(store, session.id) == _report(store, session.id, use_snapshots=False)
+    assert "ignoring unreadable api_context snapshot" in caplog.text
+    with pytest.raises(ValueError, match="bad seq"):
+        ViewAtChange.from_json({**ViewAtChange(1, None, (), (), (), 0, 0).to_json(), "seq": "1"})
+    with pytest.raises(ValueError, match="bad collapse_end_seqs"):
+        ViewAtChange.from_json(
+            {**ViewAtChange(1, None, ("c",), (1,), (2,), 0, 0).to_json(), "collapse_end_seqs": [None]}
+        )

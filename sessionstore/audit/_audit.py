@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import DataCorruptionError, ValidationError
 from ..pipeline._collapse import collapsed_messages, shown_messages
 from ..pipeline._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 from ..projections._api_context import materialize, request_bytes
@@ -225,9 +225,9 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
         if entry.type == "collapse_committed" and entry.payload["staged_event_id"] in staged:
             described = _with_collapsed(described, transcript, staged[entry.payload["staged_event_id"]])
         elif entry.type == "compact_boundary":
-            described = _with_compacted(described, compactions[entry.seq])
+            described = _with_compacted(described, _compaction_at(session, compactions, entry))
         elif entry.type == "snip_applied":
-            described = _with_snipped(described, compactions[entry.seq])
+            described = _with_snipped(described, _compaction_at(session, compactions, entry))
         timeline.append(described)
     timeline = _with_unfinished_rewinds(timeline)
     timeline = _with_langgraph_forks(timeline)
@@ -385,10 +385,32 @@ def _compactions(session: Session, transcript: list[TranscriptEntry]) -> dict[in
         replaced = _compacted_messages(before, transcript, shown, before.seq, change.payload)
         dropped_before = int(change.payload.get("ptl_dropped_before_seq") or 0)
         ptl_dropped = [e for e in replaced if e.seq < dropped_before]
-        assert before.tokens_after is not None and before.blocks_after is not None
+        if before.tokens_after is None or before.blocks_after is None:
+            raise _no_view(session, change, "with no token count after it")
         after = session.estimate(before.tokens_after, before.blocks_after)
         out[before.seq] = _Compacted(replaced, ptl_dropped, after)
     return out
+
+
+def _compaction_at(
+    session: Session, compactions: dict[int, _Compacted], entry: TranscriptEntry
+) -> _Compacted:
+    """What the boundary or snip ``entry`` took out; the API context keeps a view at each one."""
+    found = compactions.get(entry.seq)
+    if found is None:
+        raise _no_view(session, entry, "")
+    return found
+
+
+def _no_view(session: Session, change: TranscriptEntry, what: str) -> DataCorruptionError:
+    """The API context (folded from its latest snapshot) lacks a usable view at ``change``: the
+    snapshot is not what a fold wrote (a fold keeps one at every boundary and snip)."""
+    msg = (
+        f"session {session.id}: the api_context snapshot keeps no view at the {change.type} at "
+        f"seq {change.seq}{' ' + what if what else ''}; delete the session's api_context "
+        "snapshots (or open it with use_snapshots=False) to fold the log instead"
+    )
+    return DataCorruptionError(msg, session_id=session.id, seq=change.seq)
 
 
 def _hidden_seqs(before: ViewAtChange, transcript: list[TranscriptEntry]) -> set[int]:

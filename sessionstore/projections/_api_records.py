@@ -138,6 +138,32 @@ class ViewAtChange(StateRecord):
     tokens_after: int | None = None
     blocks_after: int | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ViewAtChange:
+        """The view ``to_json`` gave ``data`` for; a snapshot is database data, so each field's
+        type is checked (ValueError naming the field: the snapshot is then ignored and refolded)."""
+        view: ViewAtChange = super(ViewAtChange, cls).from_json(data)  # slots: no bare super()
+        ints = {"seq": view.seq, "compact_seq": view.compact_seq, "compact_from_seq": view.compact_from_seq}
+        optional = {
+            "first_seq": view.first_seq,
+            "tokens_after": view.tokens_after,
+            "blocks_after": view.blocks_after,
+        }
+        bad = [k for k, v in ints.items() if not _is_int(v)]
+        bad += [k for k, v in optional.items() if v is not None and not _is_int(v)]
+        bad += [
+            k for k in ("collapse_first_seqs", "collapse_end_seqs") if not all(map(_is_int, getattr(view, k)))
+        ]
+        if not all(isinstance(v, str) for v in view.collapse_event_ids):
+            bad.append("collapse_event_ids")
+        if bad:
+            raise ValueError(f"api_context snapshot: a view at a change has a bad {', '.join(bad)}")
+        return view
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 #: An edit the view applies until a ``ContextEditReverted`` takes it back.
 ActiveEdit = ResultsEdit | SnipEdit | CollapseEdit
