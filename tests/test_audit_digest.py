@@ -23,7 +23,7 @@ from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 from sessionstore.projections._api_context import ApiContextProjection
 from sessionstore.projections._api_records import ViewAtChange
-from sessionstore.projections._base import read_pages
+from sessionstore.projections._base import PAGE, read_pages, rebuild
 from sessionstore.projections._digest import DIGEST_WHOLE, TranscriptDigestProjection
 from sessionstore.projections._snapshots import take_snapshots
 from sessionstore.store import SnapshotRecord
@@ -324,3 +324,75 @@ def test_a_snapshot_view_of_the_wrong_types_is_ignored_and_refolded(
         ViewAtChange.from_json(
             {**ViewAtChange(1, None, ("c",), (1,), (2,), 0, 0).to_json(), "collapse_end_seqs": [None]}
         )
+
+
+def _put(store: SessionStore, session: Session, projection: Any, seq: int, state: bytes) -> None:
+    record = SnapshotRecord(session.id, projection.name, projection.version, session.tokenizer, seq, state)
+    store.put_snapshot(record)
+
+
+def test_an_unreadable_digest_or_api_snapshot_is_ignored_with_the_warning_every_reader_gives(
+    store: SessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The digest and ``api_state_at`` resume through the same loader as every view: a snapshot
+    that does not load is logged (projection, session, seq) and the log is folded instead."""
+    session = _named_turns(store, 4)
+    compact(session, OfflineSummarizer(), up_to_uuid="a2")
+    expected = _report(store, session.id, use_snapshots=False)
+    at = session.last_seq - 1
+    view_at = Session(store, session.id, use_snapshots=False).api_state_at(at)
+    _put(store, session, TranscriptDigestProjection(), session.last_seq, b"{not json")
+    _put(store, session, ApiContextProjection(), at, b"{not json")
+    with caplog.at_level(logging.WARNING, logger="sessionstore.projections._base"):
+        assert _report(store, session.id) == expected
+    assert f"ignoring unreadable transcript_digest snapshot of session {session.id}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sessionstore.projections._base"):
+        assert Session(store, session.id, use_snapshots=False).api_state_at(at) == view_at
+        assert Session(store, session.id).api_state_at(at) == view_at
+    assert f"ignoring unreadable api_context snapshot of session {session.id} at seq {at}" in caplog.text
+
+
+def test_take_snapshots_ignores_a_snapshot_past_the_head_and_snapshots_the_log(
+    store: SessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot labelled beyond the last event is not resumed from by ``take_snapshots`` either:
+    it warns, folds the log and writes a snapshot at the real last seq."""
+    session = _named_turns(store, 3)
+    projection = TranscriptDigestProjection()
+    state = projection.initial()
+    for event in store.read(session.id):
+        state = projection.apply(state, event)
+    _put(store, session, projection, session.last_seq + 5, projection.dump(state))
+    with caplog.at_level(logging.WARNING, logger="sessionstore.projections._base"):
+        take_snapshots(store, [session.id])
+    assert f"transcript_digest snapshot of session {session.id} at seq {session.last_seq + 5}" in caplog.text
+    assert "past the log's last event" in caplog.text
+    found = store.latest_snapshot(
+        session.id, projection.name, projection.version, session.tokenizer, session.last_seq
+    )
+    assert found is not None and found.seq == session.last_seq
+
+
+def test_a_view_resumed_from_a_snapshot_reads_its_seq_alone_then_pages(store: SessionStore) -> None:
+    """``rebuild`` checks the snapshot's own event exists by reading that seq alone, then reads the
+    tail a page at a time, never the whole tail in one call."""
+    session = _named_turns(store, 3)
+    take_snapshots(store, [session.id])
+    snapshot_seq = session.last_seq
+    session.append([MessageAppended(role="user", content=f"more {n}") for n in range(4)])
+    log = store.visible_log(session.id)
+    reads: list[tuple[int, int | None]] = []
+
+    def read(from_seq: int, to_seq: int | None) -> list[Any]:
+        reads.append((from_seq, to_seq))
+        return log.read(from_seq, to_seq)
+
+    projection = ApiContextProjection()
+    state, last = rebuild(store, session.id, projection, tokenizer=session.tokenizer, read=read)
+    assert last == session.last_seq
+    assert projection.dump(state) == projection.dump(
+        Session(store, session.id, use_snapshots=False).api_state
+    )
+    assert reads[0] == (snapshot_seq, snapshot_seq)
+    assert reads[1] == (snapshot_seq + 1, snapshot_seq + PAGE)

@@ -135,30 +135,31 @@ def rebuild(
     it; ``read`` (default: ``store.visible_log(session_id).read``) supplies the events.
     """
     read_events = read if read is not None else store.visible_log(session_id).read
-    if use_snapshots:
-        resumed = _resume(store, session_id, projection, tokenizer, to_seq, read_events)
-        if resumed is not None:
-            state, events = resumed  # events[0] is the snapshot's own seq, already folded in
-            return fold(projection, events[1:], state), events[-1].seq
     state, last = projection.initial(), 0
-    for event in read_pages(read_events, 1, to_seq):  # a page of payloads held at a time
+    if use_snapshots:
+        resumed = load_snapshot(store, session_id, projection, tokenizer, to_seq, read_events)
+        if resumed is not None:
+            state, last = resumed
+    for event in read_pages(read_events, last + 1, to_seq):  # a page of payloads held at a time
         state, last = projection.apply(state, event), event.seq
     return state, last
 
 
-def _resume(
+def load_snapshot(
     store: SessionStore,
     session_id: str,
     projection: Projection[S],
     tokenizer: str,
     to_seq: int | None,
     read: Callable[[int, int | None], list[RecordedEvent]],
-) -> tuple[S, list[RecordedEvent]] | None:
-    """(the latest usable snapshot's state, the events from its seq on), or None to fold from seq 1.
+) -> tuple[S, int] | None:
+    """(the latest usable snapshot's state, its seq) at or before ``to_seq`` (None: any), or None
+    to fold from seq 1. Every reader of a snapshot resumes through here.
 
-    The tail is read from the snapshot's own seq: that event must exist, or the snapshot is
-    past the log's head (a truncated tail, a forged row) and resuming from it would serve
-    events that are not there and make every later append expect the wrong seq.
+    A snapshot that does not load is logged and ignored. So is one whose own seq is not in the
+    log (read alone): it is past the log's head (a truncated tail, a forged row), and resuming
+    from it would serve events that are not there and make every later append expect the
+    wrong seq.
     """
     snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, to_seq)
     if snapshot is None:
@@ -174,8 +175,7 @@ def _resume(
             exc_info=True,
         )
         return None
-    tail = read(snapshot.seq, to_seq)
-    if not tail or tail[0].seq != snapshot.seq:
+    if not any(event.seq == snapshot.seq for event in read(snapshot.seq, snapshot.seq)):
         _log.warning(
             "ignoring %s snapshot of session %s at seq %d: it is past the log's last event",
             projection.name,
@@ -183,7 +183,7 @@ def _resume(
             snapshot.seq,
         )
         return None
-    return state, tail
+    return state, snapshot.seq
 
 
 def save_snapshot(

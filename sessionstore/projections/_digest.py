@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..store._contract import RecordedEvent, SessionStore
-from ._base import read_pages, register_projection
+from ._base import load_snapshot, read_pages, register_projection
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 
 __all__ = [
@@ -68,6 +68,8 @@ DIGEST_WHOLE = frozenset({*AUDITED, "context_served", "usage_recorded"})
 SENT_KINDS = frozenset({"api-request", "api-request-blob", "api-request-shape"})
 #: An imported compaction's line, whose ``compactMetadata`` the audit shows.
 IMPORTED_BOUNDARY = "system/compact_boundary"
+
+
 def _message_digest(payload: dict[str, Any]) -> dict[str, Any]:
     """A main-thread message cut down to its role, uuid and each block's type and tool-call id."""
     content = payload.get("content")
@@ -153,14 +155,11 @@ def digest_entries(
     events after it, folded a page at a time."""
     projection = TranscriptDigestProjection()
     state, seq = projection.initial(), 0
-    snapshot = None
-    if use_snapshots:
-        snapshot = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer, last_seq)
-    if snapshot is not None:
-        try:
-            state, seq = projection.load(snapshot.state), snapshot.seq
-        except Exception:  # an unreadable snapshot is ignored, as readers of any view ignore it
-            state, seq = projection.initial(), 0
+    resumed = (
+        load_snapshot(store, session_id, projection, tokenizer, last_seq, read) if use_snapshots else None
+    )
+    if resumed is not None:
+        state, seq = resumed
     for event in read_pages(read, seq + 1, last_seq):
         state = projection.apply(state, event)
     return state.entries

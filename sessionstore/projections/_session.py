@@ -26,7 +26,7 @@ from ._api_context import (
     encode_request,
     materialize,
 )
-from ._base import fold, read_pages, rebuild, save_snapshot
+from ._base import fold, load_snapshot, read_pages, rebuild, save_snapshot
 from ._digest import TranscriptDigestProjection, digest_entries
 from ._file_history import FileHistoryProjection, FileHistoryState
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
@@ -345,15 +345,10 @@ class Session:
         projection = self._api_projection
         state, done = projection.initial(), 0
         bound = min(seq, self.last_seq)
-        snapshot = None
         if self._use_snapshots and bound > 0:
-            name, version = projection.name, projection.version
-            snapshot = self.store.latest_snapshot(self.id, name, version, self.tokenizer, bound)
-        if snapshot is not None:
-            try:
-                state, done = projection.load(snapshot.state), snapshot.seq
-            except Exception:  # an unreadable snapshot is ignored, as ``rebuild`` ignores it
-                state, done = projection.initial(), 0
+            resumed = load_snapshot(self.store, self.id, projection, self.tokenizer, bound, self.log.read)
+            if resumed is not None:
+                state, done = resumed
         return fold(projection, read_pages(self.log.read, done + 1, seq), state)
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 from ..store._contract import SessionStore
 from ..store._lineage import SessionLog
 from ._api_context import ApiContextProjection
-from ._base import Projection, save_snapshot
+from ._base import Projection, load_snapshot, save_snapshot
 from ._digest import TranscriptDigestProjection
 from ._session import NO_TOKENIZER
 
@@ -58,10 +58,7 @@ def _resumed(
     store: SessionStore, session_id: str, projection: Projection[Any], tokenizer: str
 ) -> tuple[Any, int]:
     """(the projection's latest snapshot's state, its seq), or the initial state at seq 0."""
-    latest = store.latest_snapshot(session_id, projection.name, projection.version, tokenizer)
-    if latest is not None:
-        try:
-            return projection.load(latest.state), latest.seq
-        except Exception:  # an unreadable snapshot is ignored, as readers ignore it
-            pass
-    return projection.initial(), 0
+    resumed = load_snapshot(
+        store, session_id, projection, tokenizer, None, SessionLog(store, session_id).read
+    )
+    return resumed if resumed is not None else (projection.initial(), 0)
