@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import operator
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
-from sessionstore import SessionStore, audit, open_async_store
+from sessionstore import Session, SessionStore, audit, open_async_store
 from sessionstore.bridges.langgraph import AsyncSessionStoreSaver, SessionStoreSaver, thread_session_id
 from sessionstore.errors import SessionErasedError, ValidationError
 from sessionstore.events import LangGraphCheckpointSaved
@@ -451,4 +452,47 @@ def test_a_list_of_messages_reads_back_equal(store: SessionStore, length: int) -
     assert after is not None and after.checkpoint["channel_values"]["messages"] == [
         *items,
         AIMessage(content="last"),
+    ]
+
+
+def test_the_digest_keeps_what_the_audit_reads_of_a_checkpoint_and_no_value(shared_backend: Backend) -> None:
+    """A checkpoint's digest entry holds its ids, step, source and each changed channel's name,
+    base version and item count, never a value (a LangGraph thread's digest is not its log);
+    the audit reads it the same."""
+    store = shared_backend.open()
+    try:
+        _check_digest(store)
+    finally:
+        store.close()
+
+
+def _check_digest(store: SessionStore) -> None:
+    _story(_graph(SessionStoreSaver(store)))
+    sid = thread_session_id("order-42", None, None)
+    session = Session(store, sid)
+    checkpoints = [e for e in session.transcript_digest if e.type == "langgraph_checkpoint"]
+    assert len(checkpoints) == 8
+    for entry in checkpoints:
+        keys = {"checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "step", "source", "channels"}
+        assert set(entry.payload) == keys
+        assert all(
+            set(channel) == {"base_version", "item_count"} for channel in entry.payload["channels"].values()
+        )
+    logged = [e for e in store.read(sid) if e.type == "langgraph_checkpoint"]
+    assert len(json.dumps([e.payload for e in checkpoints])) < len("".join(e.payload for e in logged)) / 2
+    report = audit(store, sid)
+    assert [e.details for e in report.entries] == [
+        {key: e.payload_dict()[key] for key in ("checkpoint_ns", "checkpoint_id", "parent_checkpoint_id")}
+        for e in logged
+    ]
+    fork = f"FORK from checkpoint {report.entries[5].details['parent_checkpoint_id']}"
+    assert [e.what.removeprefix("LangGraph checkpoint ") for e in report.entries] == [
+        "(step -1, input): __start__",
+        "(step 0, loop): __start__, messages, branch:to:draft",
+        "(step 1, loop): messages +1, branch:to:draft, branch:to:review",
+        "(step 2, loop): messages +1, branch:to:review, approved, branch:to:publish",
+        "(step 3, loop): messages +1, branch:to:publish",
+        f"(step 2, update): messages +1, branch:to:review; {fork}",
+        "(step 3, loop): messages +1, branch:to:review, approved, branch:to:publish",
+        "(step 4, loop): messages +1, branch:to:publish",
     ]

@@ -239,13 +239,14 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
 
 
 def _describe_langgraph_checkpoint(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A LangGraph checkpoint (sessionstore.bridges.langgraph): its step, the channels it changed
-    (a grown list by how many items), and the checkpoint it follows."""
+    """A LangGraph checkpoint (sessionstore.bridges.langgraph), as the transcript digest keeps it:
+    its step, the channels it changed (a grown list by how many items), and the checkpoint it
+    follows."""
     changed = []
     for name, channel in p.get("channels", {}).items():
-        items = channel.get("items")
-        grown = items is not None and channel.get("base_version") is not None
-        changed.append(f"{name} +{len(items)}" if grown else name)
+        count = channel.get("item_count")
+        grown = count is not None and channel.get("base_version") is not None
+        changed.append(f"{name} +{count}" if grown else name)
     where = f" in {p['checkpoint_ns']}" if p.get("checkpoint_ns") else ""
     step = f"step {p.get('step')}, {p.get('source') or 'unknown source'}"
     what = f"LangGraph checkpoint{where} ({step}): {', '.join(changed) or 'no channel changed'}"

@@ -62,12 +62,30 @@ AUDITED = (
     "openai_agents_removal_reverted",
 )
 #: Events the digest keeps whole: the audited operations, the served requests and the API's
-#: usage reports (the token gauge's turns when no request was served).
-DIGEST_WHOLE = frozenset({*AUDITED, "context_served", "usage_recorded"})
+#: usage reports (the token gauge's turns when no request was served). A LangGraph checkpoint
+#: is cut down instead (``_checkpoint_digest``): its values would make the digest the log.
+DIGEST_WHOLE = frozenset({*AUDITED, "context_served", "usage_recorded"} - {"langgraph_checkpoint"})
+_CHECKPOINT_KEYS = ("checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "step", "source")
 #: Entry types of the lines recording the requests Claude Code sent (claude_code/_sent.py).
 SENT_KINDS = frozenset({"api-request", "api-request-blob", "api-request-shape"})
 #: An imported compaction's line, whose ``compactMetadata`` the audit shows.
 IMPORTED_BOUNDARY = "system/compact_boundary"
+
+
+def _checkpoint_digest(payload: dict[str, Any]) -> dict[str, Any]:
+    """A LangGraph checkpoint cut down to what the audit shows: its ids, step and source, and each
+    changed channel's base version and item count (None: not a grown list), without values."""
+    channels = payload.get("channels")
+    kept = {key: payload.get(key) for key in _CHECKPOINT_KEYS}
+    kept["channels"] = {
+        name: {
+            "base_version": channel.get("base_version"),
+            "item_count": len(channel["items"]) if isinstance(channel.get("items"), list) else None,
+        }
+        for name, channel in (channels.items() if isinstance(channels, dict) else ())
+        if isinstance(channel, dict)
+    }
+    return kept
 
 
 def _message_digest(payload: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +131,8 @@ class TranscriptDigestProjection(TranscriptProjection):
     state and snapshots are the transcript's, with fewer and smaller entries."""
 
     name: ClassVar[str] = "transcript_digest"
-    #: 2: usage reports too.
-    version: ClassVar[int] = 2
+    #: 2: usage reports too. 3: a LangGraph checkpoint without its values.
+    version: ClassVar[int] = 3
 
     def apply(self, state: TranscriptState, event: RecordedEvent) -> TranscriptState:
         """Keep the event, cut down, if a report reads it."""
@@ -122,6 +140,8 @@ class TranscriptDigestProjection(TranscriptProjection):
         payload: dict[str, Any] | None = None
         if kind in DIGEST_WHOLE:
             payload = event.payload_dict()
+        elif kind == "langgraph_checkpoint":
+            payload = _checkpoint_digest(event.payload_dict())
         elif kind == "message_appended":
             whole = event.payload_dict()
             if not whole.get("is_meta") and not whole.get("is_sidechain"):
