@@ -36,6 +36,25 @@ def _report(store: SessionStore, session_id: str, *, use_snapshots: bool = True)
     return audit(Session(store, session_id, use_snapshots=use_snapshots)).to_dict()
 
 
+def _resumed_report(
+    store: SessionStore, session_id: str, snapshot_seq: int, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """The audit resumed from the snapshots, asserting it read nothing before ``snapshot_seq``
+    (the snapshots were used, not ignored and the log folded from seq 1)."""
+    reads: list[int] = []
+    read = store.read
+
+    def spy(sid: str, from_seq: int = 1, to_seq: int | None = None) -> Any:
+        reads.append(from_seq)
+        return read(sid, from_seq, to_seq)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "read", spy)
+        report = _report(store, session_id)
+    assert reads and min(reads) >= snapshot_seq
+    return report
+
+
 def _digest_snapshots(store: SessionStore, session_id: str) -> list[int]:
     """Seqs of the session's digest snapshots (the store keeps only the latest reachable)."""
     projection = TranscriptDigestProjection()
@@ -44,7 +63,9 @@ def _digest_snapshots(store: SessionStore, session_id: str) -> list[int]:
     return [] if found is None else [found.seq]
 
 
-def test_the_audit_is_the_same_from_snapshots_as_from_the_log(store: SessionStore) -> None:
+def test_the_audit_is_the_same_from_snapshots_as_from_the_log(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Snapshot half way, then a snip, a collapse and a compaction after it: a reader resuming from
     the snapshots (digest and API context) lists what a fold from seq 1 lists, and so does the
     live session whose digest its appends kept current."""
@@ -52,7 +73,9 @@ def test_the_audit_is_the_same_from_snapshots_as_from_the_log(store: SessionStor
     live_before = audit(session).to_dict()  # builds the live session's digest, kept current from here
     take_snapshots(store, [session.id])
     assert _digest_snapshots(store, session.id) == [session.last_seq]
-    assert _report(store, session.id) == _report(store, session.id, use_snapshots=False) == live_before
+    assert _report(store, session.id, use_snapshots=False) == live_before
+    snapshot_seq = session.last_seq
+    assert _resumed_report(store, session.id, snapshot_seq, monkeypatch) == live_before
 
     sessionstore.pipeline.snip(session, rounds=2)
     collapse(session, OfflineSummarizer(), "p2", "a3")
@@ -69,14 +92,18 @@ def test_the_audit_is_the_same_from_snapshots_as_from_the_log(store: SessionStor
     replaced = ["p1", "c1", "r1", "a1", "p4", "c4", "r4", "a4", "p5", "c5", "r5", "a5"]
     assert boundary["details"]["replaced"]["uuids"] == replaced
     assert boundary["tokens_after"] is not None
-    assert _report(store, session.id) == from_log  # the snapshots and the tail after them
+    assert (
+        _resumed_report(store, session.id, snapshot_seq, monkeypatch) == from_log
+    )  # and the tail after them
     assert audit(session).to_dict() == from_log  # the live session's digest, folded as it went
 
     take_snapshots(store, [session.id])  # now past the compaction
-    assert _report(store, session.id) == from_log
+    assert _resumed_report(store, session.id, session.last_seq, monkeypatch) == from_log
 
 
-def test_the_scripted_audit_and_its_replays_are_the_same_from_snapshots(store: SessionStore) -> None:
+def test_the_scripted_audit_and_its_replays_are_the_same_from_snapshots(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every stage, a revert and served requests: the audit, each served replay, a view diff and
     the token gauge are the same resumed from snapshots taken at the end as folded from the log."""
     session = _scripted(store)
@@ -88,6 +115,7 @@ def test_the_scripted_audit_and_its_replays_are_the_same_from_snapshots(store: S
     assert [turn["source"] for turn in gauge["turns"]] == ["served"] * expected["requests_served"]
 
     take_snapshots(store, [session.id])
+    assert _resumed_report(store, session.id, session.last_seq, monkeypatch) == expected
     resumed = Session(store, session.id)
     assert token_timeline(resumed).to_dict() == gauge
     assert audit(resumed).to_dict() == expected
