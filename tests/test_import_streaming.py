@@ -185,6 +185,14 @@ class TestWriteStreamed:
 
         assert store.list_sessions() == []
 
+        store.write_streamed(
+            [SessionWrite("vouched", [SessionStarted(), event], create=True)], json_checked=True
+        )
+        written = store.read("vouched")[-1].payload_dict()
+        assert [s.id for s in store.list_sessions()] == ["vouched"]
+        assert written["content"][0]["text"] == "x"
+        assert written["content"][0].get("score") is None  # what the serializer made of the NaN
+
     def test_a_lone_event_instead_of_a_sequence_is_refused_as_such(self, store: SessionStore) -> None:
         with pytest.raises(ValidationError, match="wrap a single event in a list"):
             store.write_streamed(
