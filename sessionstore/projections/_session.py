@@ -341,7 +341,16 @@ class Session:
 
     def api_state_at(self, seq: int) -> ApiContextState:
         """The API view as it was at ``seq``: from the latest snapshot at or before it (and not
-        beyond what this session has seen), then the events after it, read a page at a time."""
+        beyond what this session has seen), then the events after it, read a page at a time.
+
+        A snapshot that does not load, or is past the log's last event, is logged and ignored.
+
+        Raises:
+            ValidationError: ``seq`` is not a 64-bit int.
+            SessionNotFoundError: the session is gone since it was opened (SessionErasedError:
+                erased).
+            DataCorruptionError: a stored event read on the way was altered.
+        """
         projection = self._api_projection
         state, done = projection.initial(), 0
         bound = min(seq, self.last_seq)
@@ -352,14 +361,18 @@ class Session:
         return fold(projection, read_pages(self.log.read, done + 1, seq), state)
 
     @property
-    def uses_snapshots(self) -> bool:
-        """Whether this session's views resume from snapshots (``use_snapshots``)."""
-        return self._use_snapshots
-
-    @property
     def transcript_digest(self) -> list[TranscriptEntry]:
         """The events the audit and the replays read, cut down to what they read of them
-        (projections/_digest.py): a bounded read of a long session, from the digest's snapshot."""
+        (projections/_digest.py): a bounded read of a long session, from the digest's snapshot.
+
+        Read once (then kept current by this session's appends); a snapshot that does not load,
+        or is past the log's last event, is logged and ignored.
+
+        Raises:
+            SessionNotFoundError: the session is gone since it was opened (SessionErasedError:
+                erased).
+            DataCorruptionError: a stored event read on the way was altered.
+        """
         if self._digest is None:
             entries = digest_entries(
                 self.store,
