@@ -649,6 +649,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only the large workloads: a MB-sized transcript copied from the corpus and one LINE_MB line",
     )
     args = parser.parse_args(argv)
+    if args.tokens_off and not args.large:
+        parser.error("--tokens-off applies to the --large imports only (the generated one runs both ways)")
     args.turns = args.turns or (QUICK_TURNS if args.quick else FULL_TURNS)
     args.repeats = args.repeats or (2 if args.quick else 1)
     return args
