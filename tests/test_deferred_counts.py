@@ -342,13 +342,16 @@ def test_storing_counts_never_fails_an_append_and_a_large_backlog_waits(tmp_path
 
 
 def test_store_token_counts_says_how_many_rows_it_added(shared_backend: Backend) -> None:
-    first, second = shared_backend.open(), shared_backend.open()
+    first, second, third = shared_backend.open(), shared_backend.open(), shared_backend.open()
     try:
         sid = first.create_session(events=_conversation()).id
-        first.read(sid)
-        second.read(sid)
+        for store in (first, second, third):
+            store.read(sid)  # each counts the four events with text
         assert first.store_token_counts() == 4
         assert second.store_token_counts() == 0  # the same counts, stored already
+        # Counts another process stored first leave an append's backlog all the same.
+        third.append(sid, [MessageAppended(role="user", content="more")], expected_seq=6)
+        assert len(third._counts) == 0  # type: ignore[attr-defined]
     finally:
-        first.close()
-        second.close()
+        for store in (first, second, third):
+            store.close()

@@ -490,25 +490,26 @@ class DriverTransaction:
             result.append(int(self.cursor.fetchone()[0]))
         return tuple(result)
 
-    def store_counts(
-        self, session_id: str, counts: Mapping[int, int | None], *, best_effort: bool = False
-    ) -> int:
+    def store_counts(self, session_id: str, counts: Mapping[int, int | None]) -> int:
         """Store deferred token counts of the session (``_counts.store_counts``); how many rows
-        were added. ``best_effort``: under a savepoint, so a failure (a tenant role not granted
-        the table yet) leaves the transaction as it was and returns 0 (logged)."""
+        were added (none for counts another process stored first)."""
+        return store_counts(self.cursor, self.sql, session_id, counts)
+
+    def try_store_counts(self, session_id: str, counts: Mapping[int, int | None]) -> bool:
+        """``store_counts`` under a savepoint: a failure (a tenant role not granted the table
+        yet) leaves the transaction as it was and returns False (logged); True once they are in
+        the table, whoever stored them."""
         if not counts:
-            return 0
-        if not best_effort:
-            return store_counts(self.cursor, self.sql, session_id, counts)
+            return True
         self.cursor.execute("SAVEPOINT token_counts")
         try:
-            added = store_counts(self.cursor, self.sql, session_id, counts)
+            store_counts(self.cursor, self.sql, session_id, counts)
         except Exception as e:  # the driver's own error types: whatever failed, the append goes on
             self.cursor.execute("ROLLBACK TO SAVEPOINT token_counts")
             _LOG.warning("session %s: token counts not stored with the append: %s", session_id, e)
-            return 0
+            return False
         self.cursor.execute("RELEASE SAVEPOINT token_counts")
-        return added
+        return True
 
     def key_state(self, session_id: str) -> tuple[bytes | None, bool]:
         """(the session's wrapped data key or None, whether it was erased): one round trip."""

@@ -1035,8 +1035,8 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         try:
             with self._lock, self._driver_transaction() as txn:
                 outcome = self._append_in(txn, session_id, prepared, expected_seq, sealing)
-                stored = txn.store_counts(session_id, counts, best_effort=True)
-            if stored:
+                stored = txn.try_store_counts(session_id, counts)
+            if stored:  # in the table now (or stored before by another process): done with them
                 self._counts.stored(session_id, counts)
             if not isinstance(outcome, tuple):
                 return outcome  # an idempotent retry: the original result
