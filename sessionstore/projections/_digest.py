@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..store._contract import RecordedEvent, SessionStore
-from ._base import load_snapshot, read_pages, register_projection
+from ._base import rebuild, register_projection
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 
 __all__ = [
@@ -172,14 +172,14 @@ def digest_entries(
     use_snapshots: bool = True,
 ) -> list[TranscriptEntry]:
     """The digest of seqs 1..``last_seq``: its latest snapshot (if any, not beyond) and the
-    events after it, folded a page at a time."""
-    projection = TranscriptDigestProjection()
-    state, seq = projection.initial(), 0
-    resumed = (
-        load_snapshot(store, session_id, projection, tokenizer, last_seq, read) if use_snapshots else None
+    events after it, folded a page at a time (``rebuild``)."""
+    state, _ = rebuild(
+        store,
+        session_id,
+        TranscriptDigestProjection(),
+        tokenizer=tokenizer,
+        use_snapshots=use_snapshots,
+        to_seq=last_seq,
+        read=read,
     )
-    if resumed is not None:
-        state, seq = resumed
-    for event in read_pages(read, seq + 1, last_seq):
-        state = projection.apply(state, event)
     return state.entries

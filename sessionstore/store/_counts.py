@@ -62,6 +62,13 @@ class CountBacklog:
     def __len__(self) -> int:
         return self._size
 
+    def pick(self, session_id: str, seqs: Sequence[int]) -> dict[int, int | None]:
+        """The counts held for those of ``seqs`` that have one (a read's lookup: no copy of the
+        whole session's backlog)."""
+        with self._lock:
+            held = self._by_session.get(session_id, {})
+            return {seq: held[seq] for seq in seqs if seq in held}
+
     def known(self, session_id: str, limit: int | None = None) -> Mapping[int, int | None]:
         """The session's counts waiting to be stored (a copy: seq -> count), at most ``limit``."""
         with self._lock:
@@ -125,7 +132,7 @@ def fill_counts(
     if not records:
         return
     session_id = records[0].session_id
-    held = backlog.known(session_id)
+    held = backlog.pick(session_id, [r.seq for r in records if r.seq not in stored])
     made: dict[int, int | None] = {}
     for record in records:
         if record.seq in stored:
