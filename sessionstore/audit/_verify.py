@@ -21,6 +21,10 @@ Outcomes per projection:
   ignore it (they fold from seq 1), but it means events were removed from the end of the log or
   the row was written by something other than sessionstore: a failure.
 
+With ``counts=True`` (``verify --counts``) one more check, ``token_counts``, recounts every count
+deferred past COMMIT (outside the chain: ``_recount.py``): ``match``, ``mismatch`` (a failure:
+the seqs, the count readers use and the text's), or ``none`` (no deferred counts, or no counter).
+
 Only snapshots a reader of *this* store would use are checked: the current version of each
 registered projection, keyed by this store's tokenizer. Everything here only reads, and returns
 data: the command line (``sessionstore/cli/_verify.py``) prints it.
@@ -42,6 +46,7 @@ from ..projections._base import Projection, rebuild
 from ..projections._session import NO_TOKENIZER, Session, SessionConfig
 from ..store._contract import ChainHead, SessionStore, VerifyReport
 from ..store._lineage import SessionLog
+from ._recount import recount_token_counts
 
 __all__ = [
     "ProjectionCheck",
@@ -144,10 +149,16 @@ class SessionVerification:
         elif all(c.ok for c in self.projections):
             head = f"{chain.session_id}: ok ({chain.events_checked} events{unbound})"
         else:
-            head = f"{chain.session_id}: SNAPSHOT MISMATCH ({chain.events_checked} events{unbound})"
-        checked = [c for c in self.projections if c.status != "none"]
+            only_counts = all(c.ok or c.projection == COUNTS_CHECK for c in self.projections)
+            failure = "TOKEN COUNT MISMATCH" if only_counts else "SNAPSHOT MISMATCH"
+            head = f"{chain.session_id}: {failure} ({chain.events_checked} events{unbound})"
+        checked = [c for c in self.projections if c.status != "none" and c.projection != COUNTS_CHECK]
         if checked:
             head += "; snapshots: " + ", ".join(_describe(c) for c in checked)
+        for counts in self.projections:
+            if counts.projection == COUNTS_CHECK and counts.status != "none":
+                verdict = "ok" if counts.status == "match" else counts.status.upper()
+                head += f"; token counts: {verdict} ({counts.detail})"
         if chain.erasure is not None:  # the receipt explains what is (no longer) there
             head += f"; {chain.erasure.summary()}"
         return head
@@ -276,11 +287,13 @@ def _other_projections() -> list[Projection[Any]]:
 
 
 def verify_session(
-    store: SessionStore, session_id: str, *, head: str | ChainHead | None = None
+    store: SessionStore, session_id: str, *, head: str | ChainHead | None = None, counts: bool = False
 ) -> SessionVerification:
     """Walk the session's hash chain, then check every projection snapshot against a rebuild.
 
     ``head``: an anchor kept outside the database the chain must still hold (``SessionStore.verify``).
+    ``counts``: also recount the session's deferred token counts (a ``token_counts`` check: a
+    tokenizer pass over its text).
 
     Raises:
         SessionNotFoundError: no such session.
@@ -316,29 +329,64 @@ def verify_session(
             checks.append(_check_generic(store, session_id, projection, tokenizer, to_seq))
         except Exception as e:
             checks.append(ProjectionCheck(projection.name, "error", None, f"{type(e).__name__}: {e}"))
+    if counts:
+        checks.append(_check_counts(store, session_id))
     return SessionVerification(chain, to_seq, tuple(checks))
 
 
+#: What the ``token_counts`` check is named in reports.
+COUNTS_CHECK = "token_counts"
+#: Differing counts named in a mismatch's detail; the rest are only counted.
+_NAMED_COUNTS = 3
+
+
+def _check_counts(store: SessionStore, session_id: str) -> ProjectionCheck:
+    """The ``token_counts`` check of ``verify_session(..., counts=True)``."""
+    try:
+        found = recount_token_counts(store, session_id)
+    except Exception as e:  # an undecodable event: the chain check or a fold reports it too
+        return ProjectionCheck(COUNTS_CHECK, "error", None, f"{type(e).__name__}: {e}")
+    if found.checked is None:
+        return ProjectionCheck(COUNTS_CHECK, "none", None, "no token counter: counts not checked")
+    if found.differing:
+        named = "; ".join(
+            f"seq {seq}: {used} used, the text counts {counted}"
+            for seq, used, counted in found.differing[:_NAMED_COUNTS]
+        )
+        rest = len(found.differing) - _NAMED_COUNTS
+        more = f" (and {rest} more)" if rest > 0 else ""
+        detail = f"{len(found.differing)} of {found.checked} deferred counts differ: {named}{more}"
+        return ProjectionCheck(COUNTS_CHECK, "mismatch", None, detail)
+    if not found.checked:
+        return ProjectionCheck(COUNTS_CHECK, "none", None, "no deferred counts")
+    return ProjectionCheck(COUNTS_CHECK, "match", None, f"{found.checked} deferred counts recounted")
+
+
 def verify_all(
-    store: SessionStore, *, page_size: int = 100, heads: Mapping[str, ChainHead] | None = None
+    store: SessionStore,
+    *,
+    page_size: int = 100,
+    heads: Mapping[str, ChainHead] | None = None,
+    counts: bool = False,
 ) -> Iterator[SessionVerification]:
     """``verify_session`` for every session in the store, in id order, a page at a time; then
     every id whose events have no sessions row (a failure), every purged session (its erasure
     receipt), and every anchored session that is gone without a receipt (a failure).
 
     ``heads``: anchors kept outside the database (``heads`` command), by session id.
+    ``counts``: see ``verify_session``.
     """
     anchors = dict(heads or {})
     after: str | None = None
     while True:
         page = store.list_sessions(limit=page_size, after=after)
         for info in page:
-            yield verify_session(store, info.id, head=anchors.pop(info.id, None))
+            yield verify_session(store, info.id, head=anchors.pop(info.id, None), counts=counts)
         if len(page) < page_size:
             break
         after = page[-1].id
     for orphan in store.orphaned_sessions():
-        yield verify_session(store, orphan, head=anchors.pop(orphan, None))
+        yield verify_session(store, orphan, head=anchors.pop(orphan, None), counts=counts)
     # Purged sessions have no row left: their receipts explain them (a gap, not a failure).
     after = None
     while receipts := store.erasures(limit=page_size, after=after):

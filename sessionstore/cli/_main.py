@@ -154,6 +154,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(verify)
     verify.add_argument("session_id", nargs="?", help="the session (default: every session)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument(
+        "--counts",
+        action="store_true",
+        help="also recount every token count made after COMMIT (outside the hash chain): a tokenizer pass",
+    )
     anchors = verify.add_mutually_exclusive_group()
     anchors.add_argument(
         "--head", metavar="HASH", help="a head hash kept elsewhere the SESSION's chain must hold"

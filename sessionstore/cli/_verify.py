@@ -40,7 +40,7 @@ def _single_anchor(args: argparse.Namespace) -> ChainHead | str | None:
 
 
 def run_verify(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    """The CLI's ``verify [SESSION] [--json] [--head HASH | --heads FILE]``: 0 when everything
+    """The CLI's ``verify [SESSION] [--json] [--counts] [--head HASH | --heads FILE]``: 0 when everything
     verifies, else ``EXIT_INTEGRITY``.
 
     With a session: its line (or JSON object). Without: one line per session and a total (with
@@ -52,7 +52,7 @@ def run_verify(args: argparse.Namespace, store: SessionStore, out: TextIO) -> in
     if args.session_id is not None:
         anchor = _single_anchor(args)
         try:
-            result = verify_session(store, args.session_id, head=anchor)
+            result = verify_session(store, args.session_id, head=anchor, counts=args.counts)
         except SessionNotFoundError:
             if not isinstance(anchor, ChainHead):
                 raise
@@ -63,7 +63,7 @@ def run_verify(args: argparse.Namespace, store: SessionStore, out: TextIO) -> in
     rows: list[dict[str, Any]] = []
     heads = read_heads(args.heads) if args.heads is not None else None
     with counting("verifying sessions") as bar:
-        for result in verify_all(store, heads=heads):
+        for result in verify_all(store, heads=heads, counts=args.counts):
             bar.advance()
             total += 1
             failed += not result.ok

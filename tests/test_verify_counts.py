@@ -1,0 +1,141 @@
+"""``verify --counts``: token counts made after COMMIT are outside the hash chain, so verify
+recounts them on request and names every seq whose stored count the text does not give."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+import sessionstore
+from sessionstore import MessageAppended, SessionStarted
+from sessionstore.audit import verify_all, verify_session
+from sessionstore.cli import main
+
+from .conftest import Backend
+
+
+def _conversation() -> list[Any]:
+    return [
+        SessionStarted(model="claude-sonnet-4-5"),
+        MessageAppended(role="user", content="Read a.py and explain it."),
+        MessageAppended(role="assistant", content="It sets x to one, fifty times. " * 20),
+        MessageAppended(role="user", content="And b.py?"),
+    ]
+
+
+def _execute(backend: Backend, sql: str, **params: Any) -> None:
+    """Run ``sql`` on the backend's database past the store: the tamper a verify must catch."""
+    engine = create_engine(sessionstore.store.resolve_url(backend.url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sql), params)
+    finally:
+        engine.dispose()
+
+
+def _with_stored_counts(backend: Backend) -> tuple[str, dict[int, int | None]]:
+    """A session whose deferred counts are in ``token_counts``; its counts by seq."""
+    store = backend.open()
+    try:
+        sid = store.create_session(events=_conversation()).id
+        counts = {e.seq: e.token_count for e in store.read(sid) if e.token_count_deferred}
+        assert store.store_token_counts() == 3
+    finally:
+        store.close()
+    return sid, counts
+
+
+def test_stored_counts_recount_equal_and_an_altered_one_is_named(shared_backend: Backend) -> None:
+    sid, counts = _with_stored_counts(shared_backend)
+    store = shared_backend.open()
+    try:
+        clean = verify_session(store, sid, counts=True)
+    finally:
+        store.close()
+    check = {c.projection: c for c in clean.projections}["token_counts"]
+    assert clean.ok
+    assert (check.status, check.detail) == ("match", "3 deferred counts recounted")
+
+    _execute(
+        shared_backend, "UPDATE token_counts SET token_count = 7 WHERE session_id = :s AND seq = 3", s=sid
+    )
+    store = shared_backend.open()
+    try:
+        quick = verify_session(store, sid)
+        full = verify_session(store, sid, counts=True)
+        used = store.read(sid)[2].token_count
+    finally:
+        store.close()
+    assert used == 7  # readers take the stored count: what the altered row changes
+    assert quick.ok  # the chain does not cover it: only the recount finds it
+    assert "token_counts" not in {c.projection for c in quick.projections}
+    altered = {c.projection: c for c in full.projections}["token_counts"]
+    assert not full.ok
+    assert altered.status == "mismatch"
+    assert altered.detail == f"1 of 3 deferred counts differ: seq 3: 7 used, the text counts {counts[3]}"
+    assert full.summary().startswith(f"{sid}: TOKEN COUNT MISMATCH (4 events)")
+
+
+def test_a_store_without_a_counter_or_events_without_deferred_counts_check_nothing(
+    shared_backend: Backend,
+) -> None:
+    sid, _ = _with_stored_counts(shared_backend)
+    blind = shared_backend.open(token_counter=None)
+    inline = shared_backend.open(defer_token_counts=False)
+    try:
+        unchecked = verify_session(blind, sid, counts=True)
+        chained = inline.create_session(events=_conversation()).id
+        in_rows = verify_session(inline, chained, counts=True)
+    finally:
+        blind.close()
+        inline.close()
+    assert unchecked.ok and in_rows.ok
+    assert [(c.status, c.detail) for c in unchecked.projections if c.projection == "token_counts"] == [
+        ("none", "no token counter: counts not checked")
+    ]
+    assert [(c.status, c.detail) for c in in_rows.projections if c.projection == "token_counts"] == [
+        ("none", "no deferred counts")
+    ]
+
+
+def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(tmp_path: Path) -> None:
+    db = str(tmp_path / "c.db")
+    store = sessionstore.open_store(db, migrate=True)
+    sid = store.create_session("c-1", events=_conversation()).id
+    store.read(sid)
+    store.create_session("c-2", events=_conversation()[:2])
+    store.close()  # stores the counts the read made
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE token_counts SET token_count = token_count + 1 WHERE seq = 2")
+    engine.dispose()
+
+    out = io.StringIO()
+    assert main(["verify", "--db", db], out=out) == 0
+    assert out.getvalue().splitlines()[0] == "c-1: ok (4 events)"
+
+    out = io.StringIO()
+    assert main(["verify", "--db", db, "--counts"], out=out) == 3
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith(
+        "c-1: TOKEN COUNT MISMATCH (4 events); token counts: MISMATCH (1 of 3 deferred"
+    )
+    assert "seq 2: " in lines[0]
+    assert lines[1] == "c-2: ok (2 events); token counts: ok (1 deferred counts recounted)"
+    assert lines[2] == "2 sessions verified: 1 ok, 1 failed"
+
+    out = io.StringIO()
+    assert main(["verify", "--db", db, "c-1", "--counts", "--json"], out=out) == 3
+    report = json.loads(out.getvalue())
+    assert (report["ok"], report["chain_ok"]) == (False, True)
+    assert [p["status"] for p in report["projections"] if p["projection"] == "token_counts"] == ["mismatch"]
+
+    store = sessionstore.open_store(db)
+    try:
+        assert [v.ok for v in verify_all(store, counts=True)] == [False, True]
+    finally:
+        store.close()
