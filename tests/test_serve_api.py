@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -82,6 +83,21 @@ def _cli_json(*argv: str) -> object:
 
 
 class TestReads:
+    @pytest.mark.parametrize("every", [0.0, 3600.0])
+    def test_the_counts_its_reads_make_are_stored_while_it_serves(self, tmp_path: Path, every: float) -> None:
+        """A server only reads: the token counts its reads make are stored every
+        ``store_counts_every`` seconds (after a response), not only when it stops."""
+        db = tmp_path / "c.db"
+        with open_store(f"sqlite:///{db}", migrate=True) as writer:
+            sid = writer.create_session(events=[MessageAppended(role="user", content="count me " * 40)]).id
+        with open_store(f"sqlite:///{db}", create=False) as store:
+            client = local_client(create_app(store, store_counts_every=every))
+            assert client.get(f"/api/sessions/{sid}/events").status_code == 200
+            with sqlite3.connect(db) as conn:
+                stored = conn.execute("SELECT seq, token_count FROM token_counts").fetchall()
+            expected = [(1, store.read(sid)[0].token_count)]
+        assert stored == (expected if every == 0.0 else [])
+
     def test_sessions_page_by_id_with_a_cursor(self, tmp_path: Path) -> None:
         """Pages of ``limit`` sessions; ``next_after`` fetches the next page; tenant filters."""
         with open_store(f"sqlite:///{tmp_path / 's.db'}", migrate=True) as store:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
@@ -27,6 +31,46 @@ SECURITY_HEADERS = {
 
 #: Reachable without the token: the sign-in form and what it loads.
 _OPEN_PATHS = ("/login", "/static/viewer.css")
+#: How often the token counts the server's reads made are stored (``CountKeeper``).
+COUNTS_EVERY_SECONDS = 30.0
+
+#: Under the library's logger, as each layer's is (docs/storage.md "Logging").
+_LOG = logging.getLogger("sessionstore.serve")
+
+
+class CountKeeper:
+    """Stores the token counts the server's reads made, at most every ``every`` seconds.
+
+    A read counts the events nobody counted yet (docs/storage.md "Token counts") and the store
+    keeps those counts in memory until a write of the same session or ``close()``; a server only
+    reads, so without this every other process would count the same events again, and this one
+    would hold them until it stops. Called after a response; one store at a time. A store that
+    cannot write them (a read-only database) is logged once and not asked again.
+    """
+
+    def __init__(self, store: SessionStore, every: float) -> None:
+        self._store = store
+        self._every = every
+        self._last = time.monotonic()
+        self._busy = threading.Lock()
+        self._failed = False
+
+    def due(self) -> bool:
+        """Whether a store is due (cheap: checked after every response)."""
+        return not self._failed and time.monotonic() - self._last >= self._every
+
+    def store(self) -> None:
+        """Store the counts (skipped when another request is storing them)."""
+        if not self._busy.acquire(blocking=False):
+            return
+        try:
+            self._last = time.monotonic()
+            self._store.store_token_counts()
+        except SessionStoreError as e:  # the counts are made again by the next reader
+            self._failed = True
+            _LOG.warning("token counts not stored (not tried again; counted again when read): %s", e)
+        finally:
+            self._busy.release()
 
 
 def _is_api(request: Request) -> bool:
@@ -58,11 +102,18 @@ def _refusal(request: Request, token: str | None) -> Response | None:
     return RedirectResponse("/login", status_code=303)
 
 
-def create_app(store: SessionStore, *, write: bool = False, token: str | None = None) -> FastAPI:
+def create_app(
+    store: SessionStore,
+    *,
+    write: bool = False,
+    token: str | None = None,
+    store_counts_every: float = COUNTS_EVERY_SECONDS,
+) -> FastAPI:
     """The server over ``store``: read-only unless ``write``; with ``token``, every request
     but the sign-in form must carry it; without one, only requests for a loopback host
     (``Host: 127.0.0.1:PORT``, ``localhost``, ``[::1]``) are served. The caller keeps ``store``
-    open while the app serves and closes it after.
+    open while the app serves and closes it after. The token counts its reads make are stored
+    at most every ``store_counts_every`` seconds, after a response (``CountKeeper``).
 
     Binding is the caller's: ``check_bind`` says which addresses need a token.
     """
@@ -77,10 +128,14 @@ def create_app(store: SessionStore, *, write: bool = False, token: str | None = 
     app.state.write = write
     app.state.token = token
 
+    counts = CountKeeper(store, store_counts_every)
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         response = _refusal(request, token) or await call_next(request)
         response.headers.update(SECURITY_HEADERS)
+        if counts.due():
+            await run_in_threadpool(counts.store)
         return response
 
     @app.exception_handler(SessionStoreError)
