@@ -7,8 +7,10 @@ the real command and talk to it over a socket, on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import dataclasses
+import html
 import io
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -24,7 +26,9 @@ from sessionstore import MessageAppended, Session, SessionStore, open_store
 from sessionstore.audit import audit, served_request, turn_diff
 from sessionstore.cli import main
 from sessionstore.errors import ValidationError
+from sessionstore.serve import _views as serve_views
 from sessionstore.serve import check_bind, create_app
+from sessionstore.serve._views import SHOWN_REPLACED
 
 from .conftest import Backend
 from .serve_support import (
@@ -82,6 +86,13 @@ def _cli_json(*argv: str) -> object:
     return json.loads(out.getvalue())
 
 
+def _content_blocks(payload: dict[str, object]) -> list[dict[str, object]]:
+    content = payload.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
 class TestReads:
     @pytest.mark.parametrize("every", [0.0, 3600.0])
     def test_the_counts_its_reads_make_are_stored_while_it_serves(self, tmp_path: Path, every: float) -> None:
@@ -112,6 +123,34 @@ class TestReads:
         assert second["next_after"] is None
         assert len(tenant["sessions"]) == 2
         assert {s["tenant"] for s in tenant["sessions"]} == {"acme"}
+
+    @pytest.mark.parametrize("shown", [SHOWN_REPLACED, 1])
+    def test_the_timeline_draws_the_first_messages_each_operation_replaced_and_names_the_rest(
+        self, demo: tuple[str, str], monkeypatch: pytest.MonkeyPatch, shown: int
+    ) -> None:
+        """Each operation's replaced messages, in order, with their content, read by seq (the
+        page never folds the whole transcript); past ``SHOWN_REPLACED`` only their count and range."""
+        monkeypatch.setattr(serve_views, "SHOWN_REPLACED", shown)
+        with open_store(demo[0], create=False) as store:
+            session = Session(store, demo[1])
+            listed = [e.details["replaced"] for e in audit(session).entries if e.details.get("replaced")]
+            messages = {
+                str(e.payload["message_uuid"]): e
+                for e in session.transcript
+                if e.type == "message_appended" and e.payload.get("message_uuid")
+            }
+            page = local_client(create_app(store)).get(f"/sessions/{demo[1]}").text
+
+        assert max(r["count"] for r in listed) > 1  # the demo's compaction replaced several
+        drawn = [messages[u] for r in listed for u in r["uuids"][:shown]]
+        tags = re.findall(r'<div class="message (\w+)"><span class="tag">seq (\d+) \w+</span>', page)
+        assert tags == [(m.payload["role"], str(m.seq)) for m in drawn]
+        first_text = next(b["text"] for m in drawn for b in _content_blocks(m.payload) if b.get("text"))
+        assert html.escape(first_text, quote=False)[:80] in page
+        for r in listed:
+            assert f"What it replaced: {r['count']:,} message" in page
+            more = f"and {r['count'] - shown:,} more, through seq {r['last_seq']}"
+            assert (more in page) == (r["count"] > shown)
 
     def test_events_paged_and_filtered_by_type(self, client: TestClient, demo: tuple[str, str]) -> None:
         """``type`` keeps one event type; ``next_after_seq`` continues after the last seq returned."""

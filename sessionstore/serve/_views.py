@@ -15,9 +15,17 @@ from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..audit import AuditReport, audit, context_breakdown, served_request, token_timeline, turn_diff
+from ..audit import (
+    AuditEntry,
+    AuditReport,
+    audit,
+    context_breakdown,
+    served_request,
+    token_timeline,
+    turn_diff,
+)
 from ..pipeline import revert
-from ..projections import Session, TranscriptEntry
+from ..projections import Session
 from ._api import session_json, store_of
 from ._gauge import gauge
 from ._safety import COOKIE, token_matches
@@ -56,36 +64,82 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     return HTMLResponse(html, status_code=status)
 
 
-def _messages_by_uuid(transcript: list[TranscriptEntry]) -> dict[str, TranscriptEntry]:
-    return {
-        str(e.payload["message_uuid"]): e
-        for e in transcript
-        if e.type == "message_appended" and e.payload.get("message_uuid")
-    }
+#: Messages drawn under each operation that replaced some; the rest are named by their seq range
+#: and read through the events API. A compaction of a long session replaces thousands: on a
+#: 67,221-event import, 16 operations replaced 16,200 messages (10 MB of HTML, drawn in full).
+SHOWN_REPLACED = 50
+#: Seqs this close together are read in one range (the events between are not decoded).
+_READ_GAP = 16
 
 
-def _blocks(entry: TranscriptEntry) -> list[dict[str, Any]]:
+def _blocks(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """A message's content as blocks (a plain string is one text block)."""
-    content = entry.payload.get("content")
+    content = payload.get("content")
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [b for b in content or [] if isinstance(b, dict)]
 
 
-def _timeline(report: AuditReport, transcript: list[TranscriptEntry]) -> list[dict[str, Any]]:
-    """Audit entries with the messages each replaced, looked up by uuid, ready to draw."""
-    messages = _messages_by_uuid(transcript)
+def _replaced(entry: AuditEntry) -> dict[str, Any]:
+    return entry.details.get("replaced") or {}
+
+
+def _runs(seqs: list[int]) -> list[tuple[int, int]]:
+    """Sorted seqs as (first, last) ranges, joining those at most ``_READ_GAP`` apart."""
+    runs: list[tuple[int, int]] = []
+    for seq in seqs:
+        if runs and seq - runs[-1][1] <= _READ_GAP:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    return runs
+
+
+def _drawn_messages(session: Session, report: AuditReport) -> dict[str, dict[str, Any]]:
+    """The replaced messages the timeline draws (the first ``SHOWN_REPLACED`` of each operation),
+    by uuid, ready to draw.
+
+    The audit listed them from the transcript digest, which has each message's uuid and seq but
+    not its content: only those seqs are read from the log, never the whole transcript. Two
+    messages with one uuid (a hostile transcript): the later is drawn.
+    """
+    wanted = {u for entry in report.entries for u in _replaced(entry).get("uuids", [])[:SHOWN_REPLACED]}
+    seq_of: dict[str, int] = {}
+    for e in session.transcript_digest:
+        uuid = e.payload.get("message_uuid")
+        if e.type == "message_appended" and uuid and str(uuid) in wanted:
+            seq_of[str(uuid)] = e.seq
+    uuid_at: dict[int, str] = {seq: uuid for uuid, seq in seq_of.items()}
+    drawn: dict[str, dict[str, Any]] = {}
+    for first, last in _runs(sorted(uuid_at)):
+        for record in session.log.read(first, last):
+            if record.seq in uuid_at:
+                payload = record.payload_dict()
+                drawn[uuid_at[record.seq]] = {
+                    "seq": record.seq,
+                    "role": payload.get("role"),
+                    "blocks": _blocks(payload),
+                }
+    return drawn
+
+
+def _timeline(session: Session, report: AuditReport) -> list[dict[str, Any]]:
+    """Audit entries with the messages each replaced (the first ``SHOWN_REPLACED``), ready to draw."""
+    drawn = _drawn_messages(session, report)
     rows = []
     for entry in report.entries:
-        replaced = entry.details.get("replaced") or {}
-        shown = [messages[u] for u in replaced.get("uuids", []) if u in messages]
+        replaced = _replaced(entry)
+        listed = replaced.get("uuids", [])
+        shown = [drawn[u] for u in listed[:SHOWN_REPLACED] if u in drawn]
         rows.append(
             {
                 "entry": entry,
                 "summary": entry.details.get("summary"),
-                "replaced": [
-                    {"seq": m.seq, "role": m.payload.get("role"), "blocks": _blocks(m)} for m in shown
-                ],
+                "replaced": shown,
+                "replaced_count": replaced.get("count", len(listed)),
+                "more": max(0, len(listed) - SHOWN_REPLACED),
+                "more_after_seq": shown[-1]["seq"] if shown else None,
+                "last_seq": replaced.get("last_seq"),
                 "revertible": entry.kind in REVERTIBLE and entry.reverted_by is None,
             }
         )
@@ -121,7 +175,7 @@ def session_page(request: Request, session_id: str) -> HTMLResponse:
         info=session_json(info),
         tokens=session.token_state(),
         gauge=gauge(token_timeline(session)),
-        timeline=_timeline(report, session.transcript),
+        timeline=_timeline(session, report),
         report=report,
         breakdown=context_breakdown(session),
     )
