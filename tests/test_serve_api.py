@@ -227,9 +227,13 @@ class TestReads:
 
     def test_verify(self, client: TestClient, demo: tuple[str, str]) -> None:
         body = client.get(f"/api/sessions/{demo[1]}/verify").json()
+        recounted = client.get(f"/api/sessions/{demo[1]}/verify", params={"counts": "true"}).json()
 
         assert body["ok"] is True
         assert body["chain_ok"] is True
+        assert "token_counts" not in [p["projection"] for p in body["projections"]]
+        statuses = {p["projection"]: p["status"] for p in recounted["projections"]}
+        assert statuses["token_counts"] == "match"
 
     def test_openapi_documents_every_read_endpoint(self, client: TestClient) -> None:
         paths = client.get("/api/openapi.json").json()["paths"]

@@ -151,9 +151,16 @@ def get_context(request: Request, session_id: str) -> dict[str, Any]:
 
 
 @read_router.get("/sessions/{session_id}/verify", summary="Hash chain and projection snapshots")
-def get_verify(request: Request, session_id: str) -> dict[str, Any]:
-    """As ``sessionstore verify SESSION --json``; ``ok`` false is data (HTTP 200), not an error."""
-    return verify_session(store_of(request), session_id).to_dict()
+def get_verify(
+    request: Request,
+    session_id: str,
+    counts: Annotated[
+        bool, Query(description="also recount the token counts made after COMMIT (a tokenizer pass)")
+    ] = False,
+) -> dict[str, Any]:
+    """As ``sessionstore verify SESSION --json [--counts]``; ``ok`` false is data (HTTP 200), not
+    an error."""
+    return verify_session(store_of(request), session_id, counts=counts).to_dict()
 
 
 write_router = APIRouter(prefix="/api", tags=["write"])
