@@ -20,7 +20,8 @@ Contenders, each one event per transaction ("single") and 100 per transaction ("
   counting off (``token_counter=None``), on (the default ``TiktokenCounter``, counting each
   event when it is first read: the appends tokenize nothing, and the run then times one full
   read, which counts every event) and in the append (``defer_token_counts=False``: the count
-  inside the append, under the hash chain).
+  inside the append, under the hash chain). One more, counting off with every payload stored
+  as text (the layout before revision 0006): what the store costs without compression.
 * ``raw sqlite3``: the reference. An equivalent table (session_id, seq, event_id unique,
   type, payload text, created_at; UNIQUE(session_id, seq)) written with the stdlib driver,
   ``BEGIN IMMEDIATE ... COMMIT``, nothing else. It is the floor: the cost of the database.
@@ -723,6 +724,13 @@ def sqlite_contenders() -> tuple[list[Contender], str | None]:
             sessionstore_sqlite(counting=False, durability="full", batch=1, uncompressed=True),
         ),
         Contender(
+            "plain-100",
+            "sessionstore, off, uncompressed",
+            "full",
+            BATCH,
+            sessionstore_sqlite(counting=False, durability="full", batch=BATCH, uncompressed=True),
+        ),
+        Contender(
             "on-1",
             "sessionstore, counting on (when read)",
             "full",
@@ -1005,6 +1013,14 @@ def print_ratios(contenders: list[Contender], count: int, tokenizer_cpu: float) 
                     f"[cpu {cpu(theirs) / cpu(ours):.2f}]  (target >= {TARGET_OURS_OVER_SQLITESESSION}: "
                     f"{_verdict(ratio >= TARGET_OURS_OVER_SQLITESESSION)})"
                 )
+    for batch in (1, BATCH):
+        ours, theirs = f"plain-{batch}", f"agents-{batch}"
+        if {ours, theirs} <= by_key.keys():
+            # What the store costs without compression (target 3's price): not a target of its own.
+            print(
+                f"  batch {batch:>3}: sessionstore(off, payloads uncompressed)/SQLiteSession = "
+                f"{rate(ours) / rate(theirs):.2f} [cpu {cpu(theirs) / cpu(ours):.2f}]"
+            )
     for batch in (1, BATCH):
         ours, theirs = f"on-{batch}", f"agents-{batch}"
         if {ours, theirs} <= by_key.keys():
