@@ -22,7 +22,7 @@ from sessionstore import (
     ValidationError,
 )
 from sessionstore.errors import DuplicateEventError
-from sessionstore.store import SessionWrite, _sql
+from sessionstore.store import SessionWrite, _contract, _sql
 
 pytestmark = pytest.mark.store_contract
 
@@ -469,6 +469,60 @@ def _bypass_triggers_and_run(store: SessionStore, statement: str, **params: Any)
 
 
 class TestTamperEvidence:
+    @pytest.fixture
+    def paged(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> str:
+        """A session of 10 events that ``verify`` walks 3 events at a time."""
+        monkeypatch.setattr(_contract, "VERIFY_PAGE", 3)
+        sid = _new_session(store)
+        store.append(sid, _messages(9), expected_seq=1)
+        return sid
+
+    def test_a_chain_walked_a_page_at_a_time_verifies_whole_and_holds_its_anchors(
+        self, store: SessionStore, paged: str
+    ) -> None:
+        events = store.read(paged)
+        report = store.verify(paged)
+        assert (report.ok, report.events_checked, report.head) == (True, 10, events[-1].hash)
+        assert store.verify(paged, head=events[4].hash).ok  # a hash in the middle page
+        assert store.verify(paged, head=store.head(paged)).ok
+        gone = store.verify(paged, head=sessionstore.store.ChainHead(paged, 11, events[-1].hash))
+        assert (gone.ok, gone.events_checked) == (False, 10)
+        assert "the log ends at seq 10" in (gone.reason or "")
+        assert not store.verify(paged, head="0" * 64).ok
+
+    def test_a_tamper_in_a_later_page_is_found_at_its_seq(self, store: SessionStore, paged: str) -> None:
+        _bypass_triggers_and_run(
+            store,
+            "UPDATE events SET payload = replace(payload, 'message 6', 'message X') "
+            "WHERE session_id = :s AND seq = 8",
+            s=paged,
+        )
+        report = store.verify(paged)
+        assert (report.ok, report.first_bad_seq, report.events_checked) == (False, 8, 10)
+
+    def test_positions_out_of_order_across_a_page_boundary_are_found(
+        self, store: SessionStore, paged: str
+    ) -> None:
+        """seq 4 opens the second page: its position must still follow seq 3's."""
+        _bypass_triggers_and_run(
+            store, "UPDATE events SET position = 0 WHERE session_id = :s AND seq = 4", s=paged
+        )
+        report = store.verify(paged)
+        assert (report.ok, report.first_bad_seq) == (False, 4)
+        assert "position 0 is not after seq 3" in (report.reason or "")
+
+    @pytest.mark.parametrize("moved_to", [12, 2**62])
+    def test_a_gap_is_found_wherever_the_next_row_is(
+        self, store: SessionStore, paged: str, moved_to: int
+    ) -> None:
+        """A row moved past the end (even near 2**63) leaves a gap at its seq: found, not walked to."""
+        _bypass_triggers_and_run(
+            store, "UPDATE events SET seq = :to WHERE session_id = :s AND seq = 7", s=paged, to=moved_to
+        )
+        report = store.verify(paged)
+        assert (report.ok, report.events_checked, report.first_bad_seq) == (False, 10, 8)
+        assert report.reason == "seq gap: expected 7"
+
     def test_flipped_byte_is_found_at_its_seq(self, store: SessionStore) -> None:
         """Change one byte of one payload: verify names that seq, verified reads raise."""
         sid = _new_session(store)

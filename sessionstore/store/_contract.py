@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import itertools
 import json
 import re
 import threading
@@ -440,6 +441,10 @@ class VerifyReport:
         return self.reason is None
 
 
+#: Events ``verify`` reads and checks at a time: a long session's chain is walked in bounded
+#: memory (a 67,221-event import held every event, payloads included, at once).
+VERIFY_PAGE = 1000
+
 _IDENTITY_CHANGED = (
     "the chain does not start from the session's identity: its sessions row (parent_session_id, "
     "fork_seq, created_at or metadata) or the parent's event at the fork point was changed"
@@ -447,7 +452,11 @@ _IDENTITY_CHANGED = (
 
 
 def chain_problem(
-    events: Sequence[RecordedEvent], prev_hash: str | None, *, from_seq: int | None = None
+    events: Sequence[RecordedEvent],
+    prev_hash: str | None,
+    *,
+    from_seq: int | None = None,
+    after: RecordedEvent | None = None,
 ) -> tuple[int, str] | None:
     """The first (seq, reason) where ``events`` break the chain, or None.
 
@@ -459,10 +468,12 @@ def chain_problem(
         prev_hash: hash of the event before ``events[0]`` (the session's genesis for seq 1),
             or None to trust ``events[0].prev_hash``.
         from_seq: the seq ``events`` must start at (default: whatever ``events[0]`` has).
+        after: the event before ``events[0]`` (a walk a page at a time), whose position the
+            first must follow.
     """
     expected_prev = prev_hash
     expected_seq = from_seq if from_seq is not None else events[0].seq if events else 1
-    previous: RecordedEvent | None = None
+    previous = after
     for recorded in events:
         if recorded.seq != expected_seq:
             return recorded.seq, f"seq gap: expected {expected_seq}"
@@ -984,31 +995,64 @@ class SessionStore(abc.ABC):
         )
 
     def _verify_chain(self, info: SessionInfo, head: str | ChainHead | None) -> VerifyReport:
-        """``verify`` of a session that has its row."""
+        """``verify`` of a session that has its row, walked ``VERIFY_PAGE`` events at a time."""
         session_id = info.id
-        events = self.read_stored(session_id)
-        start = self.chain_start(info, events[0] if events else None)
+        pages = self._stored_pages(session_id, self.last_seq(session_id))
+        first_page = next(pages, [])
+        first = first_page[0] if first_page else None
+        start = self.chain_start(info, first)
         legacy = start == LEGACY_GENESIS_HASH
         if start is None:
             reason = (
                 f"fork point seq {info.fork_seq} is not in the log of parent {info.parent_session_id!r}: "
                 "the sessions row or the parent's log was changed"
             )
-            return VerifyReport(
-                session_id, len(events), 1 if events else None, reason, identity_bound=not legacy
-            )
-        problem = chain_problem(events, start, from_seq=1)
+            total = len(first_page) + sum(len(page) for page in pages)
+            return VerifyReport(session_id, total, 1 if first else None, reason, identity_bound=not legacy)
+        # Only the hashes an anchor is checked against are kept: a seq's, or every one for a hash.
+        wanted = head.seq if isinstance(head, ChainHead) else None
+        hashes: dict[int, str] = {0: start}
+        total = 0
+        problem: tuple[int, str] | None = None
+        previous: RecordedEvent | None = None  # the last event checked
+        for page in itertools.chain([first_page], pages):
+            total += len(page)
+            if problem is not None or not page:
+                continue  # counting the events past a break (the report counts them all)
+            expected, seq = (previous.hash, previous.seq + 1) if previous is not None else (start, 1)
+            problem = chain_problem(page, expected, from_seq=seq, after=previous)
+            if head is not None:
+                hashes.update((e.seq, e.hash) for e in page if wanted is None or e.seq == wanted)
+            previous = page[-1]
         if problem is not None:
             seq, reason = problem
-            if reason == _IDENTITY_CHANGED:
-                reason += self._identity_change(session_id, events[0].prev_hash)
-            return VerifyReport(session_id, len(events), seq, reason, identity_bound=not legacy)
-        hashes = {0: start, **{e.seq: e.hash for e in events}}
-        anchor = None if head is None else anchor_problem(hashes, head)
-        if anchor is not None:
-            return VerifyReport(session_id, len(events), None, anchor, identity_bound=not legacy)
-        last = events[-1].hash if events else start
-        return VerifyReport(session_id, len(events), head=last, identity_bound=not legacy)
+            if reason == _IDENTITY_CHANGED and first is not None:
+                reason += self._identity_change(session_id, first.prev_hash)
+            return VerifyReport(session_id, total, seq, reason, identity_bound=not legacy)
+        if head is not None:
+            if previous is not None:
+                hashes.setdefault(previous.seq, previous.hash)  # ``anchor_problem`` reads the last seq
+            anchor = anchor_problem(hashes, head)
+            if anchor is not None:
+                return VerifyReport(session_id, total, None, anchor, identity_bound=not legacy)
+        last = previous.hash if previous is not None else start
+        return VerifyReport(session_id, total, head=last, identity_bound=not legacy)
+
+    def _stored_pages(self, session_id: str, last: int) -> Iterator[list[RecordedEvent]]:
+        """The session's stored events through seq ``last``, ``VERIFY_PAGE`` seqs at a time.
+
+        A page missing rows is a gap (a broken chain): the rest is then read in one go, so the
+        gap is reported wherever the next row is, even at a forged seq near 2**63.
+        """
+        start = 1
+        while start <= last:
+            end = min(last, start + VERIFY_PAGE - 1)
+            page = self.read_stored(session_id, start, end)
+            if len(page) < end - start + 1:
+                yield self.read_stored(session_id, start, last)
+                return
+            yield page
+            start = end + 1
 
     def read_stored(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None
