@@ -1,9 +1,12 @@
 """Print a pip constraints file pinning every runtime dependency to its lowest allowed version.
 
-``python3 .ci/minimums.py [EXTRA ...]`` reads pyproject.toml and prints ``name==X`` for each
-``name>=X`` in ``[project] dependencies`` and in the extras named: the versions the package
-claims to work with at the bottom of its ranges, which ``.ci/run`` installs once and tests.
-A dependency without a lower bound is an error: it claims every version ever released.
+``python3 .ci/minimums.py [--extras-only] [EXTRA ...]`` reads pyproject.toml and prints
+``name==X`` for each ``name>=X`` in ``[project] dependencies`` (unless ``--extras-only``) and in
+the extras named: the versions the package claims to work with at the bottom of its ranges,
+which ``.ci/run`` installs and tests. ``--extras-only`` pins the extras alone, for frameworks
+whose lowest versions need newer releases of the core dependencies than their lowest (the
+bridges: google-adk 2.7.0 needs FastAPI 0.133). A dependency without a lower bound is an error:
+it claims every version ever released.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ def lowest(requirement: str) -> str | None:
 
 def main(extras: list[str]) -> None:
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
-    requirements = list(project["dependencies"])
+    extras_only = "--extras-only" in extras
+    extras = [extra for extra in extras if extra != "--extras-only"]
+    requirements = [] if extras_only else list(project["dependencies"])
     for extra in extras:
         requirements += project["optional-dependencies"][extra]
     pins = [pin for pin in map(lowest, requirements) if pin is not None]
