@@ -23,6 +23,7 @@ the follower stops are imported by the next follower, or by a plain import.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,11 +39,14 @@ from ._import import (
     _SYNTHETIC_MODEL,
     ImportReport,
     SkippedLine,
+    _bad_line,
     _discover,
     _File,
+    _file_of,
+    _FileIndex,
     _import_files,
     _Owner,
-    _read_file,
+    _read_lines,
     _text_of,
 )
 
@@ -81,10 +85,12 @@ class _Scan:
 
     path: Path
     optional: bool
-    data: bytes  # up to and including the last newline
+    raw: bytes  # as read: the complete lines, then maybe the start of one being written
     file: _File
-    #: Byte offset just past line N (1-based), for every complete line.
-    ends: dict[int, int]
+    #: Byte offset just past line N + 1, for every complete line (the last: where the lines end).
+    ends: list[int]
+    #: Its malformed complete lines (the import fails on the first one it takes, or skips them).
+    bad: list[SkippedLine]
     settled: int = 0  # lines 1..settled may be imported
     tool_uses: dict[str, int] = field(default_factory=dict)  # settled tool calls -> line
     agents_named: set[str] = field(default_factory=set)  # agent ids named by settled results
@@ -167,16 +173,7 @@ class ClaudeCodeFollower:
 
     def _import(self, batch: list[_Scan]) -> ImportReport:
         skipped: list[SkippedLine] = []
-        files = [
-            _read_file(
-                scan.path,
-                self.skip_bad_lines,
-                skipped,
-                optional=scan.optional,
-                data=scan.data[: scan.ends.get(scan.settled, 0)],
-            )
-            for scan in batch
-        ]
+        files = [self._settled_file(scan, skipped) for scan in batch]
         report = _import_files(
             self.store,
             files,
@@ -187,7 +184,7 @@ class ClaudeCodeFollower:
             snapshot=False,
         )
         for scan in batch:
-            self._imported[scan.path] = scan.ends.get(scan.settled, 0)
+            self._imported[scan.path] = _end(scan, scan.settled)
         if report.written:
             self.imports += 1
             self.written += report.written
@@ -195,6 +192,23 @@ class ClaudeCodeFollower:
                 if item.written:
                     self.sessions.setdefault(item.session_id, None)
         return report
+
+    def _settled_file(self, scan: _Scan, skipped: list[SkippedLine]) -> _File:
+        """The settled prefix of ``scan`` as the importer reads it, from the lines already parsed."""
+        settled = scan.settled
+        bad = [line for line in scan.bad if line.line <= settled]
+        if bad and not self.skip_bad_lines:
+            raise _bad_line(scan.path, bad[0].line, bad[0].reason)
+        skipped.extend(bad)
+        lines = scan.file.lines
+        lines = lines[: bisect.bisect_right(lines, settled, key=lambda line: line.number)]
+        whole = scan.file.index
+        index = _FileIndex(
+            {key: value for key, value in whole.tool_uses.items() if value[0] <= settled},
+            {key: value for key, value in whole.agent_results.items() if value[1] <= settled},
+            [line for line in whole.persisted if line.number <= settled],
+        )
+        return _file_of(scan.path, lines, index, skipped, scan.optional)
 
     @property
     def held(self) -> int:
@@ -224,23 +238,30 @@ class ClaudeCodeFollower:
         except OSError as e:
             msg = f"{path}: cannot read: {e.strerror or e}"
             raise ValidationError(msg, field="path") from e
-        data = raw[: raw.rfind(b"\n") + 1]  # never half a line: the rest is still being written
-        ends: dict[int, int] = {}
-        at = 0
-        for number, line in enumerate(data.split(b"\n")[:-1], start=1):
-            at += len(line) + 1
-            ends[number] = at
+        kept = self._scans.get(path)
+        complete = raw.rfind(b"\n") + 1  # never half a line: the rest is still being written
+        if kept is not None and raw.startswith(memoryview(kept.raw)[: _end(kept, len(kept.ends))]):
+            # The file grew (Claude Code only appends): only the new lines are read.
+            lines, index, ends = list(kept.file.lines), _copy_index(kept.file.index), list(kept.ends)
+            bad = list(kept.bad)
+        else:  # new, or rewritten: read whole
+            lines, index, ends, bad = [], _FileIndex(), [], []
+        at = ends[-1] if ends else 0
+        data = raw[at:complete]
         # Read leniently here: a malformed complete line is the import's to report (or skip).
+        lines += _read_lines(path, True, bad, index, data, first=len(ends) + 1)
+        for line in data.split(b"\n")[:-1]:
+            at += len(line) + 1
+            ends.append(at)
         try:
-            file = _read_file(path, True, [], optional=optional, data=data)
+            file = _file_of(path, lines, index, [], optional)
         except ValidationError:
             return None  # a sub-agent manifest being written: the next poll reads it whole
-
-        return _Scan(path, optional, data, file, ends)
+        return _Scan(path, optional, raw, file, ends, bad)
 
     def _batch(self, scans: dict[Path, _Scan]) -> list[_Scan]:
         """The files whose settled prefix grew, with the main transcript of each sub-agent among them."""
-        grown = [s for s in scans.values() if s.ends.get(s.settled, 0) > self._imported.get(s.path, 0)]
+        grown = [s for s in scans.values() if _end(s, s.settled) > self._imported.get(s.path, 0)]
         sessions = {s.file.session_id for s in grown if s.file.is_agent}
         mains = [
             s
@@ -251,6 +272,15 @@ class ClaudeCodeFollower:
             and id(s) not in map(id, grown)
         ]
         return mains + grown
+
+
+def _end(scan: _Scan, lines: int) -> int:
+    """Where the first ``lines`` lines of ``scan`` end (0: none)."""
+    return scan.ends[lines - 1] if lines else 0
+
+
+def _copy_index(index: _FileIndex) -> _FileIndex:
+    return _FileIndex(dict(index.tool_uses), dict(index.agent_results), list(index.persisted))
 
 
 def _manifest(transcript: Path) -> Path:

@@ -246,19 +246,31 @@ def _is_stub(content: object) -> bool:
     return isinstance(content, str) and content.lstrip().startswith("<persisted-output>")
 
 
+def _bad_line(path: Path, number: int, reason: str) -> ValidationError:
+    """The error a malformed line fails the import with (nothing is written)."""
+    msg = f"{path}:{number}: malformed line: {reason} (nothing imported; --skip-bad-lines skips it)"
+    return ValidationError(msg, field="line", index=number)
+
+
 def _read_lines(
-    path: Path, skip: bool, skipped: list[SkippedLine], index: _FileIndex, data: bytes | None = None
+    path: Path,
+    skip: bool,
+    skipped: list[SkippedLine],
+    index: _FileIndex,
+    data: bytes | None = None,
+    *,
+    first: int = 1,
 ) -> list[_Line]:
-    """The lines of ``path`` (or of ``data``, its bytes as already read, e.g. a settled prefix)."""
+    """The lines of ``path`` (or of ``data``, its bytes as already read, e.g. a settled prefix,
+    whose first line is line ``first``)."""
 
     def bad_line(number: int, reason: str) -> None:
         if not skip:
-            msg = f"{path}:{number}: malformed line: {reason} (nothing imported; --skip-bad-lines skips it)"
-            raise ValidationError(msg, field="line", index=number)
+            raise _bad_line(path, number, reason)
         skipped.append(SkippedLine(str(path), number, reason))
 
     try:
-        return scan_lines(path, bad_line, index.visit, data)
+        return scan_lines(path, bad_line, index.visit, data, first=first)
     except OSError as e:
         msg = f"{path}: cannot read: {e.strerror or e}"
         raise ValidationError(msg, field="path") from e
@@ -269,6 +281,14 @@ def _read_file(
 ) -> _File:
     index = _FileIndex()
     lines = _read_lines(path, skip, skipped, index, data)
+    return _file_of(path, lines, index, skipped, optional)
+
+
+def _file_of(
+    path: Path, lines: list[_Line], index: _FileIndex, skipped: list[SkippedLine], optional: bool
+) -> _File:
+    """The transcript made of ``lines`` (read, and indexed into ``index``): which session, which
+    sub-agent, with its manifest read."""
     session_id = next((ln.head["sessionId"] for ln in lines if ln.head.get("sessionId")), None)
     agent_id = next((ln.head["agentId"] for ln in lines if ln.head.get("agentId")), None)
     threaded = [ln.head for ln in lines if isinstance(ln.head.get("uuid"), str)]

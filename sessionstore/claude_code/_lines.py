@@ -208,18 +208,21 @@ def _raw_lines(path: Path, data: bytes | None) -> Iterator[tuple[int, list[bytes
             at += size
 
 
-def scan_lines(path: Path, bad_line: BadLine, visit: Visit, data: bytes | None = None) -> list[Line]:
+def scan_lines(
+    path: Path, bad_line: BadLine, visit: Visit, data: bytes | None = None, *, first: int = 1
+) -> list[Line]:
     """The first pass: every object of ``path`` (or of ``data``, its bytes as already read).
 
     Each object is checked, shown whole to ``visit``, and kept as its head only (unless
-    ``data`` is given: then it is kept whole). A bad line goes to ``bad_line``.
+    ``data`` is given: then it is kept whole). A bad line goes to ``bad_line``. ``first`` is
+    the number of the first line (``data`` that follows lines read before).
 
     Raises:
         OSError, PathRefusedError: the file cannot be read, or is not a regular file.
     """
     keep = data is not None
     lines: list[Line] = []
-    for number, (at, box) in enumerate(_raw_lines(path, data), start=1):
+    for number, (at, box) in enumerate(_raw_lines(path, data), start=first):
         raw = box.pop()
         if not raw or raw.isspace():  # blank (no copy of a long line, as strip() would make)
             continue
