@@ -47,6 +47,7 @@ from ._import import (
     _import_files,
     _Owner,
     _read_lines,
+    _Resume,
     _text_of,
 )
 
@@ -126,6 +127,8 @@ class ClaudeCodeFollower:
         self._stamps: dict[Path, tuple[int, int]] = {}
         self._imported: dict[Path, int] = {}  # bytes of each file imported so far
         self._scans: dict[Path, _Scan] = {}
+        #: Where the last import of each file left off: the next converts only what it gained.
+        self._resume: dict[Path, _Resume] = {}
         #: Whether the last poll found any transcript changed (a partial line growing counts).
         self.changed = False
         self.polls = 0
@@ -182,6 +185,7 @@ class ClaudeCodeFollower:
             progress=None,
             owner=self.owner,
             snapshot=False,
+            resume=self._resume,
         )
         for scan in batch:
             self._imported[scan.path] = _end(scan, scan.settled)

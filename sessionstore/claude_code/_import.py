@@ -403,39 +403,73 @@ def _dag_order(lines: list[_Line]) -> list[_Line]:
     not in the file are ready at once; a cycle (only a corrupt file has one) is broken at its
     earliest line.
     """
-    position: dict[str, int] = {}
-    for i, line in enumerate(lines):
-        key = line.head.get("uuid")
-        if isinstance(key, str):
-            position.setdefault(key, i)
-    children: dict[int, list[int]] = {}
-    ready: list[int] = []
-    waiting: set[int] = set()
-    for i, line in enumerate(lines):
-        parent = line.head.get("parentUuid") or line.head.get("logicalParentUuid")
-        at = position.get(parent) if isinstance(parent, str) else None
-        if at is None or at == i:
-            ready.append(i)
-        else:
-            children.setdefault(at, []).append(i)
-            waiting.add(i)
-    heapq.heapify(ready)
-    order: list[_Line] = []
-    emitted: set[int] = set()
-    while ready or waiting:
-        if not ready:
-            cycle_start = min(waiting)
-            heapq.heappush(ready, cycle_start)
-        i = heapq.heappop(ready)
-        if i in emitted:
-            continue
-        emitted.add(i)
-        waiting.discard(i)
-        order.append(lines[i])
-        for child in children.get(i, ()):
-            if child not in emitted:
-                heapq.heappush(ready, child)
-    return order
+    return _DagWalk(lines).order
+
+
+class _DagWalk:
+    """``_dag_order`` of some lines, with what tells whether lines added after them simply follow.
+
+    Lines added to a file whose order broke no cycle come after all of its lines, in their own
+    order, unless one of them carries a uuid the file has (the first one places the children)
+    or the parent one of its lines was waiting for (that line would then wait for it): see
+    ``extend``.
+    """
+
+    def __init__(self, lines: list[_Line]) -> None:
+        position: dict[str, int] = {}
+        for i, line in enumerate(lines):
+            key = line.head.get("uuid")
+            if isinstance(key, str):
+                position.setdefault(key, i)
+        children: dict[int, list[int]] = {}
+        ready: list[int] = []
+        waiting: set[int] = set()
+        #: Parents named by these lines but not among them.
+        self.unresolved: set[str] = set()
+        for i, line in enumerate(lines):
+            parent = line.head.get("parentUuid") or line.head.get("logicalParentUuid")
+            at = position.get(parent) if isinstance(parent, str) else None
+            if at is None or at == i:
+                ready.append(i)
+                if isinstance(parent, str) and at is None:
+                    self.unresolved.add(parent)
+            else:
+                children.setdefault(at, []).append(i)
+                waiting.add(i)
+        heapq.heapify(ready)
+        self.order: list[_Line] = []
+        self.broke_cycle = False
+        emitted: set[int] = set()
+        while ready or waiting:
+            if not ready:
+                self.broke_cycle = True
+                cycle_start = min(waiting)
+                heapq.heappush(ready, cycle_start)
+            i = heapq.heappop(ready)
+            if i in emitted:
+                continue
+            emitted.add(i)
+            waiting.discard(i)
+            self.order.append(lines[i])
+            for child in children.get(i, ()):
+                if child not in emitted:
+                    heapq.heappush(ready, child)
+        self.uuids = set(position)
+
+    def extend(self, lines: list[_Line]) -> list[_Line] | None:
+        """The order of ``lines``, added after the walked ones, when they simply follow them
+        (None: the whole must be ordered again)."""
+        added = _DagWalk(lines)
+        if (
+            self.broke_cycle
+            or not added.uuids.isdisjoint(self.uuids)
+            or not added.uuids.isdisjoint(self.unresolved)
+        ):
+            return None
+        self.unresolved |= added.unresolved - self.uuids
+        self.uuids |= added.uuids
+        self.broke_cycle = added.broke_cycle
+        return added.order
 
 
 # --- conversion ----------------------------------------------------------------------------
@@ -539,6 +573,48 @@ class _Plan:
     kept_from: dict[str, str] = field(default_factory=dict)
     #: Listing deltas derived from attachment lines: their event id -> the line's entry event id.
     listing_lines: dict[str, str] = field(default_factory=dict)
+    #: Where an earlier import of the same file (shorter) left off, to go on from (None: whole).
+    resume: _Resume | None = None
+    #: True when this round converts only the lines after ``resume`` (the rest are stored).
+    resumed: bool = False
+    #: Events of the lines converted by that earlier import (not drawn again, still counted).
+    earlier_events: int = 0
+    #: This round's converter, and the session's stored events (id -> seq) it was written after.
+    converter: _Converter | None = None
+    known: dict[str, int] = field(default_factory=dict)
+    last_seq: int = 0
+
+
+@dataclass
+class _Resume:
+    """A session's conversion as an import left it, for an import of its file grown since.
+
+    The follower keeps one per transcript between polls: a poll then converts only the lines the
+    file gained, and reads only the events stored after ``last_seq``, instead of converting every
+    line again and reading the whole session to drop what is stored.
+    """
+
+    converter: _Converter
+    #: The objects of the file converted (its first ``lines``), the last of them the very object
+    #: (a file read again is converted whole).
+    lines: int
+    last: _Line | None
+    entries: int
+    messages: int
+    opaque: int
+    #: The session's stored events (id -> seq) up to ``last_seq``.
+    known: dict[str, int]
+    last_seq: int
+
+    def fits(self, plan: _Plan) -> bool:
+        """True when ``plan``'s file is the one converted, grown by lines after those."""
+        lines = plan.file.lines
+        return (
+            not plan.stored
+            and self.converter.sid == plan.session_id
+            and len(lines) >= self.lines
+            and (lines[self.lines - 1] if self.lines else None) is self.last
+        )
 
 
 class _Converter:
@@ -562,38 +638,82 @@ class _Converter:
         self.count_text = count_text
         self.skip = skip
         self.skipped = skipped
-        self.order = _dag_order(plan.file.lines)
+        self.walk = _DagWalk(plan.file.lines)
+        self.order = self.walk.order
         self.tool_names: dict[str, str] = {}
         #: Each tool result's line: a microcompaction reads the results it cleared again.
         self.result_lines: dict[str, _Line] = {}
         self.usage: dict[str, tuple[int, str | None, dict[str, Any]]] = {}
         self.summaries: dict[str, _Line] = {}
         self.summary_uuids: set[str] = set()
-        self._prepare()
-
-    def _prepare(self) -> None:
         #: Each uuid's line and its place in log order (the first line that carries it).
         self.by_uuid: dict[str, _Line] = {}
         self.rank: dict[str, int] = {}
-        for index, line in enumerate(self.order):
+        #: The first isCompactSummary line under each parent (the older shape: the boundary's child).
+        self.summary_children: dict[str, _Line] = {}
+        self.boundaries: list[_Line] = []
+        self.best: dict[str, int] = {}
+        #: Where ``events`` starts: lines before it were converted by an earlier import.
+        self.start = 0
+        #: What the lines converted so far gave, without the sub-agent links placed after them.
+        self.line_events = 0
+        #: Message lines converted so far: line -> (its place in log order, objects).
+        self.message_lines: dict[int, tuple[int, int]] = {}
+        self._prepare(0)
+
+    def resume(
+        self,
+        plan: _Plan,
+        added: list[_Line],
+        reader: LineReader,
+        count_text: Callable[[str], int],
+        skipped: list[SkippedLine],
+    ) -> bool:
+        """Go on with ``plan``, whose file is the one converted so far followed by ``added``:
+        ``events`` then converts only those. False (nothing changed) when they do not simply
+        follow in log order: the file must be converted whole."""
+        order = self.walk.extend(added)
+        if order is None:
+            return False
+        self.plan, self.entry, self.count_text, self.skipped = plan, reader.entry, count_text, skipped
+        self.start = len(self.order)
+        self.order.extend(order)
+        self._prepare(self.start)
+        return True
+
+    def earlier_links(self) -> Iterator[SubagentStarted]:
+        """The sub-agent links placed after lines converted by an earlier import, as ``events``
+        would give them with those lines."""
+        placed = [
+            (self.message_lines[number], group)
+            for number, group in self.plan.subagents.items()
+            if number is not None and number in self.message_lines
+        ]
+        for (_, objects), group in sorted(placed, key=lambda item: item[0][0]):
+            for _ in range(objects):
+                yield from group
+
+    def _prepare(self, start: int) -> None:
+        for index in range(start, len(self.order)):
+            line = self.order[index]
             key = line.head.get("uuid")
             if isinstance(key, str) and key not in self.by_uuid:
                 self.by_uuid[key], self.rank[key] = line, index
-        #: The first isCompactSummary line under each parent (the older shape: the boundary's child).
-        self.summary_children: dict[str, _Line] = {}
-        for line in self.order:
             parent = line.head.get("parentUuid")
             if line.head.get("isCompactSummary") is True and isinstance(parent, str):
                 self.summary_children.setdefault(parent, line)
-        for line in self.order:
-            if line.head.get("subtype") == "compact_boundary" and isinstance(line.head.get("uuid"), str):
-                summary = self._summary_line(line.head)
-                if summary is not None:
-                    self.summaries[line.head["uuid"]] = summary
-                    if isinstance(summary.head.get("uuid"), str):
-                        self.summary_uuids.add(summary.head["uuid"])
-        best: dict[str, int] = {}
-        for line in self.order:
+            if line.head.get("subtype") == "compact_boundary" and isinstance(key, str):
+                self.boundaries.append(line)
+        # A boundary's summary may be a later line: every boundary is looked at again.
+        self.summaries, self.summary_uuids = {}, set()
+        for line in self.boundaries:
+            summary = self._summary_line(line.head)
+            if summary is not None:
+                self.summaries[line.head["uuid"]] = summary
+                if isinstance(summary.head.get("uuid"), str):
+                    self.summary_uuids.add(summary.head["uuid"])
+        best = self.best
+        for line in self.order[start:]:
             entry = line.head
             message = entry.get("message")
             if entry.get("type") != "assistant" or not isinstance(message, dict):
@@ -650,7 +770,8 @@ class _Converter:
 
     def events(self, converted: Callable[[int], None]) -> Iterator[Event]:
         """The file's events, converted as they are drawn (``converted(1)`` after each line)."""
-        for line in self.order:
+        for place in range(self.start, len(self.order)):
+            line = self.order[place]
             try:
                 events = self._line(line)
             except (_BadLineError, pydantic.ValidationError) as e:
@@ -665,6 +786,12 @@ class _Converter:
                     SkippedLine(str(self.plan.file.path), line.number, reason + "; kept opaque")
                 )
                 events = [self._opaque(line, self.entry(line))]
+            links = 0
+            if isinstance(events[0], ImportedEntry) and events[0].content_moved:  # a message
+                links = len(self.plan.subagents.get(line.number, ()))
+                first, objects = self.message_lines.get(line.number, (place, 0))
+                self.message_lines[line.number] = (first, objects + 1)
+            self.line_events += len(events) - links
             yield from events
             converted(1)
         yield from self.plan.subagents.get(None, ())
@@ -933,8 +1060,12 @@ def _store_sidecars(store: SessionStore, plan: _Plan, skipped: list[SkippedLine]
     one. An encrypted store seals a blob with its session's key: a new session's blobs wait in
     ``deferred_blobs`` until it exists.
     """
+    # Those of lines an earlier import converted are stored (their events are, so are the blobs).
+    after = plan.resume.last.number if plan.resume is not None and plan.resume.last is not None else 0
     with LineReader(plan.file.path) as reader:
         for line in plan.file.index.persisted:
+            if line.number <= after:
+                continue
             entry = reader.entry(line)
             content = entry["message"]["content"]  # indexed: a message with a list of blocks
             for block in content:
@@ -1211,14 +1342,39 @@ def _plan_events(
     skipped: list[SkippedLine],
     converted: Callable[[int], None],
 ) -> Iterator[Event]:
-    """Every event of ``plan``'s session, converted as it is drawn (its counts start again)."""
+    """Every event of ``plan``'s session, converted as it is drawn (its counts start again);
+    after ``plan.resume``, only the links and lines that import did not convert."""
     plan.entries = plan.messages = plan.opaque = 0
+    plan.resumed, plan.earlier_events, plan.converter = False, 0, None
     if plan.stored:
-        yield from (started for group in plan.subagents.values() for started in group)
-        return
-    yield _started(plan, plan.link)
-    with LineReader(plan.file.path) as reader:
-        yield from _Converter(plan, reader, count_text, skip, skipped).events(converted)
+        return (started for group in plan.subagents.values() for started in group)
+    resume, plan.resume = plan.resume, None  # once: a round written again converts it whole
+    if resume is not None:
+        reader = LineReader(plan.file.path)
+        converter = resume.converter
+        earlier = converter.line_events
+        if converter.resume(plan, plan.file.lines[resume.lines :], reader, count_text, skipped):
+            plan.resumed, plan.converter, plan.earlier_events = True, converter, earlier
+            plan.entries, plan.messages, plan.opaque = resume.entries, resume.messages, resume.opaque
+            plan.known, plan.last_seq = resume.known, resume.last_seq
+            return _converted(plan, reader, converter.earlier_links(), converter, converted)
+        reader.close()
+    reader = LineReader(plan.file.path)
+    plan.converter = _Converter(plan, reader, count_text, skip, skipped)
+    return _converted(plan, reader, iter(()), plan.converter, converted)
+
+
+def _converted(
+    plan: _Plan,
+    reader: LineReader,
+    links: Iterator[Event],
+    converter: _Converter,
+    converted: Callable[[int], None],
+) -> Iterator[Event]:
+    with reader:
+        yield _started(plan, plan.link)
+        yield from links
+        yield from converter.events(converted)
 
 
 def _children_in_order(agents: dict[str, _Plan]) -> list[_Plan]:
@@ -1325,6 +1481,7 @@ def _session_write(
     except SessionNotFoundError:
         if plan.stored:  # pragma: no cover - checked when planning
             raise
+        plan.known, plan.last_seq = {}, 0
         metadata = {"source": SOURCE, "file": str(plan.file.path)}
         write = SessionWrite(
             plan.session_id,
@@ -1344,10 +1501,16 @@ def _session_write(
                 f"{stored_as!r}, not {wanted!r}; nothing was imported"
             )
             raise ValidationError(msg, field=name)
-    stored = store.read(plan.session_id)
-    _check_imported(store, plan, stored[0].event if stored else None)
-    known = {recorded.event_id: recorded.seq for recorded in stored}
-    last = stored[-1].seq if stored else 0
+    if plan.resumed:  # what it knew is stored: only what was written since is read
+        stored = store.read(plan.session_id, plan.last_seq + 1)
+        known = plan.known
+    else:
+        stored = store.read(plan.session_id)
+        _check_imported(store, plan, stored[0].event if stored else None)
+        known = {}
+    known.update((recorded.event_id, recorded.seq) for recorded in stored)
+    last = stored[-1].seq if stored else plan.last_seq if plan.resumed else 0
+    plan.known, plan.last_seq = known, last
     del stored
     # A transcript that grew since (Claude Code appends on resume) adds its new lines only. A
     # listing line stored before listings were read stays what it became (no delta at the end).
@@ -1391,7 +1554,10 @@ def _write(
         for plan in plans:
             for sha256, data in plan.deferred_blobs.items():
                 _put_blob(store, plan, sha256, data)
-        return [(tally.events, tally.written, created) for _, tally, created in planned]
+        return [
+            (tally.events + plan.earlier_events, tally.written, created)
+            for plan, (_, tally, created) in zip(plans, planned, strict=True)
+        ]
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
@@ -1538,18 +1704,41 @@ def _import_files(
     progress: ProgressCallback | None,
     owner: _Owner,
     snapshot: bool = True,
+    resume: dict[Path, _Resume] | None = None,
 ) -> ImportReport:
     """Convert and write files already read (the follower passes the settled prefix of each,
-    and no ``snapshot``: it writes a little at a time, and readers snapshot as they go)."""
+    and no ``snapshot``: it writes a little at a time, and readers snapshot as they go).
+
+    ``resume``: where an earlier import of each file left off (taken), and where this one does
+    (put back once written): a file grown since converts only the lines it gained.
+    """
     read = sum(len(f.lines) for f in files)
     shown = _Progress(progress, read, 2 * read)
     plans = _plans(files, store)
+    if resume is not None:
+        for plan in plans:
+            kept = resume.pop(plan.file.path, None)
+            plan.resume = kept if kept is not None and kept.fits(plan) else None
     count_text = _count_text(store)
 
     def convert(plan: _Plan, converted: list[SkippedLine]) -> Iterator[Event]:
         return _plan_events(plan, count_text, skip_bad_lines, converted, shown.add)
 
     written = _write(store, plans, owner, convert, skipped)
+    if resume is not None:
+        for plan in plans:
+            if plan.converter is not None:
+                lines = plan.file.lines
+                resume[plan.file.path] = _Resume(
+                    plan.converter,
+                    len(lines),
+                    lines[-1] if lines else None,
+                    plan.entries,
+                    plan.messages,
+                    plan.opaque,
+                    plan.known,
+                    plan.last_seq,
+                )
     imported = [
         ImportedSession(
             session_id=plan.session_id,

@@ -1,0 +1,200 @@
+"""A followed transcript, however it grows between polls, is written as when each poll converted it whole.
+
+A poll reads only the lines a file gained and converts only those, going on from where the last
+poll left off: these tests write every corpus transcript (and its sub-agents), and a generated
+one, a line or a random number of lines at a time, poll after each write, and compare every
+poll's report and the stores with a follower that converts every settled line at each poll (as
+all polls did before). A file rewritten in the middle or cut short is read and converted whole.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import sessionstore
+from sessionstore import SessionStore
+from sessionstore.claude_code import ClaudeCodeFollower
+
+from ._claude_code_corpus import MAIN_FILES, copy_main, modern_project
+from .conftest import Backend
+
+BENCH = Path(__file__).parent.parent / "bench"
+
+
+@pytest.fixture
+def shared_store(shared_backend: Backend) -> Iterator[SessionStore]:
+    """A migrated store on SQLite (a file) and PostgreSQL."""
+    opened = shared_backend.open()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _events(store: SessionStore, session_id: str) -> list[tuple[str, int, str, dict[str, Any]]]:
+    return [(e.event_id, e.seq, e.type, e.payload_dict()) for e in store.read(session_id)]
+
+
+def _converting_whole(store: SessionStore, paths: list[Path]) -> ClaudeCodeFollower:
+    """A follower that converts every settled line again at each poll, dropping what is stored
+    (what every poll did before polls went on from the last one): the reference."""
+    follower = ClaudeCodeFollower(store, paths)
+    follower._resume = None  # type: ignore[assignment]  # no resume: _import_files converts whole
+    return follower
+
+
+def _assert_same(store: SessionStore, reference: SessionStore) -> None:
+    ids = {s.id for s in reference.list_sessions(limit=100)}
+    assert ids
+    assert {s.id for s in store.list_sessions(limit=100)} == ids
+    for session_id in ids:
+        assert _events(store, session_id) == _events(reference, session_id), session_id
+
+
+def _follow_in_chunks(store: SessionStore, sources: dict[Path, Path], rng: random.Random | None) -> int:
+    """Write each source's lines to its target, one line (``rng`` None) or 1-40 lines at a time,
+    the files in turn, polling after every write (a chunk may end mid-line), beside a follower
+    that converts whole: every poll writes what it writes, and so does the last. The lines held
+    back at the end."""
+    pending = {target: source.read_bytes().splitlines(keepends=True) for target, source in sources.items()}
+    for target in pending:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"")
+    folders = sorted({t.parent for t in sources if t.parent.name != "subagents"})
+    follower = ClaudeCodeFollower(store, folders)
+    reference_store = sessionstore.open_store(":memory:")
+    try:
+        reference = _converting_whole(reference_store, folders)
+        while any(pending.values()):
+            for target, lines in pending.items():
+                if not lines:
+                    continue
+                take = 1 if rng is None else rng.randint(1, 40)
+                chunk, pending[target] = b"".join(lines[:take]), lines[take:]
+                if rng is not None and pending[target] and rng.random() < 0.3:
+                    cut = rng.randint(0, len(pending[target][0]) - 1)  # half a line, finished later
+                    chunk += pending[target][0][:cut]
+                    pending[target][0] = pending[target][0][cut:]
+                with target.open("ab") as f:
+                    f.write(chunk)
+                report, expected = follower.poll(), reference.poll()
+                assert (report and report.to_dict()) == (expected and expected.to_dict())
+        assert follower.held == reference.held
+        _assert_same(store, reference_store)
+    finally:
+        reference_store.close()
+    return follower.held
+
+
+@pytest.mark.parametrize("name", sorted(MAIN_FILES))
+def test_a_corpus_transcript_followed_in_random_chunks(
+    shared_store: SessionStore, tmp_path: Path, name: str
+) -> None:
+    source = copy_main(tmp_path, name)
+    target = tmp_path / "live" / source.name
+    _follow_in_chunks(shared_store, {target: source}, random.Random(name))
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(MAIN_FILES) if "-full" not in n or "cli__98" in n])
+def test_a_corpus_transcript_followed_line_by_line(
+    shared_store: SessionStore, tmp_path: Path, name: str
+) -> None:
+    source = copy_main(tmp_path, name)
+    target = tmp_path / "live" / source.name
+    _follow_in_chunks(shared_store, {target: source}, None)
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_a_session_with_sub_agents_followed_in_chunks(
+    shared_store: SessionStore, tmp_path: Path, seed: int | None
+) -> None:
+    project = modern_project(tmp_path / "source")
+    live = tmp_path / "live"
+    sources = {live / path.relative_to(project): path for path in sorted(project.rglob("*.jsonl"))}
+    _follow_in_chunks(shared_store, sources, None if seed is None else random.Random(seed))
+
+
+def _generator(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))  # it imports bench/_common.py
+    spec = importlib.util.spec_from_file_location("bench_projection", BENCH / "projection.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_generated_transcript_followed_in_random_chunks(
+    shared_store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generator = _generator(monkeypatch)
+    session_id = "5e551045-0000-4000-8000-000000000001"
+    source = tmp_path / "source" / f"{session_id}.jsonl"
+    source.parent.mkdir()
+    writer = generator.TranscriptWriter(source, session_id)
+    turns = generator.Workload()
+    try:
+        for _ in range(40):
+            writer.turn(turns.turn())
+    finally:
+        writer.close()
+    target = tmp_path / "live" / source.name
+    _follow_in_chunks(shared_store, {target: source}, random.Random(7))
+
+
+def _replay(store: SessionStore, tmp_path: Path, versions: list[bytes]) -> None:
+    """Write the corpus transcript as each of ``versions`` in turn, polling after each, beside
+    a follower that converts whole: each poll writes what it writes."""
+    folder = tmp_path / "live"
+    folder.mkdir()
+    target = folder / "847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1.jsonl"
+    follower = ClaudeCodeFollower(store, [folder])
+    reference_store = sessionstore.open_store(":memory:")
+    try:
+        reference = _converting_whole(reference_store, [folder])
+        for data in versions:
+            target.write_bytes(data)
+            report, expected = follower.poll(), reference.poll()
+            assert (report and report.to_dict()) == (expected and expected.to_dict())
+        _assert_same(store, reference_store)
+    finally:
+        reference_store.close()
+
+
+def _lines(tmp_path: Path) -> list[bytes]:
+    source = copy_main(tmp_path, "entireio__cli__98-78b713483d-0-full.jsonl")
+    return source.read_bytes().splitlines(keepends=True)
+
+
+def test_a_file_rewritten_in_the_middle_is_read_whole_again(
+    shared_store: SessionStore, tmp_path: Path
+) -> None:
+    """Not a file growing: the poll reads it whole and converts it whole, as before; lines whose
+    events are stored are not written again."""
+    lines = _lines(tmp_path)
+    half = len(lines) // 2
+    # The same lines, an early one rewritten with other bytes of the same meaning.
+    rewritten = list(lines)
+    rewritten[3] = rewritten[3].replace(b'{"', b'{ "', 1)
+    assert rewritten[3] != lines[3]
+    versions = [b"".join(lines[:end]) for end in range(40, half, 40)]
+    versions += [b"".join(rewritten[: half + 20]), b"".join(rewritten[: half + 60]), b"".join(rewritten)]
+    _replay(shared_store, tmp_path, versions)
+
+
+def test_a_truncated_file_then_grown_again_is_read_whole_again(
+    shared_store: SessionStore, tmp_path: Path
+) -> None:
+    lines = _lines(tmp_path)
+    half = len(lines) // 2
+    versions = [b"".join(lines[:end]) for end in range(40, half, 40)]
+    versions += [b"".join(lines[:end]) for end in range(10, len(lines) + 1, 25)]
+    _replay(shared_store, tmp_path, [*versions, b"".join(lines)])
