@@ -7,8 +7,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
+from fastapi import BackgroundTasks, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
@@ -44,7 +43,7 @@ class CountKeeper:
     A read counts the events nobody counted yet (docs/storage.md "Token counts") and the store
     keeps those counts in memory until a write of the same session or ``close()``; a server only
     reads, so without this every other process would count the same events again, and this one
-    would hold them until it stops. Called after a response; one store at a time. A store that
+    would hold them until it stops. Run after a response is sent; one at a time. A store that
     cannot write them (a read-only database) is logged once and not asked again.
     """
 
@@ -135,7 +134,10 @@ def create_app(
         response = _refusal(request, token) or await call_next(request)
         response.headers.update(SECURITY_HEADERS)
         if counts.due():
-            await run_in_threadpool(counts.store)
+            # After the response is sent: waiting for the write lock never delays a page.
+            tasks = BackgroundTasks([response.background] if response.background else [])
+            tasks.add_task(counts.store)
+            response.background = tasks
         return response
 
     @app.exception_handler(SessionStoreError)
