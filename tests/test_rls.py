@@ -433,3 +433,33 @@ def test_erasing_a_tenants_last_session_removes_its_copy_of_a_blob_and_never_ano
     assert tenants_holding() == []
     with roles.open(roles.beta) as beta, pytest.raises(KeyError):
         beta.get_blob(sha)
+
+
+def test_a_server_whose_role_cannot_store_counts_logs_once_and_keeps_serving(
+    roles: Roles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``sessionstore serve`` stores the counts its reads make; a tenant role not granted
+    ``token_counts`` (not re-granted after revision 0007) still gets its pages, one warning,
+    and the counts are made again by later readers."""
+    from fastapi.testclient import TestClient
+
+    from sessionstore.serve import create_app
+
+    with roles.open(roles.acme, token_counter=TiktokenCounter()) as acme:  # counts deferred
+        acme.create_session("acme-2", tenant="acme", user="alice", events=_messages(3, "acme"))
+    owner = create_engine(sessionstore.store.resolve_url(roles.url_for(roles.owner)))
+    with owner.begin() as conn:
+        conn.execute(text(f"REVOKE INSERT ON token_counts FROM {roles.acme}"))
+    owner.dispose()
+
+    with roles.open(roles.acme, token_counter=TiktokenCounter()) as store:
+        client = TestClient(create_app(store, store_counts_every=0), base_url="http://127.0.0.1")
+        with caplog.at_level("WARNING", logger="sessionstore.serve"):
+            pages = [client.get("/api/sessions/acme-2/events").status_code for _ in range(3)]
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            stored = conn.execute(text("SELECT count(*) FROM token_counts")).scalar_one()
+    assert pages == [200, 200, 200]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sessionstore.serve"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("token counts not stored (tried again later")
+    assert stored == 0

@@ -44,7 +44,8 @@ class CountKeeper:
     keeps those counts in memory until a write of the same session or ``close()``; a server only
     reads, so without this every other process would count the same events again, and this one
     would hold them until it stops. Run after a response is sent; one at a time. A store that
-    cannot write them (a read-only database) is logged once and not asked again.
+    cannot write them (a read-only database, a write lock held too long) is logged once and
+    tried again less and less often (up to once an hour).
     """
 
     def __init__(self, store: SessionStore, every: float) -> None:
@@ -52,11 +53,11 @@ class CountKeeper:
         self._every = every
         self._last = time.monotonic()
         self._busy = threading.Lock()
-        self._failed = False
+        self._warned = False
 
     def due(self) -> bool:
         """Whether a store is due (cheap: checked after every response)."""
-        return not self._failed and time.monotonic() - self._last >= self._every
+        return time.monotonic() - self._last >= self._every
 
     def store(self) -> None:
         """Store the counts (skipped when another request is storing them)."""
@@ -65,9 +66,11 @@ class CountKeeper:
         try:
             self._last = time.monotonic()
             self._store.store_token_counts()
-        except SessionStoreError as e:  # the counts are made again by the next reader
-            self._failed = True
-            _LOG.warning("token counts not stored (not tried again; counted again when read): %s", e)
+        except SessionStoreError as e:  # the counts are made again by the next reader meanwhile
+            self._every = min(max(self._every * 2, 60.0), 3600.0)
+            if not self._warned:
+                self._warned = True
+                _LOG.warning("token counts not stored (tried again later; counted again when read): %s", e)
         finally:
             self._busy.release()
 
