@@ -26,6 +26,7 @@ from ._contract import (
     SessionWrite,
     SnapshotRecord,
     VerifyReport,
+    WrittenCallback,
 )
 from ._crypto import (
     MASTER_KEY_ENV,
@@ -104,6 +105,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",
+    "WrittenCallback",
     "blocking_call",
     "create_async_engine_for_url",
     "create_engine_for_url",
