@@ -31,12 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._paths import read_regular_file
+from .._paths import open_regular_file
 from ..errors import ValidationError
 from ..store._contract import SessionStore
 from ._import import (
-    _AGENT_TAIL,
-    _SYNTHETIC_MODEL,
     ImportReport,
     SkippedLine,
     _bad_line,
@@ -44,15 +42,18 @@ from ._import import (
     _File,
     _file_of,
     _FileIndex,
+    _Heads,
     _import_files,
     _Owner,
     _read_lines,
     _Resume,
-    _text_of,
 )
+from ._settling import Folds, LineFacts
 
 __all__ = ["ClaudeCodeFollower", "FollowReport", "follow_claude_code"]
 
+#: How much of a file is read at a time to check that it only grew.
+_PART = 1 << 20
 #: Tools whose call starts a sub-agent with a transcript of its own.
 _SPAWNING_TOOLS = frozenset({"Agent", "Task"})
 
@@ -86,12 +87,18 @@ class _Scan:
 
     path: Path
     optional: bool
-    raw: bytes  # as read: the complete lines, then maybe the start of one being written
+    #: As read: the complete lines, then maybe the start of one being written (a file that grew
+    #: adds to the buffer of its last scan).
+    raw: bytearray
     file: _File
     #: Byte offset just past line N + 1, for every complete line (the last: where the lines end).
     ends: list[int]
     #: Its malformed complete lines (the import fails on the first one it takes, or skips them).
     bad: list[SkippedLine]
+    #: What settling reads of its lines.
+    folds: Folds
+    #: Which session and sub-agent its lines say it is.
+    heads: _Heads
     settled: int = 0  # lines 1..settled may be imported
     tool_uses: dict[str, int] = field(default_factory=dict)  # settled tool calls -> line
     agents_named: set[str] = field(default_factory=set)  # agent ids named by settled results
@@ -212,7 +219,7 @@ class ClaudeCodeFollower:
             {key: value for key, value in whole.agent_results.items() if value[1] <= settled},
             [line for line in whole.persisted if line.number <= settled],
         )
-        return _file_of(scan.path, lines, index, skipped, scan.optional)
+        return _file_of(scan.path, lines, index, skipped, scan.optional, scan.heads.upto(settled))
 
     @property
     def held(self) -> int:
@@ -235,33 +242,36 @@ class ClaudeCodeFollower:
         return found
 
     def _scan(self, path: Path, optional: bool) -> _Scan | None:
+        kept = self._scans.get(path)
         try:
-            raw = read_regular_file(path)
+            raw, grown = _read_grown(path, kept)
         except FileNotFoundError:
             return None  # removed since it was listed
         except OSError as e:
             msg = f"{path}: cannot read: {e.strerror or e}"
             raise ValidationError(msg, field="path") from e
-        kept = self._scans.get(path)
         complete = raw.rfind(b"\n") + 1  # never half a line: the rest is still being written
-        if kept is not None and raw.startswith(memoryview(kept.raw)[: _end(kept, len(kept.ends))]):
+        if kept is not None and grown:
             # The file grew (Claude Code only appends): only the new lines are read.
             lines, index, ends = list(kept.file.lines), _copy_index(kept.file.index), list(kept.ends)
-            bad = list(kept.bad)
+            bad, folds, heads = list(kept.bad), kept.folds.copy(), kept.heads.copy()
         else:  # new, or rewritten: read whole
-            lines, index, ends, bad = [], _FileIndex(), [], []
+            lines, index, ends, bad, folds, heads = [], _FileIndex(), [], [], Folds(), _Heads()
         at = ends[-1] if ends else 0
-        data = raw[at:complete]
+        data = bytes(raw[at:complete])
         # Read leniently here: a malformed complete line is the import's to report (or skip).
-        lines += _read_lines(path, True, bad, index, data, first=len(ends) + 1)
+        added = _read_lines(path, True, bad, index, data, first=len(ends) + 1)
+        folds.add(added)
+        heads.add(added)
+        lines += added
         for line in data.split(b"\n")[:-1]:
             at += len(line) + 1
             ends.append(at)
         try:
-            file = _file_of(path, lines, index, [], optional)
+            file = _file_of(path, lines, index, [], optional, heads.upto(len(ends)))
         except ValidationError:
             return None  # a sub-agent manifest being written: the next poll reads it whole
-        return _Scan(path, optional, raw, file, ends, bad)
+        return _Scan(path, optional, raw, file, ends, bad, folds, heads)
 
     def _batch(self, scans: dict[Path, _Scan]) -> list[_Scan]:
         """The files whose settled prefix grew, with the main transcript of each sub-agent among them."""
@@ -276,6 +286,25 @@ class ClaudeCodeFollower:
             and id(s) not in map(id, grown)
         ]
         return mains + grown
+
+
+def _read_grown(path: Path, kept: _Scan | None) -> tuple[bytearray, bool]:
+    """The bytes of ``path`` now, and whether its complete lines read by ``kept`` are still
+    their start (then ``kept``'s buffer is reused: only the rest is read into it)."""
+    with open_regular_file(path) as handle:
+        if kept is not None:
+            raw, end, at = kept.raw, _end(kept, len(kept.ends)), 0
+            while at < end:  # compared a part at a time: the file is not held twice
+                part = handle.read(min(_PART, end - at))
+                if not part or not raw.startswith(part, at):
+                    break
+                at += len(part)
+            else:
+                del raw[end:]  # the start of a line being written, then: read again
+                raw += handle.read()
+                return raw, True
+            handle.seek(0)
+        return bytearray(handle.read()), False
 
 
 def _end(scan: _Scan, lines: int) -> int:
@@ -348,17 +377,11 @@ def _finished(agent: _Scan, scans: list[_Scan]) -> bool:
     for scan in scans:
         if scan is agent or scan.file.session_id != agent.file.session_id:
             continue
-        for line in scan.file.lines:
-            result = line.entry.get("toolUseResult")
-            if (
-                isinstance(result, dict)
-                and result.get("agentId") == agent_id
-                and result.get("status") != "async_launched"
-            ):
-                return True
-            message = _message(line.entry)
-            if message is not None and notice in _text_of(message.get("content")):
-                return True
+        folds = scan.folds
+        if any(named == agent_id and status != "async_launched" for named, status in folds.agent_results):
+            return True
+        if any(notice in text for text in folds.task_texts):
+            return True
     return False
 
 
@@ -386,164 +409,53 @@ def _anchored(agent: _Scan, scans: list[_Scan]) -> bool:
     if tool is not None:
         if any(tool in s.tool_uses for s in family):
             return True
-        return not any(tool in _all_tool_uses(s.file) for s in family) and any(s.settled for s in family)
+        return not any(tool in s.folds.calls for s in family) and any(s.settled for s in family)
     if any(agent_id in s.agents_named for s in family):
         return True
-    return not any(agent_id in _agents_named(s.file, len(s.ends)) for s in family) and any(
+    return not any(agent_id == named for s in family for _, named in s.folds.named) and any(
         s.settled for s in family if not s.file.is_agent
     )
 
 
-def _message(entry: dict[str, Any]) -> dict[str, Any] | None:
-    message = entry.get("message")
-    return message if entry.get("type") in ("user", "assistant") and isinstance(message, dict) else None
-
-
-def _blocks(entry: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    message = _message(entry)
-    content = message.get("content") if message else None
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
-
-
-def _all_tool_uses(file: _File) -> set[str]:
-    return {
-        str(b["id"])
-        for ln in file.lines
-        for b in _blocks(ln.entry, "tool_use")
-        if isinstance(b.get("id"), str)
-    }
-
-
-def _agents_named_by(entry: dict[str, Any], block: dict[str, Any]) -> str | None:
-    """The sub-agent a tool result names, as the importer links them."""
-    result = entry.get("toolUseResult")
-    agent = result.get("agentId") if isinstance(result, dict) else None
-    if not isinstance(agent, str):
-        tail = _AGENT_TAIL.search(_text_of(block.get("content")))
-        agent = tail.group(1) if tail else None
-    return agent or None
-
-
-def _agents_named(file: _File, upto: int) -> set[str]:
-    """Sub-agent ids named by the tool results of lines 1..upto."""
-    named: set[str] = set()
-    for line in file.lines:
-        if line.number > upto:
-            break
-        for block in _blocks(line.entry, "tool_result"):
-            agent = _agents_named_by(line.entry, block)
-            if agent:
-                named.add(agent)
-    return named
-
-
-def _complete_responses(file: _File) -> set[str]:
-    """API message ids whose every chunk is written: one carries a stop_reason, or a line
-    other than its own chunks and tool results follows it."""
-    last: dict[str, int] = {}
-    stopped: set[str] = set()
-    for index, line in enumerate(file.lines):
-        message = _message(line.entry)
-        if message is None or line.entry.get("type") != "assistant" or not isinstance(message.get("id"), str):
-            continue
-        last[message["id"]] = index
-        if message.get("stop_reason") is not None:
-            stopped.add(message["id"])
-    complete = set(stopped)
-    for api_id, index in last.items():
-        for line in file.lines[index + 1 :]:
-            message = _message(line.entry)
-            if message is not None and line.entry.get("type") == "assistant" and message.get("id") == api_id:
-                continue
-            content = message.get("content") if message is not None else None
-            only_results = (
-                line.entry.get("type") == "user"
-                and isinstance(content, list)
-                and bool(content)
-                and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-            )
-            if not only_results:
-                complete.add(api_id)
-                break
-    return complete
-
-
 def _settle_file(scan: _Scan, ready: set[str]) -> None:
-    file = scan.file
+    folds = scan.folds
     scan.tool_uses = {}
-    has_model = any(
-        line.entry.get("type") == "assistant"
-        and isinstance((_message(line.entry) or {}).get("model"), str)
-        and (_message(line.entry) or {}).get("model") != _SYNTHETIC_MODEL
-        for line in file.lines
-    )
-    if not has_model:
+    if not folds.has_model:
         scan.settled = 0
         scan.agents_named = set()
         return
-    results: dict[str, str | None] = {}  # tool call -> the sub-agent its result names ("" if an error)
-    for line in file.lines:
-        for block in _blocks(line.entry, "tool_result"):
-            named = _agents_named_by(line.entry, block)
-            results[str(block.get("tool_use_id"))] = "" if block.get("is_error") is True else named
-    uuids = {ln.entry["uuid"] for ln in file.lines if isinstance(ln.entry.get("uuid"), str)}
-    summaries = {
-        key
-        for ln in file.lines
-        if ln.entry.get("isCompactSummary") is True
-        for key in (ln.entry.get("parentUuid"), ln.entry.get("uuid"))
-        if isinstance(key, str)
-    }
-    complete = _complete_responses(file)
     settled = len(scan.ends)
-    for line in file.lines:
-        if _held(line.entry, results, ready, uuids, summaries, complete):
+    for line, facts in zip(scan.file.lines, folds.facts, strict=True):
+        if facts is None:
+            continue  # nothing in it can hold it back
+        if _held(facts, folds, ready):
             settled = line.number - 1
             break
-        for block in _blocks(line.entry, "tool_use"):
-            if isinstance(block.get("id"), str):
-                scan.tool_uses[block["id"]] = line.number
+        for tool, _ in facts.calls:
+            scan.tool_uses[tool] = line.number
     scan.settled = settled
-    scan.agents_named = _agents_named(file, settled)
+    scan.agents_named = {agent for number, agent in folds.named if number <= settled}
 
 
-def _held(
-    entry: dict[str, Any],
-    results: dict[str, str | None],
-    ready: set[str],
-    uuids: set[str],
-    summaries: set[str],
-    complete: set[str],
-) -> bool:
-    """True when ``entry`` is not settled yet."""
-    message = _message(entry)
-    if message is not None and entry.get("type") == "assistant":
-        api_id = message.get("id")
-        if isinstance(api_id, str) and api_id not in complete:
-            return True
-    for block in _blocks(entry, "tool_use"):
-        tool = block.get("id")
-        if not isinstance(tool, str) or tool in ready:
+def _held(facts: LineFacts, folds: Folds, ready: set[str]) -> bool:
+    """True when the line of ``facts`` is not settled yet."""
+    if facts.api_id is not None and not folds.complete(facts.api_id):
+        return True
+    for tool, name in facts.calls:
+        if tool in ready:
             continue
-        if tool not in results:
+        if tool not in folds.results:
             return True
         # A sub-agent's link goes right after the call that spawned it: wait for its transcript
         # (an async launch answers at once, before the sub-agent has written anything).
-        agent = results[tool]
-        if block.get("name") in _SPAWNING_TOOLS and agent and agent not in ready:
+        agent = folds.results[tool]
+        if name in _SPAWNING_TOOLS and agent and agent not in ready:
             return True
-    if entry.get("type") == "system" and entry.get("subtype") == "compact_boundary":
-        metadata = entry.get("compactMetadata")
-        metadata = metadata if isinstance(metadata, dict) else {}
-        segment = metadata.get("preservedSegment")
-        anchor = segment.get("anchorUuid") if isinstance(segment, dict) else None
-        if entry.get("uuid") not in summaries and anchor not in summaries:
+    if facts.boundary is not None:
+        uuid, anchor, kept = facts.boundary
+        if uuid not in folds.summaries and anchor not in folds.summaries:
             return True
-        kept = metadata.get("preservedMessages")
-        kept_uuids = kept.get("uuids") if isinstance(kept, dict) else None
-        if isinstance(kept_uuids, list) and not all(u in uuids for u in kept_uuids if isinstance(u, str)):
+        if kept is not None and not all(u in folds.uuids for u in kept):
             return True
     return False
 

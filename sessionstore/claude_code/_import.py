@@ -286,17 +286,66 @@ def _read_file(
     return _file_of(path, lines, index, skipped, optional)
 
 
+@dataclass
+class _Heads:
+    """Which session and sub-agent a file's lines say it is, gathered line by line (``add``),
+    for the file or any first part of it (``upto``)."""
+
+    #: (line, value) of the first line with a sessionId, and with an agentId.
+    session_id: tuple[int, str] | None = None
+    agent_id: tuple[int, str] | None = None
+    #: The first line with a uuid, and the first such line that is not a sidechain.
+    threaded: int | None = None
+    not_sidechain: int | None = None
+
+    def add(self, lines: Iterable[_Line]) -> None:
+        """Gather ``lines``, which follow those gathered so far."""
+        for line in lines:
+            head = line.head
+            if self.session_id is None and head.get("sessionId"):
+                self.session_id = (line.number, head["sessionId"])
+            if self.agent_id is None and head.get("agentId"):
+                self.agent_id = (line.number, head["agentId"])
+            if isinstance(head.get("uuid"), str):
+                if self.threaded is None:
+                    self.threaded = line.number
+                if self.not_sidechain is None and head.get("isSidechain") is not True:
+                    self.not_sidechain = line.number
+
+    def copy(self) -> _Heads:
+        return _Heads(self.session_id, self.agent_id, self.threaded, self.not_sidechain)
+
+    def upto(self, last: int) -> tuple[str | None, str | None, bool, bool]:
+        """(sessionId, agentId, some line has a uuid, every such line is a sidechain) of lines
+        1..``last``."""
+
+        def within(found: int | None) -> bool:
+            return found is not None and found <= last
+
+        session_id = self.session_id[1] if self.session_id and within(self.session_id[0]) else None
+        agent_id = self.agent_id[1] if self.agent_id and within(self.agent_id[0]) else None
+        threaded = within(self.threaded)
+        return session_id, agent_id, threaded, threaded and not within(self.not_sidechain)
+
+
 def _file_of(
-    path: Path, lines: list[_Line], index: _FileIndex, skipped: list[SkippedLine], optional: bool
+    path: Path,
+    lines: list[_Line],
+    index: _FileIndex,
+    skipped: list[SkippedLine],
+    optional: bool,
+    heads: tuple[str | None, str | None, bool, bool] | None = None,
 ) -> _File:
     """The transcript made of ``lines`` (read, and indexed into ``index``): which session, which
-    sub-agent, with its manifest read."""
-    session_id = next((ln.head["sessionId"] for ln in lines if ln.head.get("sessionId")), None)
-    agent_id = next((ln.head["agentId"] for ln in lines if ln.head.get("agentId")), None)
-    threaded = [ln.head for ln in lines if isinstance(ln.head.get("uuid"), str)]
+    sub-agent (``heads``: what ``_Heads.upto`` says of them, gathered as they were read), with
+    its manifest read."""
+    if heads is None:
+        gathered = _Heads()
+        gathered.add(lines)
+        heads = gathered.upto(lines[-1].number if lines else 0)
+    session_id, agent_id, threaded, sidechain = heads
     # A sub-agent transcript: every threaded line is a sidechain (the name is a hint only,
     # since copies are often renamed).
-    sidechain = bool(threaded) and all(e.get("isSidechain") is True for e in threaded)
     named = _AGENT_NAME.search(path.name)
     is_agent = sidechain or (not threaded and named is not None)
     if is_agent and agent_id is None and named is not None:
@@ -1374,7 +1423,10 @@ def _converted(
     converted: Callable[[int], None],
 ) -> Iterator[Event]:
     with reader:
-        yield _started(plan, plan.link)
+        if plan.resumed and str(derived_event_id(plan.session_id, 0, "session")) in plan.known:
+            plan.earlier_events += 1  # stored: not made again (its model is a walk of every line)
+        else:
+            yield _started(plan, plan.link)
         yield from links
         yield from converter.events(converted)
 
