@@ -18,16 +18,23 @@ Files that others wrote (transcripts, sidecars, export targets) pass two more ga
   such as ``/dev/zero`` cannot block the read or fill memory); optionally without following a
   symlink and with a size bound.
 
+Files written for others (a rewind's restored files, an export) are written whole or not at all:
+``write_beside`` streams to a fsynced temp file beside the target, which the caller renames over
+it (``os.replace`` is atomic) and then makes durable with ``fsync_directories``.
+
 The check and the later write are separate system calls: a process that swaps a directory for a
 symlink in between is outside this module's threat model (it could write there itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import PureWindowsPath
 from typing import BinaryIO
 
@@ -35,6 +42,7 @@ from .errors import PathRefusedError
 
 __all__ = [
     "file_kind",
+    "fsync_directories",
     "inside",
     "lexical_problem",
     "name_problem",
@@ -42,6 +50,7 @@ __all__ = [
     "read_regular_file",
     "resolve_in_root",
     "to_relative",
+    "write_beside",
 ]
 
 #: A file name built from a value that came from a file or the log.
@@ -222,3 +231,44 @@ def resolve_in_root(real_root: str, relative: str) -> tuple[str | None, str | No
         # Restore through the link (as an editor would), keeping the link itself.
         target = destination
     return target, None
+
+
+def write_beside(target: str, chunks: Iterable[bytes], tag: str) -> str:
+    """Write ``chunks`` to a new temp file beside ``target`` (``.<name>.<random>.<tag>``), fsynced,
+    with ``target``'s mode when it exists; returns the temp's path for the caller to rename.
+
+    The folder must exist. On any error (a chunk that fails to come, a full disk) the temp is
+    removed and the error raised: the target is untouched.
+    """
+    directory, name = os.path.split(target)
+    temp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.{tag}")
+    # 0o666 through the umask, like any new file; an existing file's mode is copied below.
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:  # a missing or read-only folder: say so of the target, not of the temp
+        raise type(e)(e.errno, e.strerror, target) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+    except BaseException:
+        os.unlink(temp)
+        raise
+    return temp
+
+
+def fsync_directories(paths: Iterable[str]) -> None:
+    """Make renames and unlinks of these paths durable (POSIX needs their folders fsynced)."""
+    for directory in sorted({os.path.dirname(p) for p in paths}):
+        try:
+            fd = os.open(directory, os.O_RDONLY)
+        except OSError:  # pragma: no cover - a platform that cannot open directories
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

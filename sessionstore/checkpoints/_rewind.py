@@ -10,11 +10,10 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-import secrets
-import stat
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .._paths import fsync_directories, write_beside
 
 __all__ = ["FileChange", "RewindPlan", "RewindResult"]
 
@@ -136,35 +135,8 @@ def _obstacle(target: str) -> str | None:
 
 def _write_temp(target: str, data: bytes) -> str:
     """Write ``data`` to a new temp file beside ``target``, fsynced, with ``target``'s mode."""
-    directory, name = os.path.split(target)
-    os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.rewind-tmp")
-    # 0o666 through the umask, like any new file; an existing file's mode is copied below.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
-    except BaseException:
-        os.unlink(temp)
-        raise
-    return temp
-
-
-def _fsync_directories(paths: Iterable[str]) -> None:
-    """Make renames and unlinks in these directories durable (POSIX needs the directory fsynced)."""
-    for directory in sorted({os.path.dirname(p) for p in paths}):
-        try:
-            fd = os.open(directory, os.O_RDONLY)
-        except OSError:  # pragma: no cover - a platform that cannot open directories
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    return write_beside(target, [data], "rewind-tmp")
 
 
 def _write_temps(plan: RewindPlan) -> list[tuple[str, str]]:
@@ -205,7 +177,7 @@ def _swap_in(plan: RewindPlan, temps: list[tuple[str, str]], applied: list[str])
         with contextlib.suppress(FileNotFoundError):
             os.unlink(change.target)
         applied.append(change.path)
-    _fsync_directories([target for _, target in temps] + [c.target for c in deletes])
+    fsync_directories([target for _, target in temps] + [c.target for c in deletes])
 
 
 def _contradictions(wanted: dict[str, str | None]) -> dict[str, str]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from ._export import (
     ExportedFile,
     export_claude_code,
+    iter_claude_code,
     write_claude_code,
+    write_claude_code_file,
 )
 from ._follow import ClaudeCodeFollower, FollowReport, follow_claude_code
 from ._import import (
@@ -30,6 +32,8 @@ __all__ = [
     "export_claude_code",
     "follow_claude_code",
     "import_claude_code",
+    "iter_claude_code",
     "sent_requests",
     "write_claude_code",
+    "write_claude_code_file",
 ]

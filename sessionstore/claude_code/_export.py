@@ -17,24 +17,33 @@ was imported) and spilled tool outputs under ``<sessionId>/tool-results/``.
 
 from __future__ import annotations
 
+import contextlib
 import decimal
+import functools
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .._paths import inside, name_problem
+from .._paths import fsync_directories, inside, name_problem, write_beside
 from ..errors import PathRefusedError, ValidationError
 from ..events._post_compact import line_uuid
 from ..pipeline._post_compact import kept_message_uuids
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
-from ..store._contract import RecordedEvent, SessionStore
+from ..projections._base import read_pages
+from ..store._contract import SessionStore
 from ..store._lineage import SessionLog
 
-__all__ = ["ExportedFile", "export_claude_code", "write_claude_code"]
+__all__ = [
+    "ExportedFile",
+    "export_claude_code",
+    "iter_claude_code",
+    "write_claude_code",
+    "write_claude_code_file",
+]
 
 #: Event types that are the source lines themselves.
 _LINE_TYPES = frozenset({"imported_entry", "opaque_entry"})
@@ -92,56 +101,205 @@ class _Context:
     previous_uuid: str | None
 
 
-def _started(events: list[RecordedEvent]) -> dict[str, Any]:
-    first = events[0] if events else None
-    return first.payload_dict() if first is not None and first.type == "session_started" else {}
+@dataclass
+class _Index:
+    """What the first read of a session's visible log finds: numbers and ids, no contents.
 
-
-def _source_lines(
-    events: list[RecordedEvent], fork_session: str | None = None
-) -> tuple[dict[int, str], set[str], _Context | None]:
-    """Imported lines by number, the events they cover, and the envelope of the last one.
-
-    ``fork_session``: the lines are a fork's inherited history and take its ``sessionId``, as
-    Claude Code's own forks (``--fork-session``) copy them.
+    Its size grows with the number of events (a few ids and ints each), never with what they
+    hold: the lines themselves are read again, a page at a time, when they are written.
     """
+
+    log: SessionLog
+    started: dict[str, Any]
+    claude_session: str
+    fork: bool
+    #: Seq of each line object written back -> (line number, object index on the line).
+    slots: dict[int, tuple[int, int]]
+    #: Line number -> how many objects Claude Code wrote on it.
+    objects_on: dict[int, int]
+    #: Seq of an entry whose content moved -> seq of the ``message_appended`` that holds it.
+    content_from: dict[int, int]
+    ctx: _Context
+    usage: dict[Any, dict[str, Any]]
+    agents_listed: bool
+    #: Seqs of the events that become new lines (appended after the import, or native), in order.
+    native: list[int]
+    children: list[str]
+    #: Spilled tool outputs: (file name, blob sha256).
+    tool_results: list[tuple[str, str]]
+
+
+#: Event types a line is made for when no source line covers them.
+_NATIVE_TYPES = frozenset({"message_appended", "compact_boundary", "listing_delta", "microcompact_applied"})
+
+
+def _index(store: SessionStore, session_id: str) -> _Index:
+    """Read the session's visible history once, a page at a time, keeping only its index.
+
+    A fork's history is its parent's prefix, then its own events. Raises
+    ``SessionNotFoundError`` for no such session.
+    """
+    log = SessionLog(store, session_id)
+    first = log.read(1, 1)
+    started = first[0].payload_dict() if first and first[0].type == "session_started" else {}
+    fork = store.get_session(session_id).fork_seq is not None
+    claude_session = _claude_session_id(session_id, started, fork=fork)
     covered: set[str] = set()
-    contents: dict[str, Any] = {}
-    for recorded in events:
-        if recorded.type in _LINE_TYPES:
-            covered.add(recorded.event_id)
-            if recorded.type == "imported_entry":
-                covered.update(recorded.payload_dict()["events"])
-        elif recorded.type == "message_appended":
-            contents[recorded.event_id] = recorded.payload
-    objects: dict[int, dict[int, str]] = {}  # line -> object index -> JSON
+    slot_of: dict[tuple[int, int], int] = {}  # (line, object index) -> seq: the last one wins
+    moved: dict[int, list[str]] = {}  # seq of an entry whose content moved -> its events' ids
+    message_seq: dict[str, int] = {}
+    candidates: list[tuple[int, str]] = []
+    usage_seen: list[tuple[str, dict[str, Any]]] = []
+    agents_listings: list[str] = []
+    reverted: set[str] = set()
+    children: list[str] = []
+    tool_results: list[tuple[str, str]] = []
     last: dict[str, Any] | None = None
-    for recorded in events:
-        if recorded.type not in _LINE_TYPES:
+    for recorded in read_pages(log.read, 1, None):
+        kind = recorded.type
+        if kind in _LINE_TYPES:
+            covered.add(recorded.event_id)
+            payload = recorded.payload_dict()
+            if kind == "imported_entry":
+                covered.update(payload["events"])
+                if payload.get("content_moved"):
+                    moved[recorded.seq] = payload["events"]
+            slot_of[(int(payload["line"]), int(payload.get("object_index", 0)))] = recorded.seq
+            if isinstance(payload["entry"].get("uuid"), str):
+                last = payload["entry"]
             continue
-        payload = recorded.payload_dict()
-        entry = payload["entry"]
-        if payload.get("content_moved"):
-            held = next((contents[i] for i in payload["events"] if i in contents), None)
-            if held is not None:
-                entry["message"]["content"] = json.loads(held)["content"]
-        if fork_session is not None and "sessionId" in entry:
-            entry["sessionId"] = fork_session
-        objects.setdefault(int(payload["line"]), {})[int(payload.get("object_index", 0))] = _dump(entry)
-        if isinstance(entry.get("uuid"), str):
-            last = entry
-    # Objects Claude Code wrote on one line (no newline between them) go back on one line.
-    numbered = {number: "".join(parts[i] for i in sorted(parts)) for number, parts in objects.items()}
-    context = None
+        if kind in _NATIVE_TYPES and recorded.event_id not in covered:
+            # An importer writes a line's entry before its events: most are covered already.
+            candidates.append((recorded.seq, recorded.event_id))
+        if kind == "message_appended":
+            message_seq[recorded.event_id] = recorded.seq
+        elif kind == "usage_recorded" and recorded.event_id not in covered:
+            usage_seen.append((recorded.event_id, recorded.payload_dict()))
+        elif kind == "listing_delta":
+            if recorded.payload_dict()["kind"] == "agents":
+                agents_listings.append(recorded.event_id)
+        elif kind == "context_edit_reverted":
+            edit = recorded.payload_dict()
+            if edit["target_type"] == "compact_boundary":
+                reverted.add(edit["target_event_id"])
+        elif kind == "subagent_started":
+            child = str(recorded.payload_dict()["child_session_id"])
+            if child not in children:
+                children.append(child)
+        elif kind == "tool_result_persisted":
+            persisted = recorded.payload_dict()
+            if persisted.get("blob_sha256"):
+                # The recorded location is a path on the machine that wrote it: keep its name only.
+                name = PurePosixPath(str(persisted.get("location") or "").replace("\\", "/")).name
+                tool_results.append(
+                    (name or f"{persisted['tool_use_id']}.txt", str(persisted["blob_sha256"]))
+                )
+    slots = {seq: slot for slot, seq in slot_of.items()}
+    objects_on: dict[int, int] = {}
+    for line, _ in slot_of:
+        objects_on[line] = objects_on.get(line, 0) + 1
+    content_from = {}
+    for seq, ids in moved.items():
+        held = next((message_seq[i] for i in ids if i in message_seq), None)
+        if seq in slots and held is not None:
+            content_from[seq] = held
     if last is not None:
-        context = _Context(
-            str(last.get("sessionId", "")),
+        ctx = _Context(
+            claude_session if fork and "sessionId" in last else str(last.get("sessionId", "")),
             last.get("isSidechain") is True,
-            None,
+            started.get("model"),
             {k: last[k] for k in _ENVELOPE_KEYS if k in last},
             str(last["uuid"]),
         )
-    return numbered, covered, context
+    else:
+        ctx = _Context(
+            claude_session,
+            started.get("query_source") in ("subagent", "compact"),
+            started.get("model"),
+            {"userType": "external"},
+            None,
+        )
+    return _Index(
+        log=log,
+        started=started,
+        claude_session=claude_session,
+        fork=fork,
+        slots=slots,
+        objects_on=objects_on,
+        content_from=content_from,
+        ctx=ctx,
+        usage={p.get("api_message_id"): p for i, p in usage_seen if i not in covered},
+        agents_listed=any(i in covered for i in agents_listings),
+        native=[seq for seq, i in candidates if i not in covered and i not in reverted],
+        children=children,
+        tool_results=tool_results,
+    )
+
+
+def _source_lines(index: _Index) -> Iterator[str]:
+    """The imported lines by number (``""`` for a number with no line), read a page at a time.
+
+    The log holds a transcript's lines in the importer's order (parents before children), which
+    is file order for a linear transcript; a line read before its turn waits in memory until
+    the lines before it are written, as does an entry whose content is in a later event. So
+    memory holds the lines out of order at one time: few for an ordinary transcript, and at
+    worst (a log whose order is the file's reversed) every line, as a whole-file export would.
+    Objects Claude Code wrote on one line (no newline between them) go back on one line.
+    """
+    if not index.slots:
+        return
+    uses: dict[int, int] = {}  # seq of a message -> how many entries take their content from it
+    for message in index.content_from.values():
+        uses[message] = uses.get(message, 0) + 1
+    last_line = max(index.objects_on)
+    waiting: dict[int, list[tuple[int, dict[str, Any]]]] = {}  # message seq -> (seq, entry) waiting
+    early: dict[int, Any] = {}  # message seq -> content read before the entry that takes it
+    parts: dict[int, dict[int, str]] = {}  # line -> object index -> JSON, not written yet
+    next_line = 1
+
+    def place(seq: int, entry: dict[str, Any]) -> None:
+        if index.fork and "sessionId" in entry:
+            # A fork's inherited lines take its sessionId, as Claude Code's own forks copy them.
+            entry["sessionId"] = index.claude_session
+        line, object_index = index.slots[seq]
+        parts.setdefault(line, {})[object_index] = _dump(entry)
+
+    first = min(min(index.slots), min(uses, default=1))
+    last = max(max(index.slots), max(uses, default=1))
+    for recorded in read_pages(index.log.read, first, last):
+        seq = recorded.seq
+        if seq in index.slots:
+            entry = recorded.payload_dict()["entry"]
+            source = index.content_from.get(seq)
+            if source is None:
+                place(seq, entry)
+            elif source in early:
+                entry["message"]["content"] = early[source]
+                uses[source] -= 1
+                if not uses[source]:
+                    del early[source]
+                place(seq, entry)
+            else:
+                waiting.setdefault(source, []).append((seq, entry))
+        elif seq in uses:
+            content = json.loads(recorded.payload)["content"]
+            for entry_seq, entry in waiting.pop(seq, []):
+                entry["message"]["content"] = content
+                uses[seq] -= 1
+                place(entry_seq, entry)
+            if uses[seq]:
+                early[seq] = content
+        while next_line <= last_line:
+            expected = index.objects_on.get(next_line)
+            if expected is not None:
+                done = parts.get(next_line)
+                if done is None or len(done) < expected:
+                    break
+                del parts[next_line]
+                yield "".join(done[i] for i in sorted(done))
+            else:
+                yield ""
+            next_line += 1
 
 
 #: The line a native event becomes has a uuid derived from it (a preserved segment names its anchor).
@@ -159,27 +317,27 @@ def _envelope(ctx: _Context, parent: str | None, timestamp: str, key: str) -> di
     }
 
 
-def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) -> Iterator[str]:
-    """Lines for events that came from no source line (appended after an import, or native)."""
-    usage = {
-        p.get("api_message_id"): p
-        for r in events
-        if r.type == "usage_recorded" and r.event_id not in covered
-        for p in [r.payload_dict()]
-    }
-    # A reverted compaction is left out: Claude Code's resume then chains on through the history.
-    reverted = {
-        r.payload_dict()["target_event_id"]
-        for r in events
-        if r.type == "context_edit_reverted" and r.payload_dict()["target_type"] == "compact_boundary"
-    }
-    agents_listed = any(
-        r.type == "listing_delta" and r.payload_dict()["kind"] == "agents"
-        for r in events
-        if r.event_id in covered
-    )
-    for recorded in events:
-        if recorded.event_id in covered or recorded.event_id in reverted:
+def _synthesized(index: _Index) -> Iterator[str]:
+    """Lines for events that came from no source line (appended after an import, or native).
+
+    Only the seqs the index names are read (a page at a time); a reverted compaction is left
+    out: Claude Code's resume then chains on through the history.
+    """
+    if not index.native:
+        return
+    ctx, usage, agents_listed = index.ctx, index.usage, index.agents_listed
+    native = set(index.native)
+    kept: list[str] | None = None
+
+    def kept_uuids() -> list[str]:
+        # Only a boundary that kept messages needs them: one more read, of message uuids only.
+        nonlocal kept
+        if kept is None:
+            kept = kept_message_uuids(read_pages(index.log.read, 1, None))
+        return kept
+
+    for recorded in read_pages(index.log.read, index.native[0], index.native[-1]):
+        if recorded.seq not in native:
             continue
         payload = recorded.payload_dict()
         moment = recorded.created_at.isoformat()
@@ -232,7 +390,7 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
                 "compactMetadata": {
                     "trigger": payload["trigger"] if payload["trigger"] in ("auto", "manual") else "auto",
                     "preTokens": payload.get("pre_compact_tokens", 0),
-                    **_preserved_metadata(events, payload.get("preserved_segment")),
+                    **_preserved_metadata(kept_uuids, payload.get("preserved_segment")),
                 },
             }
             yield _dump(line)
@@ -280,15 +438,16 @@ def _synthesized(events: list[RecordedEvent], covered: set[str], ctx: _Context) 
             yield _dump(line)
 
 
-def _preserved_metadata(events: list[RecordedEvent], segment: object) -> dict[str, Any]:
+def _preserved_metadata(kept_uuids: Callable[[], list[str]], segment: object) -> dict[str, Any]:
     """``preservedSegment`` and ``preservedMessages`` of a boundary that kept messages ({}: none).
 
-    The kept messages run from the segment's head to its tail, as the log holds them.
+    The kept messages run from the segment's head to its tail, as the log holds them
+    (``kept_uuids``: the uuids of the log's sent messages, in order).
     """
     if not isinstance(segment, dict):
         return {}
     head, anchor, tail = segment["head_uuid"], segment["anchor_uuid"], segment["tail_uuid"]
-    uuids = kept_message_uuids(events)
+    uuids = kept_uuids()
     if head in uuids and tail in uuids:
         uuids = uuids[uuids.index(head) : uuids.index(tail) + 1]
     else:  # pragma: no cover - a segment names messages of the log it was recorded in
@@ -330,25 +489,35 @@ def _listing_attachment(payload: dict[str, Any], *, first_agents: bool) -> dict[
     }
 
 
-def _visible_events(store: SessionStore, session_id: str) -> list[RecordedEvent]:
-    """The session's history as its views see it: a fork's shared prefix, then its own events."""
-    return SessionLog(store, session_id).read()
-
-
-def _is_fork(store: SessionStore, session_id: str) -> bool:
-    return store.get_session(session_id).fork_seq is not None
-
-
-def _claude_session_id(store: SessionStore, session_id: str, events: list[RecordedEvent]) -> str:
+def _claude_session_id(session_id: str, started: dict[str, Any], *, fork: bool) -> str:
     """The ``sessionId`` (and file name) the export uses.
 
     A fork is a session of its own: it takes its own id, so its file never collides with the
     parent's. Otherwise the imported ``sessionId`` comes back.
     """
-    if _is_fork(store, session_id):
+    if fork:
         return session_id
-    metadata = _started(events).get("metadata") or {}
+    metadata = started.get("metadata") or {}
     return str(metadata.get("session_id") or session_id)
+
+
+def _lines(index: _Index) -> Iterator[str]:
+    yield from _source_lines(index)
+    yield from _synthesized(index)
+
+
+def iter_claude_code(store: SessionStore, session_id: str) -> Iterator[str]:
+    """The session as Claude Code JSONL lines, without newlines, one at a time.
+
+    The lines of ``export_claude_code``, read from the log a page at a time: memory holds a
+    small index of the session (ids and numbers) and the lines read ahead of their turn, not the
+    session. The index is read before this returns (so a missing session raises here); the
+    lines are read as they are drawn.
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    return _lines(_index(store, session_id))
 
 
 def export_claude_code(store: SessionStore, session_id: str) -> list[str]:
@@ -358,29 +527,13 @@ def export_claude_code(store: SessionStore, session_id: str) -> list[str]:
     line (a blank line, or one skipped as bad) is an empty string, so a re-import keeps every
     line's number. Lines for events appended since follow. A fork exports its whole visible
     history under its own id, as Claude Code writes a forked session: the parent's lines up to
-    the fork point (with the fork's ``sessionId``), then the fork's own.
+    the fork point (with the fork's ``sessionId``), then the fork's own. ``iter_claude_code``
+    gives the same lines without holding them all.
 
     Raises:
         SessionNotFoundError: no such session.
     """
-    events = _visible_events(store, session_id)
-    started = _started(events)
-    claude_session = _claude_session_id(store, session_id, events)
-    fork = _is_fork(store, session_id)
-    numbered, covered, ctx = _source_lines(events, claude_session if fork else None)
-    covered.update(r.event_id for r in events[:1] if r.type == "session_started")
-    if ctx is None:
-        ctx = _Context(
-            claude_session,
-            started.get("query_source") in ("subagent", "compact"),
-            None,
-            {"userType": "external"},
-            None,
-        )
-    ctx.model = started.get("model")
-    lines = [numbered.get(n, "") for n in range(1, max(numbered, default=0) + 1)]
-    lines.extend(_synthesized(events, covered, ctx))
-    return lines
+    return list(iter_claude_code(store, session_id))
 
 
 @dataclass(frozen=True)
@@ -392,51 +545,55 @@ class ExportedFile:
     lines: int
 
 
-def _children(store: SessionStore, session_id: str) -> list[str]:
-    seen: list[str] = []
-    for recorded in _visible_events(store, session_id):
-        if recorded.type == "subagent_started":
-            child = str(recorded.payload_dict()["child_session_id"])
-            if child not in seen:
-                seen.append(child)
-    return seen
+@dataclass(frozen=True)
+class _Planned:
+    """One file to write: its path below the target folder as names, and the session it holds
+    (its index: its lines are read when it is written) or a sidecar's bytes (got then too)."""
+
+    names: tuple[str, ...]
+    session_id: str | None
+    index: _Index | None = None
+    data: Callable[[], bytes] | None = None
 
 
-#: One file to write: its path below the target folder as names, the session it holds, its bytes.
-_Planned = tuple[tuple[str, ...], str | None, bytes]
+def _encoded(lines: Iterable[str], counted: list[int]) -> Iterator[bytes]:
+    """Each line with its newline, as UTF-8; ``counted[0]`` counts them."""
+    for line in lines:
+        counted[0] += 1
+        yield (line + "\n").encode()
 
 
 def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
-    cc_session = _claude_session_id(store, session_id, _visible_events(store, session_id))
+    """The files of the session and its sub-agents; reads each session's index, no contents."""
+    root = _index(store, session_id)
+    cc_session = root.claude_session
     files: list[_Planned] = []
-    queue: list[tuple[str, tuple[str, ...]]] = [(session_id, (f"{cc_session}.jsonl",))]
+    queue: list[tuple[str, tuple[str, ...], _Index | None]] = [(session_id, (f"{cc_session}.jsonl",), root)]
     done: set[str] = set()
     while queue:
-        current, names = queue.pop(0)
+        current, names, index = queue.pop(0)
         if current in done:
             continue
         done.add(current)
-        lines = export_claude_code(store, current)
-        files.append((names, current, ("\n".join(lines) + "\n").encode() if lines else b""))
-        current_events = _visible_events(store, current)
-        child_meta = _started(current_events).get("metadata") or {}
-        if current != session_id and isinstance(child_meta.get("meta"), dict):
+        index = index or _index(store, current)
+        files.append(_Planned(names, current, index=index))
+        meta = (index.started.get("metadata") or {}).get("meta")
+        if current != session_id and isinstance(meta, dict):
             meta_names = (*names[:-1], names[-1][: -len(".jsonl")] + ".meta.json")
-            files.append((meta_names, None, _dump(child_meta["meta"]).encode()))
-        for recorded in current_events:
-            if recorded.type == "tool_result_persisted":
-                persisted = recorded.payload_dict()
-                if persisted.get("blob_sha256"):
-                    # The recorded location is a path on the machine that wrote it: keep its name only.
-                    name = PurePosixPath(str(persisted.get("location") or "").replace("\\", "/")).name
-                    name = name or f"{persisted['tool_use_id']}.txt"
-                    blob = store.get_blob(str(persisted["blob_sha256"]), session_id=current)
-                    files.append(((cc_session, "tool-results", name), None, blob))
-        for child in _children(store, current):
-            child_metadata = _started(store.read(child, 1, 1)).get("metadata") or {}
-            agent_id = str(child_metadata.get("agent_id") or child)
+            files.append(_Planned(meta_names, None, data=_dump(meta).encode))
+        for name, sha in index.tool_results:
+            blob = functools.partial(store.get_blob, sha, session_id=current)
+            files.append(_Planned((cc_session, "tool-results", name), None, data=blob))
+        for child in index.children:
+            child_first = store.read(child, 1, 1)
+            child_started = (
+                child_first[0].payload_dict()
+                if child_first and child_first[0].type == "session_started"
+                else {}
+            )
+            agent_id = str((child_started.get("metadata") or {}).get("agent_id") or child)
             # Claude Code keeps nested sub-agents flat, beside the others.
-            queue.append((child, (cc_session, "subagents", f"agent-{agent_id}.jsonl")))
+            queue.append((child, (cc_session, "subagents", f"agent-{agent_id}.jsonl"), None))
     return files
 
 
@@ -449,7 +606,8 @@ def _refused_targets(directory: Path, files: list[_Planned]) -> dict[str, str]:
     """
     real_directory = os.path.realpath(directory)
     refused: dict[str, str] = {}
-    for names, _, _ in files:
+    for planned in files:
+        names = planned.names
         shown = "/".join(names)
         problem = next((p for name in names if (p := name_problem(name)) is not None), None)
         if problem is not None:
@@ -471,6 +629,23 @@ def _not_a_folder(folder: Path) -> Path | None:
     return None
 
 
+def _make_folder(folder: Path, made: list[Path]) -> None:
+    """Create ``folder`` and its missing parents; each one created is added to ``made``."""
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    folder.mkdir(parents=True, exist_ok=True)
+    made.extend(reversed(missing))
+
+
+def _undo(temps: list[str], made: list[Path]) -> None:
+    """Remove the temps written and the folders created (the deepest first)."""
+    for temp in temps:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def write_claude_code(
     store: SessionStore, session_id: str, directory: str | Path, *, overwrite: bool = False
 ) -> list[ExportedFile]:
@@ -481,7 +656,10 @@ def write_claude_code(
 
     Every file name comes from the log, so every one is checked before the first write: a
     name that is not a plain file name (a separator, ``..``), or a path that resolves outside
-    ``directory``, refuses the whole export, even with ``overwrite``.
+    ``directory``, refuses the whole export, even with ``overwrite``. Each file is streamed
+    from the log to a temporary file beside it (fsynced); once every one is complete they are
+    renamed over their targets. An error before that removes the temporaries (and the folders
+    it made) and leaves every target as it was.
 
     Raises:
         PathRefusedError: a file would land outside ``directory`` or on a non-file; names every
@@ -499,15 +677,57 @@ def write_claude_code(
     refused = _refused_targets(folder, planned)
     if refused:
         raise PathRefusedError(refused)
-    files = [(folder.joinpath(*names), held, data) for names, held, data in planned]
+    files = [(folder.joinpath(*p.names), p) for p in planned]
     if not overwrite:
-        existing = [str(path) for path, _, _ in files if os.path.lexists(path)]
+        existing = [str(path) for path, _ in files if os.path.lexists(path)]
         if existing:
             msg = f"would overwrite {', '.join(existing)}: pass overwrite=True (--force)"
             raise ValidationError(msg, field="directory")
     written: list[ExportedFile] = []
-    for path, held, data in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        written.append(ExportedFile(path, held, data.count(b"\n") if held else 0))
+    temps: list[str] = []
+    made: list[Path] = []
+    try:
+        for path, plan in files:
+            _make_folder(path.parent, made)
+            counted = [0]
+            if plan.index is not None:
+                chunks: Iterable[bytes] = _encoded(_lines(plan.index), counted)
+            else:
+                assert plan.data is not None  # a sidecar always has its bytes
+                chunks = [plan.data()]
+            temps.append(write_beside(str(path), chunks, "export-tmp"))
+            written.append(ExportedFile(path, plan.session_id, counted[0]))
+        for temp, exported in zip(temps, written, strict=True):
+            os.replace(temp, exported.path)
+    except BaseException:
+        _undo(temps, made)
+        raise
+    fsync_directories([str(f.path) for f in written])
     return written
+
+
+def write_claude_code_file(
+    store: SessionStore, session_id: str, path: str | Path, *, overwrite: bool = False
+) -> ExportedFile:
+    """Write the session's JSONL (``export_claude_code``'s lines) to the file ``path``, whole or
+    not at all: streamed from the log to a temporary file beside it (fsynced), then renamed over
+    it. The folder must exist. Sub-agents and sidecars are not written (``write_claude_code``
+    lays out a whole project folder).
+
+    Raises:
+        ValidationError: ``path`` exists and ``overwrite`` is False (nothing is written).
+        SessionNotFoundError: no such session.
+    """
+    target = Path(path)
+    if not overwrite and os.path.lexists(target):
+        msg = f"would overwrite {target}: pass overwrite=True (--force)"
+        raise ValidationError(msg, field="path")
+    counted = [0]
+    temp = write_beside(str(target), _encoded(iter_claude_code(store, session_id), counted), "export-tmp")
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        _undo([temp], [])
+        raise
+    fsync_directories([str(target)])
+    return ExportedFile(target, session_id, counted[0])

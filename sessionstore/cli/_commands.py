@@ -551,6 +551,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return run_serve(args, out)
     if args.command == "demo":
         return run_demo(args.db, out, as_json=args.json, table_prefix=args.table_prefix, schema=args.schema)
+    # An export only copies events out: it does not tokenize the ones nobody counted yet.
+    counting: dict[str, Any] = {"token_counter": None} if args.command == "export" else {}
     with open_store(
         args.db,
         create=args.command in _CREATING_COMMANDS,
@@ -558,5 +560,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         schema=args.schema,
         # Encrypted sessions are read (and created) with the master key in the environment.
         encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
+        **counting,
     ) as store:
         return _run_with_store(args, store, out)

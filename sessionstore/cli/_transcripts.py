@@ -203,7 +203,7 @@ def _run_export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
 
 
 def _export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
-    from ..claude_code import export_claude_code, write_claude_code
+    from ..claude_code import iter_claude_code, write_claude_code, write_claude_code_file
 
     if args.dir is not None:
         files = write_claude_code(store, args.session_id, args.dir, overwrite=args.force)
@@ -217,19 +217,20 @@ def _export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
                 what = f"{row['lines']} lines of {row['session_id']}" if row["session_id"] else "sidecar"
                 print(f"{row['path']}: {what}", file=out)
         return 0
-    lines = export_claude_code(store, args.session_id)
-    text = "".join(line + "\n" for line in lines)
     if args.output is None:
-        out.write(text)
+        for line in iter_claude_code(store, args.session_id):
+            out.write(line + "\n")
         return 0
     from pathlib import Path
 
     target = Path(args.output)
     if target.exists() and not args.force:
         raise FileExistsError(errno.EEXIST, "exists (use --force to overwrite)", str(target))
-    target.write_text(text, encoding="utf-8", newline="\n")
+    # Streamed from the log to a temporary file beside the target, renamed over it when whole.
+    exported = write_claude_code_file(store, args.session_id, target, overwrite=True)
     if args.json:
-        print(json.dumps({"path": str(target), "session_id": args.session_id, "lines": len(lines)}), file=out)
+        row = {"path": str(target), "session_id": args.session_id, "lines": exported.lines}
+        print(json.dumps(row), file=out)
     return 0
 
 

@@ -1,0 +1,186 @@
+"""Export streams from the log: any line order gives the same bytes, and a failed write changes nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sessionstore
+from sessionstore import DataCorruptionError, MessageAppended, Session, SessionStore
+from sessionstore.claude_code import (
+    export_claude_code,
+    import_claude_code,
+    iter_claude_code,
+    write_claude_code,
+    write_claude_code_file,
+)
+from sessionstore.cli import main
+
+SESSION = "3b7e9c1d-4a2f-4e6b-8d0c-5f1a2b3c4d5e"
+
+
+def _line(index: int, parent: int | None) -> dict[str, Any]:
+    """Message ``index`` (user when even) answering message ``parent``, keys in Claude Code's order."""
+    user = index % 2 == 0
+    text = f"message {index} é ✓"
+    message: dict[str, Any] = (
+        {"role": "user", "content": text}
+        if user
+        else {
+            "model": "claude-sonnet-4-5",
+            "id": f"msg_{index}",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 0.5 + index},
+        }
+    )
+    return {
+        "parentUuid": None if parent is None else f"m-{parent}",
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/home/dev/proj",
+        "sessionId": SESSION,
+        "version": "2.1.0",
+        "gitBranch": "main",
+        "type": "user" if user else "assistant",
+        "message": message,
+        "uuid": f"m-{index}",
+        "timestamp": f"2026-01-13T08:{index // 60:02d}:{index % 60:02d}.000Z",
+    }
+
+
+def _dump(entry: dict[str, Any]) -> str:
+    return json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
+
+
+@st.composite
+def _transcripts(draw: st.DrawFn) -> str:
+    """A branching conversation written in any line order, with blank lines and glued objects."""
+    count = draw(st.integers(1, 14))
+    parents = [None, *(draw(st.integers(0, i - 1)) for i in range(1, count))]
+    order = draw(st.permutations(range(count)))
+    lines = [_dump(_line(i, parents[i])) for i in order]
+    # Blank lines keep their numbers (trailing ones have none to keep: a file ends at its last line).
+    for at in sorted(draw(st.lists(st.integers(0, len(lines) - 1), max_size=3)), reverse=True):
+        lines.insert(at, "")
+    glued = draw(st.lists(st.integers(0, len(lines) - 1), max_size=2, unique=True))
+    for at in glued:
+        if lines[at]:
+            lines[at] += '{"type":"summary","summary":"a title","leafUuid":"m-0"}'
+    return "\n".join(lines) + "\n"
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=_transcripts())
+def test_any_line_order_exports_byte_for_byte(text: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """However the log orders a transcript's lines (parents first), each goes back to its number."""
+    folder = tmp_path_factory.mktemp("transcript")
+    source = folder / f"{SESSION}.jsonl"
+    source.write_text(text, encoding="utf-8")
+    with sessionstore.open_store(":memory:") as store:
+        import_claude_code(store, [source])
+
+        streamed = "".join(line + "\n" for line in iter_claude_code(store, SESSION))
+        exported = write_claude_code_file(store, SESSION, folder / "out.jsonl")
+
+        assert streamed == text
+        assert export_claude_code(store, SESSION) == text.split("\n")[:-1]
+        assert (folder / "out.jsonl").read_bytes() == text.encode()
+        assert exported.lines == text.count("\n")
+
+
+def _line_order_in_the_log(store: SessionStore) -> list[int]:
+    return [
+        r.payload_dict()["line"] for r in store.read(SESSION) if r.type in ("imported_entry", "opaque_entry")
+    ]
+
+
+def test_a_transcript_written_children_first_spans_pages_and_comes_back_in_file_order(tmp_path: Path) -> None:
+    """A chain of 700 lines in reverse file order: the log holds them last line first (the
+    worst case for streaming: every line waits for line 1); the export is still exact."""
+    count = 700
+    text = "".join(_dump(_line(i, i - 1 if i else None)) + "\n" for i in reversed(range(count)))
+    source = tmp_path / f"{SESSION}.jsonl"
+    source.write_text(text, encoding="utf-8")
+    with sessionstore.open_store(":memory:") as store:
+        import_claude_code(store, [source])
+
+        assert _line_order_in_the_log(store) == list(range(count, 0, -1))
+        assert "".join(line + "\n" for line in iter_claude_code(store, SESSION)) == text
+
+
+def _tampered_native_session(db: Path) -> None:
+    """A native session of 600 messages whose message at seq 590 no longer decodes."""
+    with sessionstore.open_store(db, migrate=True) as store:
+        session = Session.create(store, "s-1", model="claude-sonnet-4-5")
+        session.append(
+            [
+                MessageAppended(role="user" if i % 2 == 0 else "assistant", content=f"turn {i}")
+                for i in range(600)
+            ]
+        )
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP TRIGGER events_append_only_update")
+        conn.execute("UPDATE events SET payload = '{{{' WHERE session_id = 's-1' AND seq = 590")
+    conn.close()
+
+
+def test_a_write_that_fails_part_way_leaves_every_target_as_it_was(tmp_path: Path) -> None:
+    """An event that fails to decode half way through: the existing file keeps its bytes, no
+    temporary file or new folder is left behind."""
+    db = tmp_path / "t.db"
+    _tampered_native_session(db)
+    target = tmp_path / "files" / "s-1.jsonl"
+    target.parent.mkdir()
+    target.write_bytes(b"the old export\n")
+
+    with sessionstore.open_store(db) as store:
+        with pytest.raises(DataCorruptionError, match="seq 590"):
+            write_claude_code_file(store, "s-1", target, overwrite=True)
+        with pytest.raises(DataCorruptionError, match="seq 590"):
+            write_claude_code(store, "s-1", tmp_path / "project" / "nested", overwrite=True)
+        with pytest.raises(DataCorruptionError, match="seq 590"):
+            write_claude_code(store, "s-1", target.parent, overwrite=True)
+
+    assert target.read_bytes() == b"the old export\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["s-1.jsonl"]
+    assert not (tmp_path / "project").exists()
+
+
+def _stored_counts(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT count(*) FROM token_counts").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_the_cli_export_counts_no_tokens(tmp_path: Path) -> None:
+    """Exporting copies events out: the counts an import deferred stay for a reader that needs them."""
+    db = tmp_path / "c.db"
+    text = "".join(_dump(_line(i, i - 1 if i else None)) + "\n" for i in range(40))
+    source = tmp_path / f"{SESSION}.jsonl"
+    source.write_text(text, encoding="utf-8")
+    out = io.StringIO()
+    assert main(["db", "upgrade", "--db", str(db)], out=out) == 0
+    assert main(["import", "--db", str(db), str(source)], out=out) == 0
+    before = _stored_counts(db)
+
+    assert main(["export", "--db", str(db), SESSION, "-o", str(tmp_path / "out.jsonl")], out=out) == 0
+    assert main(["export", "--db", str(db), SESSION], out=out) == 0
+    assert _stored_counts(db) == before
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == text
+    with sessionstore.open_store(db) as store:  # any other reader counts them
+        store.read(SESSION)
+    assert _stored_counts(db) > before
