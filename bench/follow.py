@@ -12,7 +12,7 @@ time (this process: the follower and SQLite, ``synchronous=FULL``) is measured, 
 the same process, what a bare ``json.loads`` of that new line costs (the least any follower must
 do for it). Columns, medians over the P polls: CPU ms per poll, that over ``json.loads`` of the
 new line (``x loads``), that per MB of the file (what a poll that reads the whole file grows
-with), and that over this tree's (``x after``).
+with), that over this tree's (``x after``), and the child's peak RSS.
 
 Each follower runs in a child process: this tree's (``after``) and, unless ``--before none``, the
 package of commit ``--before`` (default: the last one whose polls converted every line again),
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -104,6 +105,7 @@ def _child(source: Path, work: Path, polls: int, profile: bool) -> None:
                 "events": len(events),
                 "last": events[-1].event_id,
                 "held": report.held,
+                "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
         )
     )
@@ -163,7 +165,7 @@ def main() -> int:
             print(f"(commit {args.before} not in this checkout's git: 'before' skipped)")
         header = (
             f"{'transcript':>22} {'follower':>16} {'first poll s':>12} {'poll ms':>8} {'x loads':>8} "
-            f"{'ms/MB':>6} {'x after':>8}"
+            f"{'ms/MB':>6} {'x after':>8} {'peak RSS MB':>11}"
         )
         print(header)
         print("-" * len(header))
@@ -187,7 +189,8 @@ def main() -> int:
                 loads = statistics.median(run["loads"])
                 print(
                     f"{name:>22} {which:>16} {run['first']:>12.2f} {poll * 1e3:>8.1f} "
-                    f"{poll / loads:>8,.0f} {poll * 1e3 / size:>6.2f} {poll / after:>8.1f}"
+                    f"{poll / loads:>8,.0f} {poll * 1e3 / size:>6.2f} {poll / after:>8.1f} "
+                    f"{run['rss_mb']:>11,.0f}"
                 )
             print(f"{'':>22} ({lines:,} lines, {runs['after']['events']:,} events, {args.polls} polls)")
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
