@@ -10,6 +10,7 @@ all polls did before). A file rewritten in the middle or cut short is read and c
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import sys
 from collections.abc import Iterator
@@ -43,10 +44,10 @@ def _events(store: SessionStore, session_id: str) -> list[tuple[str, int, str, d
     return [(e.event_id, e.seq, e.type, e.payload_dict()) for e in store.read(session_id)]
 
 
-def _converting_whole(store: SessionStore, paths: list[Path]) -> ClaudeCodeFollower:
+def _converting_whole(store: SessionStore, paths: list[Path], skip: bool = False) -> ClaudeCodeFollower:
     """A follower that converts every settled line again at each poll, dropping what is stored
     (what every poll did before polls went on from the last one): the reference."""
-    follower = ClaudeCodeFollower(store, paths)
+    follower = ClaudeCodeFollower(store, paths, skip_bad_lines=skip)
     follower._resume = None  # type: ignore[assignment]  # no resume: _import_files converts whole
     return follower
 
@@ -59,7 +60,9 @@ def _assert_same(store: SessionStore, reference: SessionStore) -> None:
         assert _events(store, session_id) == _events(reference, session_id), session_id
 
 
-def _follow_in_chunks(store: SessionStore, sources: dict[Path, Path], rng: random.Random | None) -> int:
+def _follow_in_chunks(
+    store: SessionStore, sources: dict[Path, Path], rng: random.Random | None, skip: bool = False
+) -> int:
     """Write each source's lines to its target, one line (``rng`` None) or 1-40 lines at a time,
     the files in turn, polling after every write (a chunk may end mid-line), beside a follower
     that converts whole: every poll writes what it writes, and so does the last. The lines held
@@ -69,10 +72,10 @@ def _follow_in_chunks(store: SessionStore, sources: dict[Path, Path], rng: rando
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(b"")
     folders = sorted({t.parent for t in sources if t.parent.name != "subagents"})
-    follower = ClaudeCodeFollower(store, folders)
+    follower = ClaudeCodeFollower(store, folders, skip_bad_lines=skip)
     reference_store = sessionstore.open_store(":memory:")
     try:
-        reference = _converting_whole(reference_store, folders)
+        reference = _converting_whole(reference_store, folders, skip)
         while any(pending.values()):
             for target, lines in pending.items():
                 if not lines:
@@ -86,7 +89,10 @@ def _follow_in_chunks(store: SessionStore, sources: dict[Path, Path], rng: rando
                 with target.open("ab") as f:
                     f.write(chunk)
                 report, expected = follower.poll(), reference.poll()
-                assert (report and report.to_dict()) == (expected and expected.to_dict())
+                if skip:  # a line kept opaque is reported by the poll that converts it only
+                    assert (report and report.sessions) == (expected and expected.sessions)
+                else:
+                    assert (report and report.to_dict()) == (expected and expected.to_dict())
         assert follower.held == reference.held
         _assert_same(store, reference_store)
     finally:
@@ -198,3 +204,20 @@ def test_a_truncated_file_then_grown_again_is_read_whole_again(
     versions = [b"".join(lines[:end]) for end in range(40, half, 40)]
     versions += [b"".join(lines[:end]) for end in range(10, len(lines) + 1, 25)]
     _replay(shared_store, tmp_path, [*versions, b"".join(lines)])
+
+
+def test_bad_lines_skipped_while_followed(shared_store: SessionStore, tmp_path: Path) -> None:
+    """``skip_bad_lines``: a line that is not JSON is skipped and one that cannot be modelled is
+    kept opaque, as when each poll converted every line."""
+    source = copy_main(tmp_path, "entireio__cli__98-78b713483d-0-full.jsonl")
+    lines = source.read_bytes().splitlines(keepends=True)
+    entry = json.loads(lines[30])
+    entry["message"] = {"role": "user", "content": 5}  # content must be a string or a list
+    entry["type"] = "user"
+    lines[30] = json.dumps(entry).encode() + b"\n"
+    lines[50:50] = [b"{not json\n"]
+    source.write_bytes(b"".join(lines))
+    target = tmp_path / "live" / source.name
+    _follow_in_chunks(shared_store, {target: source}, random.Random(3), skip=True)
+    stored = _events(shared_store, "847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1")
+    assert any(kind == "opaque_entry" and payload["line"] == 31 for _, _, kind, payload in stored)
