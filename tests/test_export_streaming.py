@@ -21,6 +21,8 @@ from sessionstore.claude_code import (
     write_claude_code,
     write_claude_code_file,
 )
+from sessionstore.claude_code._export import _dump as export_dump
+from sessionstore.claude_code._export import _dump_as_javascript
 from sessionstore.cli import main
 
 SESSION = "3b7e9c1d-4a2f-4e6b-8d0c-5f1a2b3c4d5e"
@@ -97,6 +99,7 @@ def test_any_line_order_exports_byte_for_byte(text: str, tmp_path_factory: pytes
         assert export_claude_code(store, SESSION) == text.split("\n")[:-1]
         assert (folder / "out.jsonl").read_bytes() == text.encode()
         assert exported.lines == text.count("\n")
+        assert sorted(p.name for p in folder.iterdir()) == sorted([source.name, "out.jsonl"])  # no temporary
 
 
 def _line_order_in_the_log(store: SessionStore) -> list[int]:
@@ -184,3 +187,22 @@ def test_the_cli_export_counts_no_tokens(tmp_path: Path) -> None:
     with sessionstore.open_store(db) as store:  # any other reader counts them
         store.read(SESSION)
     assert _stored_counts(db) > before
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from(["1.0,", "2e-05", "NaN", "Infinity", "x 3.0]", "é✓"])
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(value=st.dictionaries(st.text(max_size=4), _JSON, max_size=5))
+def test_every_line_is_written_as_javascript_writes_it(value: dict[str, Any]) -> None:
+    """The fast path (the C encoder, when its text holds no float JavaScript writes otherwise)
+    gives the same text as writing every float as JSON.stringify does."""
+    assert export_dump(value) == _dump_as_javascript(value)

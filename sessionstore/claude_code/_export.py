@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -51,10 +52,21 @@ _LINE_TYPES = frozenset({"imported_entry", "opaque_entry"})
 _ENVELOPE_KEYS = ("userType", "cwd", "version", "gitBranch")
 
 
+#: Where Python's text for a float may differ from JavaScript's: an exponent (1e-05, 1e+16), an
+#: integral float (2.0, -0.0) or a non-finite one. Elsewhere both write the same shortest digits,
+#: positionally, so text with none of these (even inside a string) needs no second look.
+_FLOAT_MAY_DIFFER = re.compile(r"\d[eE][+-]?\d|\d\.0(?:[,\]}]|$)|Infinity|NaN")
+
+
 def _dump(entry: object) -> str:
     # What Claude Code writes (JSON.stringify): compact, non-ASCII kept, key order kept.
-    if not _has_float(entry):
-        return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    if _FLOAT_MAY_DIFFER.search(text) is None or not _has_float(entry):
+        return text
+    return _dump_as_javascript(entry)
+
+
+def _dump_as_javascript(entry: object) -> str:
     # Python's encoder writes floats its own way (6e-05 where JavaScript writes 0.00006): the
     # pure-Python encoder takes the float formatter, so floats come out as JSON.stringify's.
     encode = json.encoder._make_iterencode(  # type: ignore[attr-defined]
