@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -634,6 +635,8 @@ class _Plan:
     converter: _Converter | None = None
     known: dict[str, int] = field(default_factory=dict)
     last_seq: int = 0
+    #: The ids of the events this round writes, in order (they follow ``last_seq``).
+    written: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1539,7 +1542,7 @@ def _session_write(
         metadata = {"source": SOURCE, "file": str(plan.file.path)}
         write = SessionWrite(
             plan.session_id,
-            _resolve_kept_from(plan, tally.count(events, {}), {}),
+            _written(plan, _resolve_kept_from(plan, tally.count(events, {}), {})),
             create=True,
             metadata=metadata,
             parent_session_id=plan.parent_session_id,
@@ -1569,7 +1572,17 @@ def _session_write(
     # A transcript that grew since (Claude Code appends on resume) adds its new lines only. A
     # listing line stored before listings were read stays what it became (no delta at the end).
     new = _resolve_kept_from(plan, tally.count(events, known, plan.listing_lines), known)
-    return SessionWrite(plan.session_id, new, expected_seq=last), tally, False
+    return SessionWrite(plan.session_id, _written(plan, new), expected_seq=last), tally, False
+
+
+def _written(plan: _Plan, events: Iterable[Event]) -> Iterator[Event]:
+    """``events``, their ids noted in ``plan.written`` as they are written: they take the seqs
+    after ``plan.last_seq`` in this order (a session's seqs have no gaps), so the next import that
+    goes on from this one knows them without reading them back."""
+    plan.written = []
+    for event in events:
+        plan.written.append(str(event.event_id))
+        yield event
 
 
 def _write(
@@ -1768,6 +1781,24 @@ class _Progress:
             self.callback(self.total, self.total)
 
 
+def _resume_of(plan: _Plan) -> _Resume:
+    """Where the import of ``plan``, written, left off."""
+    assert plan.converter is not None
+    # What this import wrote took the seqs after those it knew, in order.
+    plan.known.update(zip(plan.written, itertools.count(plan.last_seq + 1)))
+    lines = plan.file.lines
+    return _Resume(
+        plan.converter,
+        len(lines),
+        lines[-1] if lines else None,
+        plan.entries,
+        plan.messages,
+        plan.opaque,
+        plan.known,
+        plan.last_seq + len(plan.written),
+    )
+
+
 def _import_files(
     store: SessionStore,
     files: list[_File],
@@ -1800,19 +1831,7 @@ def _import_files(
     snapshot_every = SessionConfig().snapshot_every if snapshot else 0
     written, folds = _write(store, plans, owner, convert, skipped, snapshot_every)
     if resume is not None:
-        for plan in plans:
-            if plan.converter is not None:
-                lines = plan.file.lines
-                resume[plan.file.path] = _Resume(
-                    plan.converter,
-                    len(lines),
-                    lines[-1] if lines else None,
-                    plan.entries,
-                    plan.messages,
-                    plan.opaque,
-                    plan.known,
-                    plan.last_seq,
-                )
+        resume.update((plan.file.path, _resume_of(plan)) for plan in plans if plan.converter is not None)
     imported = [
         ImportedSession(
             session_id=plan.session_id,
