@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import sessionstore
 from sessionstore import DataCorruptionError, MessageAppended, Session, SessionStore
 from sessionstore.claude_code import (
+    _export,
     export_claude_code,
     import_claude_code,
     iter_claude_code,
@@ -82,14 +83,22 @@ def _transcripts(draw: st.DrawFn) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What may wait in memory: all of it, nothing (every line read early is read again), a little.
+_HOLDS = [_export.HOLD_CHARS, 0, 600]
+
+
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=_transcripts())
-def test_any_line_order_exports_byte_for_byte(text: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """However the log orders a transcript's lines (parents first), each goes back to its number."""
+@given(text=_transcripts(), hold=st.sampled_from(_HOLDS))
+def test_any_line_order_exports_byte_for_byte(
+    text: str, hold: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """However the log orders a transcript's lines (parents first), and however little may wait
+    in memory, each line goes back to its number."""
     folder = tmp_path_factory.mktemp("transcript")
     source = folder / f"{SESSION}.jsonl"
     source.write_text(text, encoding="utf-8")
-    with sessionstore.open_store(":memory:") as store:
+    with sessionstore.open_store(":memory:") as store, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_export, "HOLD_CHARS", hold)
         import_claude_code(store, [source])
 
         streamed = "".join(line + "\n" for line in iter_claude_code(store, SESSION))
@@ -108,9 +117,14 @@ def _line_order_in_the_log(store: SessionStore) -> list[int]:
     ]
 
 
-def test_a_transcript_written_children_first_spans_pages_and_comes_back_in_file_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hold", _HOLDS)
+def test_a_transcript_written_children_first_spans_pages_and_comes_back_in_file_order(
+    hold: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A chain of 700 lines in reverse file order: the log holds them last line first (the
-    worst case for streaming: every line waits for line 1); the export is still exact."""
+    worst case for streaming: every line waits for line 1, in memory or to be read again); the
+    export is still exact."""
+    monkeypatch.setattr(_export, "HOLD_CHARS", hold)
     count = 700
     text = "".join(_dump(_line(i, i - 1 if i else None)) + "\n" for i in reversed(range(count)))
     source = tmp_path / f"{SESSION}.jsonl"

@@ -13,6 +13,11 @@ were, reverted or not.
 ``write_claude_code`` lays out a project folder as Claude Code does: ``<sessionId>.jsonl``,
 sub-agents under ``<sessionId>/subagents/agent-<id>.jsonl`` (with their ``.meta.json`` when one
 was imported) and spilled tool outputs under ``<sessionId>/tool-results/``.
+
+Nothing holds a session whole: ``_index`` reads the log once, a page at a time, keeping numbers
+and ids; ``_source_lines`` reads the lines again and gives each as soon as its turn comes (see
+there for the order and the memory bound); ``_synthesized`` reads only the events appended
+since. Files are streamed to a temporary beside their target and renamed over it when complete.
 """
 
 from __future__ import annotations
@@ -248,36 +253,66 @@ def _index(store: SessionStore, session_id: str) -> _Index:
     )
 
 
+#: Characters of JSON held for lines read ahead of their turn; beyond it a line read early keeps
+#: only its seq and is read again, by itself, when its turn comes.
+HOLD_CHARS = 32_000_000
+
+
+def _line_text(index: _Index, entry: dict[str, Any]) -> str:
+    if index.fork and "sessionId" in entry:
+        # A fork's inherited lines take its sessionId, as Claude Code's own forks copy them.
+        entry["sessionId"] = index.claude_session
+    return _dump(entry)
+
+
+def _content_at(index: _Index, seq: int) -> Any:
+    """The message content stored in the ``message_appended`` at ``seq``."""
+    return index.log.read(seq, seq)[0].payload_dict()["content"]
+
+
+def _read_again(index: _Index, seq: int) -> str:
+    """The line object stored at ``seq``, read by itself (with its moved content)."""
+    entry = index.log.read(seq, seq)[0].payload_dict()["entry"]
+    source = index.content_from.get(seq)
+    if source is not None:
+        entry["message"]["content"] = _content_at(index, source)
+    return _line_text(index, entry)
+
+
 def _source_lines(index: _Index) -> Iterator[str]:
     """The imported lines by number (``""`` for a number with no line), read a page at a time.
 
     The log holds a transcript's lines in the importer's order (parents before children), which
     is file order for a linear transcript; a line read before its turn waits in memory until
-    the lines before it are written, as does an entry whose content is in a later event. So
-    memory holds the lines out of order at one time: few for an ordinary transcript, and at
-    worst (a log whose order is the file's reversed) every line, as a whole-file export would.
-    Objects Claude Code wrote on one line (no newline between them) go back on one line.
+    the lines before it are written, as does an entry until the later event that holds its
+    content. For an ordinary transcript few wait. Memory stays bounded in every case: once
+    ``HOLD_CHARS`` of JSON wait, a line read early keeps only its seq and is read again by
+    itself when its turn comes (the worst case, a file whose lines stand children first, costs
+    one read a line instead of memory). Objects Claude Code wrote on one line (no newline
+    between them) go back on one line.
     """
     if not index.slots:
         return
-    uses: dict[int, int] = {}  # seq of a message -> how many entries take their content from it
-    for message in index.content_from.values():
-        uses[message] = uses.get(message, 0) + 1
     last_line = max(index.objects_on)
-    waiting: dict[int, list[tuple[int, dict[str, Any]]]] = {}  # message seq -> (seq, entry) waiting
-    early: dict[int, Any] = {}  # message seq -> content read before the entry that takes it
-    parts: dict[int, dict[int, str]] = {}  # line -> object index -> JSON, not written yet
+    sources = set(index.content_from.values())
+    # message seq -> (seq, entry, its size) of the entries waiting for its content
+    waiting: dict[int, list[tuple[int, dict[str, Any], int]]] = {}
+    parts: dict[int, dict[int, str | int]] = {}  # line -> object index -> JSON, or seq to read again
+    held = 0
     next_line = 1
 
     def place(seq: int, entry: dict[str, Any]) -> None:
-        if index.fork and "sessionId" in entry:
-            # A fork's inherited lines take its sessionId, as Claude Code's own forks copy them.
-            entry["sessionId"] = index.claude_session
+        nonlocal held
         line, object_index = index.slots[seq]
-        parts.setdefault(line, {})[object_index] = _dump(entry)
+        if line != next_line and held >= HOLD_CHARS:
+            parts.setdefault(line, {})[object_index] = seq
+            return
+        text = _line_text(index, entry)
+        held += len(text)
+        parts.setdefault(line, {})[object_index] = text
 
-    first = min(min(index.slots), min(uses, default=1))
-    last = max(max(index.slots), max(uses, default=1))
+    first = min(index.slots)
+    last = max(max(index.slots), max(sources, default=1))
     for recorded in read_pages(index.log.read, first, last):
         seq = recorded.seq
         if seq in index.slots:
@@ -285,22 +320,22 @@ def _source_lines(index: _Index) -> Iterator[str]:
             source = index.content_from.get(seq)
             if source is None:
                 place(seq, entry)
-            elif source in early:
-                entry["message"]["content"] = early[source]
-                uses[source] -= 1
-                if not uses[source]:
-                    del early[source]
+            elif source < seq:  # not an importer's order: its content was passed, read it again
+                entry["message"]["content"] = _content_at(index, source)
                 place(seq, entry)
-            else:
-                waiting.setdefault(source, []).append((seq, entry))
-        elif seq in uses:
-            content = json.loads(recorded.payload)["content"]
-            for entry_seq, entry in waiting.pop(seq, []):
+            elif held >= HOLD_CHARS and index.slots[seq][0] != next_line:
+                line, object_index = index.slots[seq]
+                parts.setdefault(line, {})[object_index] = seq
+            else:  # held (its size counted) until the event with its content is read
+                size = len(recorded.payload)
+                held += size
+                waiting.setdefault(source, []).append((seq, entry, size))
+        elif seq in sources and seq in waiting:
+            content = recorded.payload_dict()["content"]
+            for entry_seq, entry, size in waiting.pop(seq):
+                held -= size
                 entry["message"]["content"] = content
-                uses[seq] -= 1
                 place(entry_seq, entry)
-            if uses[seq]:
-                early[seq] = content
         while next_line <= last_line:
             expected = index.objects_on.get(next_line)
             if expected is not None:
@@ -308,7 +343,15 @@ def _source_lines(index: _Index) -> Iterator[str]:
                 if done is None or len(done) < expected:
                     break
                 del parts[next_line]
-                yield "".join(done[i] for i in sorted(done))
+                texts = []
+                for object_index in sorted(done):
+                    part = done[object_index]
+                    if isinstance(part, int):
+                        part = _read_again(index, part)
+                    else:
+                        held -= len(part)
+                    texts.append(part)
+                yield "".join(texts)
             else:
                 yield ""
             next_line += 1
