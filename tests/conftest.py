@@ -157,6 +157,16 @@ def store(backend: Backend) -> Iterator[SessionStore]:
 
 
 @pytest.fixture
+def shared_store(shared_backend: Backend) -> Iterator[SessionStore]:
+    """A migrated store on a shareable database (SQLite in a file, PostgreSQL), closed after the test."""
+    opened = shared_backend.open()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
 def open_store(backend: Backend) -> Iterator[Callable[..., SessionStore]]:
     """Open more stores on the test's database; all are closed after the test."""
     opened: list[SessionStore] = []

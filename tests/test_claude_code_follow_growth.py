@@ -13,7 +13,6 @@ import importlib.util
 import json
 import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,19 +24,8 @@ from sessionstore import SessionStore
 from sessionstore.claude_code import ClaudeCodeFollower
 
 from ._claude_code_corpus import MAIN_FILES, copy_main, modern_project
-from .conftest import Backend
 
 BENCH = Path(__file__).parent.parent / "bench"
-
-
-@pytest.fixture
-def shared_store(shared_backend: Backend) -> Iterator[SessionStore]:
-    """A migrated store on SQLite (a file) and PostgreSQL."""
-    opened = shared_backend.open()
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _events(store: SessionStore, session_id: str) -> list[tuple[str, int, str, dict[str, Any]]]:

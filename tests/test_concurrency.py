@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +48,6 @@ ROUNDS_ENV = "SESSIONSTORE_RACE_ROUNDS"
 def _rounds(default: int) -> int:
     value = os.environ.get(ROUNDS_ENV)
     return int(value) if value else default
-
-
-@pytest.fixture
-def shared_store(shared_backend: Backend) -> Iterator[SessionStore]:
-    """A migrated store on a shareable database, closed after the test."""
-    opened = shared_backend.open()
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _start(target: Callable[..., None], *args: object, name: str) -> threading.Thread:
