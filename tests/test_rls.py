@@ -463,3 +463,39 @@ def test_a_server_whose_role_cannot_store_counts_logs_once_and_keeps_serving(
     assert len(warnings) == 1
     assert warnings[0].startswith("token counts not stored (tried again later")
     assert stored == 0
+
+
+def test_a_server_stores_counts_again_at_its_interval_once_the_role_may(roles: Roles) -> None:
+    """After a failure the server tries less often (60 s, then more); the first store that
+    succeeds puts it back on its own interval."""
+    from sessionstore.serve._app import CountKeeper
+
+    with roles.open(roles.acme, token_counter=TiktokenCounter()) as acme:
+        acme.create_session("acme-3", tenant="acme", user="alice", events=_messages(3, "acme"))
+    owner = create_engine(sessionstore.store.resolve_url(roles.url_for(roles.owner)))
+    now = [1000.0]
+    with roles.open(roles.acme, token_counter=TiktokenCounter()) as store:
+        keeper = CountKeeper(store, 30.0, clock=lambda: now[0])
+        with owner.begin() as conn:
+            conn.execute(text(f"REVOKE INSERT ON token_counts FROM {roles.acme}"))
+        store.read("acme-3")  # three counts to store
+        now[0] += 30
+        assert keeper.due()
+        keeper.store()  # refused
+        now[0] += 59
+        assert not keeper.due()
+        now[0] += 1
+        assert keeper.due()
+        keeper.store()  # refused again: 120 s now
+        with owner.begin() as conn:
+            conn.execute(text(f"GRANT INSERT ON token_counts TO {roles.acme}"))
+        now[0] += 119
+        assert not keeper.due()
+        now[0] += 1
+        keeper.store()  # stored: back to every 30 s
+        now[0] += 30
+        assert keeper.due()
+        with store.engine.connect() as conn:  # type: ignore[attr-defined]
+            stored = conn.execute(text("SELECT count(*) FROM token_counts")).scalar_one()
+    owner.dispose()
+    assert stored == 3

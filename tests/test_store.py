@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -483,7 +484,8 @@ class TestTamperEvidence:
         events = store.read(paged)
         report = store.verify(paged)
         assert (report.ok, report.events_checked, report.head) == (True, 10, events[-1].hash)
-        assert store.verify(paged, head=events[4].hash).ok  # a hash in the middle page
+        assert store.verify(paged, head=events[1].hash).ok  # a hash in the first page
+        assert store.verify(paged, head=events[4].hash).ok  # in the middle page
         assert store.verify(paged, head=store.head(paged)).ok
         gone = store.verify(paged, head=sessionstore.store.ChainHead(paged, 11, events[-1].hash))
         assert (gone.ok, gone.events_checked) == (False, 10)
@@ -522,6 +524,34 @@ class TestTamperEvidence:
         report = store.verify(paged)
         assert (report.ok, report.events_checked, report.first_bad_seq) == (False, 10, 8)
         assert report.reason == "seq gap: expected 7"
+
+    @pytest.mark.parametrize(
+        ("statement", "problem"),
+        [
+            ("UPDATE events SET seq = 1e19 WHERE session_id = :s AND seq = 7", "seq gap: expected 7"),
+            ("UPDATE events SET seq = 5.5 WHERE session_id = :s AND seq = 7", "seq is 5.5, not an integer"),
+            ("UPDATE events SET seq = 'seven' WHERE session_id = :s AND seq = 7", "seq is 'seven', not"),
+            (  # one row more, between the last two whole seqs
+                "INSERT INTO events (session_id, seq, event_id, type, schema_version, payload, prev_hash, "
+                "hash, created_at) SELECT session_id, 10.5, 'forged', type, schema_version, payload, "
+                "prev_hash, hash, created_at FROM events WHERE session_id = :s AND seq = 10",
+                "seq is 10.5, not an integer",
+            ),
+        ],
+    )
+    def test_a_seq_sqlite_keeps_as_real_or_text_is_reported_not_raised(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, statement: str, problem: str
+    ) -> None:
+        """SQLite keeps a REAL or TEXT in the seq column: verify reports the altered row (the
+        walk a page at a time may not step over it, nor ``int(5.5)`` hide it), never raises."""
+        monkeypatch.setattr(_contract, "VERIFY_PAGE", 3)
+        with sessionstore.open_store(tmp_path / "t.db", migrate=True, token_counter=None) as store:
+            sid = _new_session(store)
+            store.append(sid, _messages(9), expected_seq=1)
+            _bypass_triggers_and_run(store, statement, s=sid)
+            report = store.verify(sid)
+        assert not report.ok
+        assert problem in (report.reason or "")
 
     def test_flipped_byte_is_found_at_its_seq(self, store: SessionStore) -> None:
         """Change one byte of one payload: verify names that seq, verified reads raise."""

@@ -125,7 +125,7 @@ def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(tmp_path: Path)
         "c-1: TOKEN COUNT MISMATCH (4 events); token counts: MISMATCH (1 of 3 deferred"
     )
     assert "seq 2: " in lines[0]
-    assert lines[1] == "c-2: ok (2 events); token counts: ok (1 deferred counts recounted)"
+    assert lines[1] == "c-2: ok (2 events); token counts: ok (1 deferred count recounted)"
     assert lines[2] == "2 sessions verified: 1 ok, 1 failed"
 
     out = io.StringIO()
@@ -139,3 +139,21 @@ def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(tmp_path: Path)
         assert [v.ok for v in verify_all(store, counts=True)] == [False, True]
     finally:
         store.close()
+
+
+def test_an_erased_session_has_no_counts_to_check(shared_backend: Backend) -> None:
+    """A shredded session's counts went with it: --counts does not fail it (its chain still
+    verifies against its receipt)."""
+    from sessionstore.store._crypto import LocalKeyProvider
+
+    with shared_backend.open(encryption=LocalKeyProvider(bytes(range(32)))) as store:
+        sid = store.create_session(events=_conversation()).id
+        store.read(sid)
+        store.store_token_counts()
+        store.erase(sid, reason="the user asked")
+        report = verify_session(store, sid, counts=True)
+    assert report.ok
+    assert report.chain.erasure is not None
+    assert [(c.status, c.detail) for c in report.projections if c.projection == "token_counts"] == [
+        ("none", "erased: its counts were deleted")
+    ]

@@ -35,7 +35,10 @@ def recount_token_counts(store: SessionStore, session_id: str) -> Recount:
     """Recount every deferred count of the session's own events (a fork's prefix is its
     parent's to check) and compare each with what a read returns.
 
-    A count no process stored yet is made by the read itself and trivially agrees.
+    Every count a reader gets is checked: one no process stored yet is made by this read
+    itself and agrees by construction, so what the check can catch is a stored count (in
+    ``token_counts``) that differs. Counts are recounted with this store's counter: a count
+    another tokenizer made differs too.
 
     Raises:
         SessionNotFoundError: no such session.

@@ -149,8 +149,11 @@ class SessionVerification:
         elif all(c.ok for c in self.projections):
             head = f"{chain.session_id}: ok ({chain.events_checked} events{unbound})"
         else:
-            only_counts = all(c.ok or c.projection == COUNTS_CHECK for c in self.projections)
-            failure = "TOKEN COUNT MISMATCH" if only_counts else "SNAPSHOT MISMATCH"
+            failed = [c for c in self.projections if not c.ok]
+            if all(c.projection == COUNTS_CHECK for c in failed):
+                failure = f"TOKEN COUNT {failed[0].status.upper()}"  # MISMATCH, or ERROR
+            else:
+                failure = "SNAPSHOT MISMATCH"
             head = f"{chain.session_id}: {failure} ({chain.events_checked} events{unbound})"
         checked = [c for c in self.projections if c.status != "none" and c.projection != COUNTS_CHECK]
         if checked:
@@ -330,7 +333,10 @@ def verify_session(
         except Exception as e:
             checks.append(ProjectionCheck(projection.name, "error", None, f"{type(e).__name__}: {e}"))
     if counts:
-        checks.append(_check_counts(store, session_id))
+        if chain.erasure is not None:  # its counts went with it
+            checks.append(ProjectionCheck(COUNTS_CHECK, "none", None, "erased: its counts were deleted"))
+        else:
+            checks.append(_check_counts(store, session_id))
     return SessionVerification(chain, to_seq, tuple(checks))
 
 
@@ -359,7 +365,8 @@ def _check_counts(store: SessionStore, session_id: str) -> ProjectionCheck:
         return ProjectionCheck(COUNTS_CHECK, "mismatch", None, detail)
     if not found.checked:
         return ProjectionCheck(COUNTS_CHECK, "none", None, "no deferred counts")
-    return ProjectionCheck(COUNTS_CHECK, "match", None, f"{found.checked} deferred counts recounted")
+    plural = "s" if found.checked != 1 else ""
+    return ProjectionCheck(COUNTS_CHECK, "match", None, f"{found.checked} deferred count{plural} recounted")
 
 
 def verify_all(

@@ -43,34 +43,41 @@ class CountKeeper:
     A read counts the events nobody counted yet (docs/storage.md "Token counts") and the store
     keeps those counts in memory until a write of the same session or ``close()``; a server only
     reads, so without this every other process would count the same events again, and this one
-    would hold them until it stops. Run after a response is sent; one at a time. A store that
-    cannot write them (a read-only database, a write lock held too long) is logged once and
-    tried again less and less often (up to once an hour).
+    would hold them until it stops. Run after a response is sent; one at a time. When the store
+    cannot write them (a read-only database, a role not granted ``token_counts``, a write lock
+    held too long) it is logged once and tried again less and less often (up to once an hour),
+    until a store succeeds: then every ``every`` seconds again.
     """
 
-    def __init__(self, store: SessionStore, every: float) -> None:
+    def __init__(self, store: SessionStore, every: float, *, clock: Callable[[], float] = time.monotonic):
         self._store = store
-        self._every = every
-        self._last = time.monotonic()
+        self._clock = clock
+        self._configured = self._every = every
+        self._last = clock()
         self._busy = threading.Lock()
-        self._warned = False
+        self._failing = False
 
     def due(self) -> bool:
         """Whether a store is due (cheap: checked after every response)."""
-        return time.monotonic() - self._last >= self._every
+        return self._clock() - self._last >= self._every
 
     def store(self) -> None:
         """Store the counts (skipped when another request is storing them)."""
         if not self._busy.acquire(blocking=False):
             return
         try:
-            self._last = time.monotonic()
+            self._last = self._clock()
             self._store.store_token_counts()
         except SessionStoreError as e:  # the counts are made again by the next reader meanwhile
             self._every = min(max(self._every * 2, 60.0), 3600.0)
-            if not self._warned:
-                self._warned = True
+            if not self._failing:
+                self._failing = True
                 _LOG.warning("token counts not stored (tried again later; counted again when read): %s", e)
+        else:
+            if self._failing:
+                self._failing = False
+                _LOG.info("token counts stored again")
+            self._every = self._configured
         finally:
             self._busy.release()
 

@@ -450,6 +450,8 @@ class VerifyReport:
 #: Events ``verify`` reads and checks at a time: a long session's chain is walked in bounded
 #: memory (a 67,221-event import held every event, payloads included, at once).
 VERIFY_PAGE = 1000
+#: The highest seq a read can ask for (a signed 64-bit integer).
+_MAX_SEQ = 2**63 - 1
 
 _IDENTITY_CHANGED = (
     "the chain does not start from the session's identity: its sessions row (parent_session_id, "
@@ -990,7 +992,15 @@ class SessionStore(abc.ABC):
             events = self.read_stored(session_id)  # raises when there are no events either
             reason = f"{len(events)} events but no sessions row: the session's row was deleted"
             return VerifyReport(session_id, len(events), None, reason)
-        report = self._verify_chain(info, head)
+        try:
+            report = self._verify_chain(info, head)
+        except SessionNotFoundError:  # purged while its chain was walked, a page at a time
+            receipt = self.erasure(session_id)
+            if receipt is None or receipt.method != "purged":
+                raise
+            return self._verify_purged(receipt, head)
+        except DataCorruptionError as e:  # a row no event can be read from (a TEXT seq, say)
+            return VerifyReport(session_id, 0, e.seq, str(e))
         if receipt is None:
             return report
         if report.ok and report.head != receipt.head_hash:
@@ -1065,20 +1075,30 @@ class SessionStore(abc.ABC):
         return VerifyReport(session_id, total, head=last, identity_bound=not legacy)
 
     def _stored_pages(self, session_id: str, last: int) -> Iterator[list[RecordedEvent]]:
-        """The session's stored events through seq ``last``, ``VERIFY_PAGE`` seqs at a time.
+        """The session's stored events, ``VERIFY_PAGE`` seqs at a time through seq ``last``
+        (its highest when the walk began), then any row past it.
 
-        A page missing rows is a gap (a broken chain): the rest is then read in one go, so the
-        gap is reported wherever the next row is, even at a forged seq near 2**63.
+        A page that does not hold exactly its seqs was altered (a row deleted, or a seq forged
+        between two others: SQLite keeps a REAL such as 5.5): the rest is then read in one go,
+        unbounded, as the walk before paging read everything, so the break is reported at the
+        row where it is. So is a highest seq past 2**63 - 1 (a forged REAL): one read of it all.
+        The last read takes every row from ``last`` on: events appended meanwhile (checked
+        too), and forged seqs past the last whole one (10.5 after 10).
         """
-        start = 1
+        if last > _MAX_SEQ:
+            yield self.read_stored(session_id)
+            return
+        start, seen = 1, None
         while start <= last:
             end = min(last, start + VERIFY_PAGE - 1)
             page = self.read_stored(session_id, start, end)
-            if len(page) < end - start + 1:
-                yield self.read_stored(session_id, start, last)
+            if len(page) != end - start + 1:
+                yield self.read_stored(session_id, start)
                 return
             yield page
-            start = end + 1
+            start, seen = end + 1, page[-1].event_id
+        tail = self.read_stored(session_id, max(last, 1))
+        yield tail[1:] if tail and tail[0].event_id == seen else tail
 
     def read_stored(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None

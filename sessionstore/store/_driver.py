@@ -20,7 +20,13 @@ from datetime import datetime
 from typing import Any
 
 from .._telemetry import logger
-from ..errors import DatabaseError, DuplicateEventError, SessionErasedError, SessionNotFoundError
+from ..errors import (
+    DatabaseError,
+    DataCorruptionError,
+    DuplicateEventError,
+    SessionErasedError,
+    SessionNotFoundError,
+)
 from ._codec import unpack_payload
 from ._contract import AppendResult, RecordedEvent, stored_event
 from ._counts import store_counts
@@ -89,6 +95,22 @@ def sqlite_datetime(stored: str) -> datetime:
     return datetime.fromisoformat(stored + "+00:00")
 
 
+def stored_int(value: object, column: str, session_id: str) -> int:
+    """An integer column of an event row as an int.
+
+    SQLite keeps whatever is written into a column, so an altered row can hold a REAL (5.5) or
+    TEXT where a seq, position or schema version goes: that is DataCorruptionError naming the
+    session, not a ValueError, and not a silent ``int(5.5) == 5`` that would hide the forged row
+    behind its neighbour. A whole REAL (8.0, 1e19) is its integer.
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    msg = f"session {session_id!r}: an event row's {column} is {value!r}, not an integer (altered)"
+    raise DataCorruptionError(msg, session_id=session_id)
+
+
 def recorded_events(
     cursor: Any, statement: str, params: Sequence[Any], to_datetime: Callable[[Any], datetime]
 ) -> list[RecordedEvent]:
@@ -101,11 +123,13 @@ def recorded_events(
     return [
         stored_event(
             session_id,
-            int(seq),
-            int(position),
+            seq if type(seq) is int else stored_int(seq, "seq", session_id),
+            position if type(position) is int else stored_int(position, "position", session_id),
             event_id,
             type_name,
-            int(schema_version),
+            schema_version
+            if type(schema_version) is int
+            else stored_int(schema_version, "schema_version", session_id),
             payload,
             token_count,
             prev_hash,
@@ -364,7 +388,8 @@ class DriverTransaction:
         if row is None:  # no event yet (or no session): the head from the session's identity
             return (self.head(session_id), *self.key_state(session_id))
         seq, digest, wrapped, erased = row
-        return (int(seq), str(digest)), (None if wrapped is None else bytes(wrapped)), erased is not None
+        head = (stored_int(seq, "seq", session_id), str(digest))
+        return head, (None if wrapped is None else bytes(wrapped)), erased is not None
 
     def last_seq(self, session_id: str) -> int | None:
         """The session's last seq (0 when it has no events), or None if there is no session."""
@@ -453,7 +478,7 @@ class DriverTransaction:
             if (row[4], int(row[5]), payload) != (p.type, p.schema_version, p.payload):
                 raise DuplicateEventError(p.event_id, "already stored with different content")
         rows = [stored[p.event_id] for p in prepared]
-        seqs = tuple(int(r[2]) for r in rows)
+        seqs = tuple(stored_int(r[2], "seq", session_id) for r in rows)
         if seqs != tuple(range(seqs[0], seqs[0] + len(seqs))):
             raise DuplicateEventError(rows[0][0], "these events were stored in another batch or order")
         positions = tuple(int(r[3]) for r in rows)

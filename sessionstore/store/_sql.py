@@ -83,7 +83,7 @@ from ._crypto import (
     is_sealed_payload,
     new_data_key,
 )
-from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows, recorded_events
+from ._driver import DriverSQL, DriverTransaction, Prepared, chain_rows, recorded_events, stored_int
 from ._erasure import ErasureMixin, erased_error
 from ._hashing import SessionIdentity, as_utc
 from ._observed import STORE_LOG, log_append, observe_append, observe_read
@@ -1292,7 +1292,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             .limit(1)
         ).first()
         if row is not None:
-            return int(row.seq)
+            return stored_int(row.seq, "seq", session_id)
         self._require_session(conn, session_id)
         return 0
 
