@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -33,7 +33,6 @@ from sessionstore.store import (
     SessionWrite,
     SnapshotRecord,
     VerifyReport,
-    WrittenCallback,
     create_engine_for_url,
     open_async_store,
 )
@@ -146,18 +145,9 @@ class AsyncStoreOnThread(SessionStore):
         return self._wait(self.inner.write_sessions(writes))
 
     def write_streamed(
-        self,
-        writes: Sequence[SessionWrite],
-        *,
-        batch_size: int = 1000,
-        json_checked: bool = False,
-        on_written: Mapping[str, WrittenCallback] | None = None,
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
     ) -> list[AppendResult]:
-        return self._wait(
-            self.inner.write_streamed(
-                writes, batch_size=batch_size, json_checked=json_checked, on_written=on_written
-            )
-        )
+        return self._wait(self.inner.write_streamed(writes, batch_size=batch_size, json_checked=json_checked))
 
     def last_seq(self, session_id: str) -> int:
         return self._wait(self.inner.last_seq(session_id))

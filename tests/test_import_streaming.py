@@ -16,7 +16,6 @@ import pytest
 from sessionstore import (
     MessageAppended,
     Session,
-    SessionConfig,
     SessionStarted,
     SessionStore,
     ValidationError,
@@ -245,7 +244,7 @@ def test_a_snapshot_that_fails_after_the_commit_is_logged_not_an_import_error(
     def fail(*_: object) -> None:
         raise SessionStoreError("the snapshot could not be written")
 
-    monkeypatch.setattr(type(store), "put_snapshot", fail)
+    monkeypatch.setattr(_import_module, "take_snapshots", fail)
     with caplog.at_level(logging.WARNING, logger="sessionstore"):
         report = import_claude_code(store, [path])
 
@@ -256,29 +255,6 @@ def test_a_snapshot_that_fails_after_the_commit_is_logged_not_an_import_error(
     [record] = [r for r in caplog.records if r.name.startswith("sessionstore")]
     assert record.levelno == logging.WARNING
     assert "the snapshot could not be written" in record.getMessage()
-
-
-def test_a_transcript_that_grew_is_snapshotted_from_its_log(
-    tmp_path: Path, store: SessionStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A session with events before the import is read back from its latest snapshot (it was not
-    folded as written): its snapshot is at the new head, and resuming from it gives the full fold."""
-    monkeypatch.setattr(_import_module, "SessionConfig", lambda: SessionConfig(snapshot_every=1))
-    lines = _transcript(40)
-    path = _write(tmp_path / f"{_SESSION}.jsonl", lines[:60])
-    import_claude_code(store, [path])
-    first = store.last_seq(_SESSION)
-    _write(path, lines)
-    import_claude_code(store, [path])
-    tokenizer = store.token_counter.name if store.token_counter is not None else "none"
-
-    snapshot = store.latest_snapshot(
-        _SESSION, ApiContextProjection.name, ApiContextProjection.version, tokenizer
-    )
-
-    assert snapshot is not None
-    assert first < snapshot.seq == store.last_seq(_SESSION)
-    assert Session(store, _SESSION).request() == Session(store, _SESSION, use_snapshots=False).request()
 
 
 _ODD_STUB = "<persisted-output>\nOutput too large. Full output saved to: odd.txt\n</persisted-output>"

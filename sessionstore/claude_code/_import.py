@@ -22,10 +22,8 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
   written, a batch at a time: a line that cannot be modelled, or a sub-agent that cannot be
   written, leaves nothing, so no main session links to a missing child. A concurrent import of
   the same files is no error: whichever commits second finds the sessions stored. Each session
-  written with at least ``snapshot_every`` events gets a snapshot of its API context and
-  transcript digest, stored after the commit (a snapshot that fails is logged, not an import
-  error: the sessions are committed); a session the import creates is folded as it is written
-  (``WrittenSnapshots``), one that had events before is read back.
+  written with at least ``snapshot_every`` events gets a snapshot of its API context after the
+  commit (a snapshot that fails is logged, not an import error: the sessions are committed).
 * Only regular files are read, never through a FIFO or a device. In a folder, a special file or
   a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
   only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
@@ -75,7 +73,7 @@ from ..events._context import CompactBoundary, MicrocompactApplied, PreservedSeg
 from ..events._post_compact import ListingDelta, ListingKind
 from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
 from ..projections._session import SessionConfig
-from ..projections._snapshots import WrittenSnapshots, take_snapshots
+from ..projections._snapshots import take_snapshots
 from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id
 from ._lines import BadLineError as _BadLineError
 from ._lines import Line as _Line
@@ -1591,21 +1589,15 @@ def _write(
     owner: _Owner,
     convert: Callable[[_Plan, list[SkippedLine]], Iterator[Event]],
     skipped: list[SkippedLine],
-    snapshot_every: int = 0,
-) -> tuple[list[tuple[int, int, bool]], dict[str, WrittenSnapshots]]:
+) -> list[tuple[int, int, bool]]:
     """Write every session of the import in ONE transaction; per plan (its events, events
-    written, created), and the snapshots folded as they were written (by session).
+    written, created).
 
     The events are converted while they are written, ``_WRITE_BATCH`` at a time
     (``SessionStore.write_streamed``): all or nothing, so a line that fails to convert, or a
     sub-agent that cannot be written, leaves no main session behind linking to it. Another
     import of the same files that commits first is no error: the next round finds its sessions
     stored (and converts the files again).
-
-    A session this write creates that will have ``snapshot_every`` events or more (a line
-    becomes one event or more, after the ``SessionStarted``) has its snapshots folded from
-    the events as they are written (``WrittenSnapshots``), rather than read back after COMMIT:
-    reading back decodes and decompresses every event again, as long as the import itself.
     """
     for plan in plans:
         if not plan.stored:
@@ -1613,24 +1605,11 @@ def _write(
     for round_ in range(1, _WRITE_ROUNDS + 1):
         converted: list[SkippedLine] = []  # lines kept opaque: reported once, by the round that wrote
         planned = [_session_write(store, plan, owner, convert(plan, converted)) for plan in plans]
-        # Made again each round: a round that rolled back folded events that are not stored.
-        folds = {
-            plan.session_id: WrittenSnapshots(store, plan.session_id)
-            for plan, (_, _, created) in zip(plans, planned, strict=True)
-            if created and snapshot_every and len(plan.file.lines) + 1 >= snapshot_every
-        }
         try:
             # Every line was checked by the first pass (strict decoder, depth, surrogates): the
-            # store need not walk the events' values again. That is also what lets the folds
-            # use the event objects written (``on_written``: with ``json_checked`` their values
-            # are JSON's own, so each equals what a read decodes from its payload) instead of
-            # decoding every payload again: tests/test_import_snapshots.py holds the two equal,
-            # and the snapshots byte for byte, over the corpus.
+            # store need not walk the events' values again.
             store.write_streamed(
-                [write for write, _, _ in planned],
-                batch_size=_WRITE_BATCH,
-                json_checked=True,
-                on_written=folds,
+                [write for write, _, _ in planned], batch_size=_WRITE_BATCH, json_checked=True
             )
         except (SessionExistsError, ConcurrencyError):
             if round_ == _WRITE_ROUNDS:
@@ -1643,7 +1622,7 @@ def _write(
         return [
             (tally.events + plan.earlier_events, tally.written, created)
             for plan, (_, tally, created) in zip(plans, planned, strict=True)
-        ], folds
+        ]
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
@@ -1828,8 +1807,7 @@ def _import_files(
     def convert(plan: _Plan, converted: list[SkippedLine]) -> Iterator[Event]:
         return _plan_events(plan, count_text, skip_bad_lines, converted, shown.add)
 
-    snapshot_every = SessionConfig().snapshot_every if snapshot else 0
-    written, folds = _write(store, plans, owner, convert, skipped, snapshot_every)
+    written = _write(store, plans, owner, convert, skipped)
     if resume is not None:
         resume.update((plan.file.path, _resume_of(plan)) for plan in plans if plan.converter is not None)
     imported = [
@@ -1848,12 +1826,12 @@ def _import_files(
         )
         for plan, (events, new, created) in zip(plans, written, strict=True)
     ]
-    # The lines' heads are not needed once written: let them go before the snapshots are
-    # stored (a long file's heads are tens of MB).
+    # The lines' heads are not needed once written: let them go before the snapshots' folds
+    # (a long file's heads are tens of MB, and the folds are the import's peak).
     written_long = [
         plan.session_id
         for plan, (events, new, _) in zip(plans, written, strict=True)
-        if new and snapshot_every and events >= snapshot_every
+        if new and events >= SessionConfig().snapshot_every
     ]
     for file in files:
         file.lines, file.index = [], _FileIndex()
@@ -1864,14 +1842,8 @@ def _import_files(
     # Only where a live Session would have taken one (every ``snapshot_every`` events): a short
     # session folds faster than a snapshot loads, and its huge lines would be held again by the fold.
     if snapshot:
-        # Sessions not folded as written (they had events before, or too few lines to be sure
-        # of reaching snapshot_every) are read back, each from its latest snapshot.
-        read_back = [session_id for session_id in written_long if session_id not in folds]
         try:
-            for session_id in written_long:
-                if session_id in folds:
-                    folds.pop(session_id).save(store)  # each state let go once stored
-            take_snapshots(store, read_back)
+            take_snapshots(store, written_long)
         except SessionStoreError as e:  # a cache: the sessions are committed, a reader folds instead
             log_record(
                 _LOG,

@@ -224,19 +224,6 @@ class MessageList(Sequence[Message]):
             offset += len(data)
         return pieces, starts
 
-    def keep_json_only(self) -> None:
-        """Keep every message as its canonical JSON only, serialized now if not known yet, its
-        dict let go (parsed again if read): a list about to be dumped then holds its JSON once
-        instead of beside every dict (a long session's end-of-import snapshot: tens of MB)."""
-        items, marks = self._items, self._json
-        for index, item in enumerate(items):
-            if item is None:
-                continue
-            if marks[index] is None:
-                marks[index] = canonical_json(item)
-            items[index] = None
-            self._unparsed += 1
-
     # -- writing --
 
     def append(self, message: Message) -> None:

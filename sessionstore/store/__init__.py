@@ -26,7 +26,6 @@ from ._contract import (
     SessionWrite,
     SnapshotRecord,
     VerifyReport,
-    WrittenCallback,
 )
 from ._crypto import (
     MASTER_KEY_ENV,
@@ -105,7 +104,6 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",
-    "WrittenCallback",
     "blocking_call",
     "create_async_engine_for_url",
     "create_engine_for_url",

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -41,7 +41,6 @@ from ._contract import (
     SessionWrite,
     SnapshotRecord,
     VerifyReport,
-    WrittenCallback,
 )
 from ._observed import STORE_LOG
 from ._receipts import ErasureReceipt, RetentionPlan
@@ -178,22 +177,12 @@ class AsyncSessionStore:
         return await self.run_sync(SqlSessionStore.write_sessions, writes)
 
     async def write_streamed(
-        self,
-        writes: Sequence[SessionWrite],
-        *,
-        batch_size: int = 1000,
-        json_checked: bool = False,
-        on_written: Mapping[str, WrittenCallback] | None = None,
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
     ) -> list[AppendResult]:
-        """See ``SessionStore.write_streamed``: the events' iterators are drawn, and the
-        ``on_written`` callbacks called, on the event loop's thread, between the batches'
-        awaited statements (a callback must not block for long: the loop waits for it)."""
+        """See ``SessionStore.write_streamed``: the events' iterators are drawn on the event loop's
+        thread, between the batches' awaited statements."""
         return await self.run_sync(
-            SqlSessionStore.write_streamed,
-            writes,
-            batch_size=batch_size,
-            json_checked=json_checked,
-            on_written=on_written,
+            SqlSessionStore.write_streamed, writes, batch_size=batch_size, json_checked=json_checked
         )
 
     # -- events --

@@ -14,7 +14,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -52,7 +52,6 @@ __all__ = [
     "SessionWrite",
     "SnapshotRecord",
     "VerifyReport",
-    "WrittenCallback",
     "check_int",
     "check_owner_key",
     "check_session_id",
@@ -377,11 +376,6 @@ class SessionWrite:
     external_id: str | None = None
 
 
-#: ``write_streamed``'s ``on_written``: called inside the transaction with each batch of one
-#: session's events as inserted, as the ``RecordedEvent``s a read returns after COMMIT.
-WrittenCallback = Callable[[Sequence[RecordedEvent]], None]
-
-
 @dataclass(frozen=True)
 class BlobRef:
     """A content-addressed blob: its SHA-256 (hex) and size in bytes."""
@@ -699,12 +693,7 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     def write_streamed(
-        self,
-        writes: Sequence[SessionWrite],
-        *,
-        batch_size: int = 1000,
-        json_checked: bool = False,
-        on_written: Mapping[str, WrittenCallback] | None = None,
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
     ) -> list[AppendResult]:
         """``write_sessions`` for writes too large to hold: each write's ``events`` may be an
         iterator, drawn ``batch_size`` events at a time inside the ONE transaction.
@@ -726,25 +715,10 @@ class SessionStore(abc.ABC):
         is tried once (an iterator cannot be replayed) and an append is not settled against
         stored ids: an append whose ``expected_seq`` is not the head raises ``ConcurrencyError``.
 
-        ``on_written`` maps sessions of ``writes`` to a callback called, inside the transaction,
-        with each batch of that session's events once inserted: the ``RecordedEvent``s a read
-        returns after COMMIT (seq in the storage numbering, position, hashes, ``created_at``, the
-        payload as text, decrypted), so a caller can fold what it writes without reading it
-        back. With deferred counting (the default) and a token counter, their ``token_count`` is
-        counted then, as a read counts it, and stored after COMMIT as a read's counts are (by the
-        session's next snapshot or write, ``store_token_counts`` or ``close``): a later read
-        counts none again. Their ``event`` is the event object written when ``json_checked``
-        (its values are JSON's own, so it equals what a read decodes from the payload; the
-        store's serializer writes them back as they were read), else decoded from the payload on
-        first access as for a read. A callback that raises rolls the whole call back, and
-        nothing it was given is kept by the store (counts are held only after COMMIT). The
-        callbacks run while the writer's turn is held: what they cost lengthens the transaction.
-
         Raises:
             SessionExistsError, SessionNotFoundError, ConcurrencyError, DuplicateEventError,
             IntegrityError, ValidationError: as ``write_sessions``; nothing of any write is kept.
-            Whatever the events' iterator or an ``on_written`` callback raises, likewise.
-            ValidationError: ``on_written`` names a session that ``writes`` does not write.
+            Whatever the events' iterator raises, likewise.
         """
 
     @abc.abstractmethod

@@ -28,7 +28,6 @@ __all__ = [
     "RIDE_ALONG_COUNTS",
     "CountBacklog",
     "checked_counts",
-    "count_records",
     "counts_later",
     "fill_counts",
     "store_counts",
@@ -134,37 +133,23 @@ def fill_counts(
         return
     session_id = records[0].session_id
     held = backlog.pick(session_id, [r.seq for r in records if r.seq not in stored])
-    unknown: list[RecordedEvent] = []
+    made: dict[int, int | None] = {}
     for record in records:
         if record.seq in stored:
             count = stored[record.seq]
         elif record.seq in held:
             count = held[record.seq]
-        else:
-            unknown.append(record)
+        elif counter is None:
             continue
+        else:
+            try:
+                count = counter.count(record.event)
+            except SessionStoreError:
+                continue
+            made[record.seq] = count
         # A freshly built record (stored_event): filled in place before anyone else sees it.
         record.__dict__["token_count"] = count
-    if counter is not None:
-        backlog.add(session_id, count_records(unknown, counter))
-
-
-def count_records(records: Sequence[RecordedEvent], counter: TokenCounter) -> dict[int, int | None]:
-    """Count ``records`` (freshly built, waiting for a count) in place, as a read counts them;
-    the counts made (seq -> count), for the backlog.
-
-    An event that cannot be decoded (altered, or of a type this version does not know) keeps
-    None: reading it raises when it is used, as before.
-    """
-    made: dict[int, int | None] = {}
-    for record in records:
-        try:
-            count = counter.count(record.event)
-        except SessionStoreError:
-            continue
-        record.__dict__["token_count"] = count
-        made[record.seq] = count
-    return made
+    backlog.add(session_id, made)
 
 
 def checked_counts(session_id: str, rows: Sequence[Sequence[Any]]) -> dict[int, int | None]:

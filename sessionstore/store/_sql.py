@@ -59,22 +59,12 @@ from ._contract import (
     SessionStore,
     SessionWrite,
     SnapshotRecord,
-    WrittenCallback,
     chain_problem,
     check_int,
     check_session_id,
     loaded_payload,
-    stored_event,
 )
-from ._counts import (
-    RIDE_ALONG_COUNTS,
-    CountBacklog,
-    checked_counts,
-    count_records,
-    counts_later,
-    fill_counts,
-    store_counts,
-)
+from ._counts import RIDE_ALONG_COUNTS, CountBacklog, checked_counts, counts_later, fill_counts, store_counts
 from ._crypto import (
     SNAPSHOT_MAGIC,
     KeyProvider,
@@ -265,55 +255,6 @@ def _batches(events: Iterable[_T], size: int) -> Iterator[list[_T]]:
     it = iter(events)
     while batch := list(itertools.islice(it, size)):
         yield batch
-
-
-#: Given the event rows a write transaction inserted and their positions.
-_RowsCallback = Callable[[Sequence[tuple[Any, ...]], Sequence[int]], None]
-#: Given a batch ``write_streamed`` inserted: as prepared before sealing, its event models, its
-#: rows and their positions.
-_BatchCallback = Callable[
-    [Sequence[Prepared], Sequence[Event], Sequence[tuple[Any, ...]], Sequence[int]], None
-]
-
-
-def _written_records(
-    plain: Sequence[Prepared],
-    events: Sequence[Event] | None,
-    rows: Sequence[tuple[Any, ...]],
-    positions: Sequence[int],
-    to_datetime: Callable[[Any], datetime],
-) -> list[RecordedEvent]:
-    """The records a read returns for ``rows`` (``chain_rows``' insert parameters) once
-    committed: the payload as text before sealing, the sealed text as ``stored_payload``, the
-    timestamp as the driver reads it back; ``events``: each one's model, taken as its ``event``
-    (None: decoded from the payload when asked, as for a read)."""
-    if not rows:
-        return []
-    created_at = to_datetime(rows[0][10])  # one timestamp for the batch (chain_rows)
-    records = []
-    for index, (p, row, position) in enumerate(zip(plain, rows, positions, strict=True)):
-        session_id, seq, event_id, type_name, schema_version, text, _, count, prev, digest = row[:10]
-        record = stored_event(
-            session_id,
-            seq,
-            position,
-            event_id,
-            type_name,
-            schema_version,
-            p.payload,
-            count,
-            prev,
-            digest,
-            created_at,
-            None,
-            count is None and p.deferred,
-        )
-        if text and text != p.payload:  # sealed: a read opens it, keeping the sealed text
-            record.__dict__["stored_payload"] = text
-        if events is not None:
-            record.__dict__["event"] = events[index]
-        records.append(record)
-    return records
 
 
 def _check_event_sequence(events: object) -> None:
@@ -563,17 +504,11 @@ class SqlSessionStore(ErasureMixin, SessionStore):
     # -- preparation (outside any transaction: validation and tokenizing hold no lock) --
 
     def _prepare(
-        self,
-        batch: Iterable[Event | dict[str, Any]],
-        start: int = 0,
-        *,
-        json_checked: bool = False,
-        parsed: list[Event] | None = None,
+        self, batch: Iterable[Event | dict[str, Any]], start: int = 0, *, json_checked: bool = False
     ) -> list[Prepared]:
         """The batch's events checked, encoded, counted and packed; errors name each event by its
         index in the whole write (``start``: the index of the batch's first event).
-        ``json_checked``: see ``SessionStore.write_streamed``. ``parsed``: gets each event model,
-        in order (for ``on_written``)."""
+        ``json_checked``: see ``SessionStore.write_streamed``."""
         _check_event_sequence(batch)
         prepared: list[Prepared] = []
         seen: set[str] = set()
@@ -581,8 +516,6 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         defer = counter is not None and self.defer_token_counts
         for index, raw in enumerate(batch, start):
             event = parse_event(raw, index=index, check_json=not json_checked)
-            if parsed is not None:
-                parsed.append(event)
             event_id = str(event.event_id)
             if event_id in seen:
                 msg = f"event #{index}: event_id {event_id} appears twice in the batch"
@@ -706,13 +639,11 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         now: datetime,
         owner: Owner,
         key: _WrappedKey | None,
-        on_rows: _RowsCallback | None = None,
     ) -> tuple[tuple[int, ...], tuple[int, ...], SessionIdentity]:
         """Create a session (and its first events) inside ``txn``: the (seqs, positions) written
         and the identity it was created with (its owner completed from its parent).
 
         ``key``: an encrypted session's wrapped data key (``prepared`` is sealed with it).
-        ``on_rows``: given the event rows inserted and their positions.
         """
         if txn.last_seq(sid) is not None or txn.erased(sid) is not None:
             raise SessionExistsError(sid)  # an erased session's id is not reused
@@ -754,10 +685,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         if txn.stored_result(sid, prepared) is not None:  # pragma: no cover - the session is new
             raise DuplicateEventError(prepared[0].event_id, "already stored")
         seqs, rows = chain_rows(sid, 0, txn.genesis(identity), prepared, now, txn.timestamp)
-        positions = txn.insert(rows)
-        if on_rows is not None:
-            on_rows(rows, positions)
-        return seqs, positions, identity
+        return seqs, txn.insert(rows), identity
 
     def write_sessions(self, writes: Sequence[SessionWrite]) -> list[AppendResult]:
         """See ``SessionStore.write_sessions``."""
@@ -783,20 +711,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         return results
 
     def write_streamed(
-        self,
-        writes: Sequence[SessionWrite],
-        *,
-        batch_size: int = 1000,
-        json_checked: bool = False,
-        on_written: Mapping[str, WrittenCallback] | None = None,
+        self, writes: Sequence[SessionWrite], *, batch_size: int = 1000, json_checked: bool = False
     ) -> list[AppendResult]:
         """See ``SessionStore.write_streamed``."""
         check_int("batch_size", batch_size, minimum=1)
-        watched = dict(on_written or {})
-        strays = sorted(set(watched) - {write.session_id for write in writes})
-        if strays:
-            msg = f"on_written names sessions the call does not write: {', '.join(strays)}"
-            raise ValidationError(msg, field="on_written")
         checked: list[tuple[_CheckedWrite, Iterable[Event | dict[str, Any]]]] = []
         batch_keys: dict[str, _Sealing] = {}
         for write in writes:
@@ -810,51 +728,13 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             "db.system.name": self.db_system,
             "sessionstore.sessions": len(checked),
         }
-        # Counts the callbacks' records were given, held only once the transaction committed:
-        # a count held for a seq that rolled back would be handed to whatever is written there.
-        made: dict[str, dict[int, int | None]] = {}
         with span("sessionstore.write_streamed", attributes, client=True):
             now = _utcnow()
             with self._lock, self._driver_transaction() as txn:
-                results = [
-                    self._stream_in(
-                        txn,
-                        one,
-                        events,
-                        batch_size,
-                        now,
-                        json_checked,
-                        self._written_to(watched.get(one.write.session_id), json_checked, made),
-                    )
+                return [
+                    self._stream_in(txn, one, events, batch_size, now, json_checked)
                     for one, events in checked
                 ]
-        for session_id, counts in made.items():
-            self._counts.add(session_id, counts)
-        return results
-
-    def _written_to(
-        self, callback: WrittenCallback | None, json_checked: bool, made: dict[str, dict[int, int | None]]
-    ) -> _BatchCallback | None:
-        """What ``_stream_in`` calls with each batch it inserted, for ``callback`` (``on_written``
-        of ``write_streamed``): the batch as read records, counted as a read counts them."""
-        if callback is None:
-            return None
-        counter = self.token_counter
-        to_datetime = self._write_sql.to_datetime
-
-        def written(
-            plain: Sequence[Prepared],
-            events: Sequence[Event],
-            rows: Sequence[tuple[Any, ...]],
-            positions: Sequence[int],
-        ) -> None:
-            records = _written_records(plain, events if json_checked else None, rows, positions, to_datetime)
-            waiting = [r for r in records if r.token_count_deferred]
-            if counter is not None and waiting:
-                made.setdefault(records[0].session_id, {}).update(count_records(waiting, counter))
-            callback(records)
-
-        return written
 
     def _stream_in(
         self,
@@ -864,30 +744,13 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         batch_size: int,
         now: datetime,
         json_checked: bool,
-        written: _BatchCallback | None = None,
     ) -> AppendResult:
-        """One write of ``write_streamed``: its events prepared and inserted a batch at a time
-        (``written``: given each batch inserted, as prepared before sealing, with its rows)."""
+        """One write of ``write_streamed``: its events prepared and inserted a batch at a time."""
         write, sid = one.write, one.write.session_id
         seqs: list[int] = []
         positions: list[int] = []
         batches = _batches(events, batch_size)
-        # The batch being inserted, before sealing, and its event models (for ``written``).
-        plain: list[Prepared] = []
-        parsed: list[Event] = []
-
-        def prepare(batch: Iterable[Event | dict[str, Any]], start: int) -> list[Prepared]:
-            if written is None:
-                return one.sealing.seal(self._prepare(batch, start, json_checked=json_checked))
-            parsed.clear()
-            plain[:] = self._prepare(batch, start, json_checked=json_checked, parsed=parsed)
-            return one.sealing.seal(plain)
-
-        def on_rows(rows: Sequence[tuple[Any, ...]], at: Sequence[int]) -> None:
-            if written is not None:
-                written(plain, parsed, rows, at)
-
-        first = prepare(next(batches, []), 0)
+        first = one.sealing.seal(self._prepare(next(batches, []), json_checked=json_checked))
         starts = itertools.count(len(first), batch_size)  # error messages index the whole write
         if write.create:
             created, at, _ = self._create_in(
@@ -900,7 +763,6 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 now,
                 one.owner,
                 one.key,
-                on_rows,
             )
             seqs.extend(created)
             positions.extend(at)
@@ -912,9 +774,12 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             if write.expected_seq != ANY and write.expected_seq != last_stored:
                 raise ConcurrencyError(sid, write.expected_seq, last_stored)  # streamed: never a replay
             last = last_stored
-        rest = (prepare(batch, next(starts)) for batch in batches)
+        rest = (
+            one.sealing.seal(self._prepare(batch, next(starts), json_checked=json_checked))
+            for batch in batches
+        )
         for prepared in itertools.chain([first] if first and not write.create else [], rest):
-            outcome = self._append_in(txn, sid, prepared, last, one.sealing, on_rows=on_rows)
+            outcome = self._append_in(txn, sid, prepared, last, one.sealing)
             if isinstance(outcome, AppendResult):  # pragma: no cover - the head was checked above
                 raise ConcurrencyError(sid, last, outcome.last_seq)
             seqs.extend(outcome[0])
@@ -1199,12 +1064,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         sealing: _Sealing,
         *,
         settle: bool = False,
-        on_rows: _RowsCallback | None = None,
     ) -> AppendResult | tuple[tuple[int, ...], tuple[int, ...]]:
         """The append itself, inside one serialized write transaction on the driver connection.
 
-        Returns the original result of a retry, or the (seqs, positions) it wrote (``on_rows``
-        is given the event rows inserted and their positions).
+        Returns the original result of a retry, or the (seqs, positions) it wrote.
 
         The idempotency lookup runs only when the batch may be a retry: with ANY, or when the
         head is not the expected one (a retry after a lost reply always sees a moved head).
@@ -1243,8 +1106,6 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 # A writer that bypassed the lock; the transaction is dead, the head moved on.
                 raise ConcurrencyError(session_id, head_seq, head_seq + 1) from e
             raise error from e
-        if on_rows is not None:
-            on_rows(rows, positions)
         return seqs, positions
 
     @contextlib.contextmanager
