@@ -625,6 +625,9 @@ class _Plan:
     listing_lines: dict[str, str] = field(default_factory=dict)
     #: Where an earlier import of the same file (shorter) left off, to go on from (None: whole).
     resume: _Resume | None = None
+    #: Whether a follower goes on from this import (``_import_files(resume=...)``): only then are
+    #: the written event ids noted, for the next poll (a plain import lets them go).
+    keeps_resume: bool = False
     #: True when this round converts only the lines after ``resume`` (the rest are stored).
     resumed: bool = False
     #: Events of the lines converted by that earlier import (not drawn again, still counted).
@@ -1578,6 +1581,9 @@ def _written(plan: _Plan, events: Iterable[Event]) -> Iterator[Event]:
     after ``plan.last_seq`` in this order (a session's seqs have no gaps), so the next import that
     goes on from this one knows them without reading them back."""
     plan.written = []
+    if not plan.keeps_resume:
+        yield from events
+        return
     for event in events:
         plan.written.append(str(event.event_id))
         yield event
@@ -1802,6 +1808,7 @@ def _import_files(
         for plan in plans:
             kept = resume.pop(plan.file.path, None)
             plan.resume = kept if kept is not None and kept.fits(plan) else None
+            plan.keeps_resume = True
     count_text = _count_text(store)
 
     def convert(plan: _Plan, converted: list[SkippedLine]) -> Iterator[Event]:
@@ -1835,6 +1842,8 @@ def _import_files(
     ]
     for file in files:
         file.lines, file.index = [], _FileIndex()
+    for plan in plans:  # a converter and its plan refer to each other: a cycle holds every line
+        plan.converter, plan.known, plan.written = None, {}, []
     del plans
     # A view of a long session resumes from a snapshot instead of folding every event: one is
     # taken of each session written, after the commit (a crash before it leaves no snapshot,
