@@ -46,13 +46,7 @@ def _transcript(folder: Path, turns: int) -> Path:
     import projection as generator  # bench/projection.py: the seeded transcript writer
 
     path = folder / f"transcript-{turns}.jsonl"
-    writer = generator.TranscriptWriter(path, SESSION_ID)
-    source = generator.Workload()
-    try:
-        for _ in range(turns):
-            writer.turn(source.turn())
-    finally:
-        writer.close()
+    generator.write_transcript(path, SESSION_ID, turns)
     return path
 
 

@@ -134,13 +134,7 @@ def corpus_workload() -> Workload | None:
 def generated_workload(folder: Path, turns: int) -> Workload:
     # Named <sessionId>.jsonl as Claude Code names it; the importer takes the id from the lines.
     path = folder / f"{SESSION_ID}.jsonl"
-    writer = generator.TranscriptWriter(path, SESSION_ID)
-    source = generator.Workload()
-    try:
-        for _ in range(turns):
-            writer.turn(source.turn())
-    finally:
-        writer.close()
+    generator.write_transcript(path, SESSION_ID, turns)
     return Workload(f"generated ({turns:,} turns)", [path], [path], *_size([path]))
 
 

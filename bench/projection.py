@@ -480,6 +480,17 @@ class TranscriptWriter:
 JSONL_PHASES = ("read+json.loads", "chain walk", "normalize", "request bytes")
 
 
+def write_transcript(path: Path, session_id: str, turns: int) -> None:
+    """A Claude Code transcript of ``turns`` seeded turns at ``path`` (the same bytes every run)."""
+    writer = TranscriptWriter(path, session_id)
+    source = Workload()
+    try:
+        for _ in range(turns):
+            writer.turn(source.turn())
+    finally:
+        writer.close()
+
+
 def _normalize(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Claude Code entries to API messages, by the rules of sessionstore's fold this workload exercises.
 
