@@ -21,7 +21,7 @@ import pytest
 
 import sessionstore
 from sessionstore import SessionStore
-from sessionstore.claude_code import ClaudeCodeFollower
+from sessionstore.claude_code import ClaudeCodeFollower, ImportReport, import_claude_code
 
 from ._claude_code_corpus import MAIN_FILES, copy_main, modern_project
 
@@ -49,12 +49,17 @@ def _assert_same(store: SessionStore, reference: SessionStore) -> None:
 
 
 def _follow_in_chunks(
-    store: SessionStore, sources: dict[Path, Path], rng: random.Random | None, skip: bool = False
-) -> int:
+    store: SessionStore,
+    sources: dict[Path, Path],
+    rng: random.Random | None,
+    skip: bool = False,
+    rereported: frozenset[int] = frozenset(),
+) -> set[int]:
     """Write each source's lines to its target, one line (``rng`` None) or 1-40 lines at a time,
     the files in turn, polling after every write (a chunk may end mid-line), beside a follower
     that converts whole: every poll writes what it writes, and so does the last. The lines held
-    back at the end."""
+    back at the end. The lines reported skipped (``skip``): each by the first poll whose
+    whole conversion reports it (and ``rereported`` lines by every such poll)."""
     pending = {target: source.read_bytes().splitlines(keepends=True) for target, source in sources.items()}
     for target in pending:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +67,7 @@ def _follow_in_chunks(
     folders = sorted({t.parent for t in sources if t.parent.name != "subagents"})
     follower = ClaudeCodeFollower(store, folders, skip_bad_lines=skip)
     reference_store = sessionstore.open_store(":memory:")
+    reported: set[int] = set()
     try:
         reference = _converting_whole(reference_store, folders, skip)
         while any(pending.values()):
@@ -79,13 +85,17 @@ def _follow_in_chunks(
                 report, expected = follower.poll(), reference.poll()
                 if skip:  # a line kept opaque is reported by the poll that converts it only
                     assert (report and report.sessions) == (expected and expected.sessions)
+                    due = [(s.path, s.line, s.reason) for s in (expected.skipped if expected else ())]
+                    due = [item for item in due if item[1] not in reported - rereported]
+                    assert [(s.path, s.line, s.reason) for s in (report.skipped if report else ())] == due
+                    reported.update(line for _, line, _ in due)
                 else:
                     assert (report and report.to_dict()) == (expected and expected.to_dict())
         assert follower.held == reference.held
         _assert_same(store, reference_store)
     finally:
         reference_store.close()
-    return follower.held
+    return reported
 
 
 @pytest.mark.parametrize("name", sorted(MAIN_FILES))
@@ -144,35 +154,47 @@ def test_a_generated_transcript_followed_in_random_chunks(
     _follow_in_chunks(shared_store, {target: source}, random.Random(7))
 
 
-def _replay(store: SessionStore, tmp_path: Path, versions: list[bytes]) -> None:
+SETTLING = "entireio__cli__ce-aea776cdb0-0-full.jsonl"  # every line settles: none held at the end
+SETTLING_SESSION = "85cc202e-0e74-46ce-a485-e5fcd11f7a8c"
+
+
+def _replay(store: SessionStore, tmp_path: Path, versions: list[bytes]) -> list[ImportReport | None]:
     """Write the corpus transcript as each of ``versions`` in turn, polling after each, beside
-    a follower that converts whole: each poll writes what it writes."""
+    a follower that converts whole: each poll writes what it writes, and nothing is held at the
+    end. The follower's reports."""
     folder = tmp_path / "live"
     folder.mkdir()
-    target = folder / "847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1.jsonl"
+    target = folder / f"{SETTLING_SESSION}.jsonl"
     follower = ClaudeCodeFollower(store, [folder])
     reference_store = sessionstore.open_store(":memory:")
+    reports: list[ImportReport | None] = []
     try:
         reference = _converting_whole(reference_store, [folder])
         for data in versions:
             target.write_bytes(data)
             report, expected = follower.poll(), reference.poll()
             assert (report and report.to_dict()) == (expected and expected.to_dict())
+            reports.append(report)
+        assert follower.held == reference.held == 0
         _assert_same(store, reference_store)
     finally:
         reference_store.close()
+    return reports
 
 
 def _lines(tmp_path: Path) -> list[bytes]:
-    source = copy_main(tmp_path, "entireio__cli__98-78b713483d-0-full.jsonl")
-    return source.read_bytes().splitlines(keepends=True)
+    return copy_main(tmp_path, SETTLING).read_bytes().splitlines(keepends=True)
+
+
+def _written(report: ImportReport | None) -> int:
+    return report.written if report is not None else 0
 
 
 def test_a_file_rewritten_in_the_middle_is_read_whole_again(
     shared_store: SessionStore, tmp_path: Path
 ) -> None:
     """Not a file growing: the poll reads it whole and converts it whole, as before; lines whose
-    events are stored are not written again."""
+    events are stored are not written again, the new ones are."""
     lines = _lines(tmp_path)
     half = len(lines) // 2
     # The same lines, an early one rewritten with other bytes of the same meaning.
@@ -180,8 +202,10 @@ def test_a_file_rewritten_in_the_middle_is_read_whole_again(
     rewritten[3] = rewritten[3].replace(b'{"', b'{ "', 1)
     assert rewritten[3] != lines[3]
     versions = [b"".join(lines[:end]) for end in range(40, half, 40)]
+    before = len(versions)
     versions += [b"".join(rewritten[: half + 20]), b"".join(rewritten[: half + 60]), b"".join(rewritten)]
-    _replay(shared_store, tmp_path, versions)
+    reports = _replay(shared_store, tmp_path, versions)
+    assert all(_written(report) > 0 for report in reports[before:])
 
 
 def test_a_truncated_file_then_grown_again_is_read_whole_again(
@@ -190,14 +214,72 @@ def test_a_truncated_file_then_grown_again_is_read_whole_again(
     lines = _lines(tmp_path)
     half = len(lines) // 2
     versions = [b"".join(lines[:end]) for end in range(40, half, 40)]
+    before = len(versions)
     versions += [b"".join(lines[:end]) for end in range(10, len(lines) + 1, 25)]
-    _replay(shared_store, tmp_path, [*versions, b"".join(lines)])
+    reports = _replay(shared_store, tmp_path, [*versions, b"".join(lines)])
+    # Cut short, then grown past where it was: the lines after are written.
+    assert sum(_written(report) for report in reports[before:]) > 0
+    assert _written(reports[-1]) > 0
+
+
+def test_a_parent_appended_after_its_child_converts_the_file_whole(
+    shared_store: SessionStore, tmp_path: Path
+) -> None:
+    """A line whose parent comes in a later poll: that poll cannot go on from the last one (the
+    order of what it converted changes), so it converts the file whole, as a new follower would."""
+    lines = _lines(tmp_path)
+    child = 23  # its parentUuid is line 22's uuid: it is written first, its parent in the next poll
+    assert json.loads(lines[child])["parentUuid"] == json.loads(lines[child - 1])["uuid"]
+    swapped = [*lines[: child - 1], lines[child], lines[child - 1], *lines[child + 1 :]]
+    folder = tmp_path / "live"
+    folder.mkdir()
+    target = folder / f"{SETTLING_SESSION}.jsonl"
+    follower = ClaudeCodeFollower(shared_store, [folder])
+    reference_store = sessionstore.open_store(":memory:")
+    try:
+        reference = _converting_whole(reference_store, [folder])
+        for end, goes_on in [(child - 5, False), (child, True), (child + 20, False), (len(lines), True)]:
+            kept = follower._resume.get(target)
+            target.write_bytes(b"".join(swapped[:end]))
+            report, expected = follower.poll(), reference.poll()
+            assert (report and report.to_dict()) == (expected and expected.to_dict())
+            assert follower.held == 0
+            if kept is not None:  # the same conversion, gone on with; or a new one
+                assert (follower._resume[target].converter is kept.converter) == goes_on, end
+        _assert_same(shared_store, reference_store)
+    finally:
+        reference_store.close()
+
+
+def test_a_plain_import_between_polls(shared_store: SessionStore, tmp_path: Path) -> None:
+    """An ``import_claude_code`` of the followed file between two polls: the next poll reads
+    what it stored and writes exactly what converting the file whole writes."""
+    lines = _lines(tmp_path)
+    folder = tmp_path / "live"
+    folder.mkdir()
+    target = folder / f"{SETTLING_SESSION}.jsonl"
+    follower = ClaudeCodeFollower(shared_store, [folder])
+    reference_store = sessionstore.open_store(":memory:")
+    try:
+        reference = _converting_whole(reference_store, [folder])
+        for end in (60, 100, 101, 180, len(lines)):
+            target.write_bytes(b"".join(lines[:end]))
+            if end in (101, 180):  # the file as it is now, unsettled lines too, in both stores
+                imported = import_claude_code(shared_store, [target])
+                assert imported.written > 0
+                assert import_claude_code(reference_store, [target]).to_dict() == imported.to_dict()
+            report, expected = follower.poll(), reference.poll()
+            assert (report and report.to_dict()) == (expected and expected.to_dict())
+        assert follower.held == 0
+        _assert_same(shared_store, reference_store)
+    finally:
+        reference_store.close()
 
 
 def test_bad_lines_skipped_while_followed(shared_store: SessionStore, tmp_path: Path) -> None:
     """``skip_bad_lines``: a line that is not JSON is skipped and one that cannot be modelled is
-    kept opaque, as when each poll converted every line."""
-    source = copy_main(tmp_path, "entireio__cli__98-78b713483d-0-full.jsonl")
+    kept opaque, as when each poll converted every line; each is reported."""
+    source = copy_main(tmp_path, SETTLING)
     lines = source.read_bytes().splitlines(keepends=True)
     entry = json.loads(lines[30])
     entry["message"] = {"role": "user", "content": 5}  # content must be a string or a list
@@ -206,6 +288,7 @@ def test_bad_lines_skipped_while_followed(shared_store: SessionStore, tmp_path: 
     lines[50:50] = [b"{not json\n"]
     source.write_bytes(b"".join(lines))
     target = tmp_path / "live" / source.name
-    _follow_in_chunks(shared_store, {target: source}, random.Random(3), skip=True)
-    stored = _events(shared_store, "847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1")
+    skipped = _follow_in_chunks(shared_store, {target: source}, random.Random(3), True, frozenset({51}))
+    assert skipped == {31, 51}
+    stored = _events(shared_store, SETTLING_SESSION)
     assert any(kind == "opaque_entry" and payload["line"] == 31 for _, _, kind, payload in stored)
