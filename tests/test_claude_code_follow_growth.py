@@ -36,8 +36,15 @@ def _converting_whole(store: SessionStore, paths: list[Path], skip: bool = False
     """A follower that converts every settled line again at each poll, dropping what is stored
     (what every poll did before polls went on from the last one): the reference."""
     follower = ClaudeCodeFollower(store, paths, skip_bad_lines=skip)
-    follower._resume = None  # type: ignore[assignment]  # no resume: _import_files converts whole
+    follower._resume = _Forgetful()  # nothing to go on from: _import_files converts whole
     return follower
+
+
+class _Forgetful(dict[Path, Any]):
+    """Where no conversion is kept: each import of a file converts it whole."""
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 def _assert_same(store: SessionStore, reference: SessionStore) -> None:
@@ -292,3 +299,20 @@ def test_bad_lines_skipped_while_followed(shared_store: SessionStore, tmp_path: 
     assert skipped == {31, 51}
     stored = _events(shared_store, SETTLING_SESSION)
     assert any(kind == "opaque_entry" and payload["line"] == 31 for _, _, kind, payload in stored)
+
+
+def test_a_removed_transcript_is_forgotten(shared_store: SessionStore, tmp_path: Path) -> None:
+    """A transcript deleted or renamed does not keep its conversion for the follower's lifetime."""
+    folder = tmp_path / "live"
+    folder.mkdir()
+    target = folder / f"{SETTLING_SESSION}.jsonl"
+    target.write_bytes(b"".join(_lines(tmp_path)[:60]))
+    follower = ClaudeCodeFollower(shared_store, [folder])
+    assert follower.poll() is not None
+    assert list(follower._resume) == [target]
+    renamed = target.rename(folder / "renamed.jsonl")
+    follower.poll()
+    assert target not in follower._resume
+    renamed.unlink()
+    follower.poll()
+    assert not follower._resume

@@ -182,6 +182,9 @@ class ClaudeCodeFollower:
         report = self._import(batch) if batch else None
         # Only now: a poll that failed is tried again by the next one.
         self._stamps, self._scans = stamps, scans
+        # A transcript gone (deleted, renamed) no longer keeps its conversion in memory.
+        for gone in self._resume.keys() - scans.keys():
+            del self._resume[gone]
         return report
 
     def _import(self, batch: list[_Scan]) -> ImportReport:
