@@ -136,6 +136,7 @@ class ClaudeCodeFollower:
         self.skip_bad_lines = skip_bad_lines
         self._stamps: dict[Path, tuple[int, int]] = {}
         self._imported: dict[Path, int] = {}  # bytes of each file imported so far
+        self._lines_imported: dict[Path, int] = {}  # and its lines: a malformed one is reported once
         self._scans: dict[Path, _Scan] = {}
         #: Where the last import of each file left off: the next converts only what it gained.
         self._resume: dict[Path, _Resume] = {}
@@ -148,6 +149,10 @@ class ClaudeCodeFollower:
 
     def poll(self) -> ImportReport | None:
         """Import every newly settled line; the import's report, or None when nothing was new.
+
+        With ``skip_bad_lines``, the report's ``skipped`` names each skipped line once, except
+        when a poll converts the file whole again (a rewrite, the parentUuid fallback, a retried
+        write).
 
         Raises:
             ValidationError: a complete line is malformed (unless ``skip_bad_lines``): nothing
@@ -202,6 +207,7 @@ class ClaudeCodeFollower:
         )
         for scan in batch:
             self._imported[scan.path] = _end(scan, scan.settled)
+            self._lines_imported[scan.path] = scan.settled
         if report.written:
             self.imports += 1
             self.written += report.written
@@ -216,7 +222,9 @@ class ClaudeCodeFollower:
         bad = [line for line in scan.bad if line.line <= settled]
         if bad and not self.skip_bad_lines:
             raise _bad_line(scan.path, bad[0].line, bad[0].reason)
-        skipped.extend(bad)
+        # Reported by the poll that first imports past it, not again by every later one.
+        done = self._lines_imported.get(scan.path, 0)
+        skipped.extend(line for line in bad if line.line > done)
         lines = scan.file.lines
         lines = lines[: bisect.bisect_right(lines, settled, key=lambda line: line.number)]
         whole = scan.file.index
@@ -492,7 +500,9 @@ def follow_claude_code(
 
     Args:
         skip_bad_lines, tenant, user: as for ``import_claude_code``.
-        on_import: called with the report of every poll that wrote events.
+        on_import: called with the report of every poll that wrote events; its ``skipped``
+            names each skipped line once, except when a poll converts the file whole again (a
+            rewrite, the parentUuid fallback, a retried write).
 
     Raises:
         ValidationError: as ``import_claude_code`` (a malformed complete line), or a path whose
