@@ -228,6 +228,16 @@ def test_a_truncated_file_then_grown_again_is_read_whole_again(
     assert _written(reports[-1]) > 0
 
 
+def test_a_file_rewritten_longer_with_a_line_taken_out_is_converted_whole(
+    shared_store: SessionStore, tmp_path: Path
+) -> None:
+    """Longer than before, but its earlier lines are not the ones converted: the last poll's
+    conversion is not gone on with."""
+    lines = _lines(tmp_path)
+    reports = _replay(shared_store, tmp_path, [b"".join(lines[:120]), b"".join(lines[:60] + lines[61:])])
+    assert _written(reports[-1]) > 0
+
+
 def test_a_parent_appended_after_its_child_converts_the_file_whole(
     shared_store: SessionStore, tmp_path: Path
 ) -> None:
