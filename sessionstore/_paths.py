@@ -241,7 +241,8 @@ def write_beside(target: str, chunks: Iterable[bytes], tag: str) -> str:
     removed and the error raised: the target is untouched.
     """
     directory, name = os.path.split(target)
-    temp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.{tag}")
+    # Cut: a name near the 255-byte limit must not make its temp's too long to create.
+    temp = os.path.join(directory, f".{name[:200]}.{secrets.token_hex(6)}.{tag}")
     # 0o666 through the umask, like any new file; an existing file's mode is copied below.
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from sessionstore.claude_code import (
 from sessionstore.claude_code._export import _dump as export_dump
 from sessionstore.claude_code._export import _dump_as_javascript
 from sessionstore.cli import main
+from sessionstore.errors import PathRefusedError
 
 SESSION = "3b7e9c1d-4a2f-4e6b-8d0c-5f1a2b3c4d5e"
 
@@ -220,3 +223,58 @@ def test_every_line_is_written_as_javascript_writes_it(value: dict[str, Any]) ->
     """The fast path (the C encoder, when its text holds no float JavaScript writes otherwise)
     gives the same text as writing every float as JSON.stringify does."""
     assert export_dump(value) == _dump_as_javascript(value)
+
+
+def test_export_to_a_fifo_or_symlink_is_refused_not_replaced(tmp_path: Path) -> None:
+    """``-o`` renames a temporary file over its target: a FIFO or a symlink (``/dev/stdout``'s)
+    would be replaced, not written through, so it is refused and left as it is."""
+    db = tmp_path / "t.db"
+    with sessionstore.open_store(db, migrate=True) as store:
+        session = Session.create(store, "s-1", model="claude-sonnet-4-5")
+        session.append([MessageAppended(role="user", content="hi")])
+    fifo, link = tmp_path / "pipe", tmp_path / "link.jsonl"
+    os.mkfifo(fifo)
+    (tmp_path / "real.jsonl").write_bytes(b"kept\n")
+    link.symlink_to(tmp_path / "real.jsonl")
+    with sessionstore.open_store(db) as store:
+        for target in (fifo, link):
+            with pytest.raises(PathRefusedError, match="not a regular file"):
+                write_claude_code_file(store, "s-1", target, overwrite=True)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert link.is_symlink() and (tmp_path / "real.jsonl").read_bytes() == b"kept\n"
+
+
+def test_standard_output_cut_by_an_error_says_how_many_lines_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "t.db"
+    _tampered_native_session(db)
+    out = io.StringIO()
+    assert main(["export", "--db", str(db), "s-1"], out=out) == 3
+    assert len(out.getvalue().splitlines()) == 588
+    assert "standard output holds only the first 588 lines" in capsys.readouterr().err
+
+
+def test_an_altered_line_number_is_corruption_not_a_disk_of_empty_lines(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    source = tmp_path / f"{SESSION}.jsonl"
+    lines = "".join(_dump(_line(i, i - 1 if i else None)) + "\n" for i in range(5))
+    source.write_text(lines, encoding="utf-8")
+    with sessionstore.open_store(db, migrate=True) as store:
+        sessionstore.import_claude_code(store, [source])
+        entry = next(e for e in store.read(SESSION) if e.type == "imported_entry" and '"line":3' in e.payload)
+    altered = entry.payload.replace('"line":3', '"line":1000000000000')
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP TRIGGER events_append_only_update")
+        conn.execute(
+            "UPDATE events SET payload = ?, payload_packed = NULL WHERE event_id = ?",
+            (altered, entry.event_id),
+        )
+    conn.close()
+    with (
+        sessionstore.open_store(db) as store,
+        pytest.raises(DataCorruptionError, match="line number 1000000000000 is not a line"),
+    ):
+        write_claude_code_file(store, SESSION, tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()

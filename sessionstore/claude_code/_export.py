@@ -35,12 +35,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._paths import fsync_directories, inside, name_problem, write_beside
-from ..errors import PathRefusedError, ValidationError
+from ..errors import DataCorruptionError, PathRefusedError, ValidationError
 from ..events._post_compact import line_uuid
 from ..pipeline._post_compact import kept_message_uuids
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
 from ..projections._base import read_pages
-from ..store._contract import SessionStore
+from ..store._contract import RecordedEvent, SessionStore
 from ..store._lineage import SessionLog
 
 __all__ = [
@@ -181,7 +181,7 @@ def _index(store: SessionStore, session_id: str) -> _Index:
                 covered.update(payload["events"])
                 if payload.get("content_moved"):
                     moved[recorded.seq] = payload["events"]
-            slot_of[(int(payload["line"]), int(payload.get("object_index", 0)))] = recorded.seq
+            slot_of[(_line_number(payload, recorded), int(payload.get("object_index", 0)))] = recorded.seq
             if isinstance(payload["entry"].get("uuid"), str):
                 last = payload["entry"]
             continue
@@ -684,11 +684,26 @@ def _not_a_folder(folder: Path) -> Path | None:
     return None
 
 
+#: The highest line number an imported line may carry: a file's blank and
+#: skipped lines come back as empty lines, so an altered number (10**12) would write that many.
+_MAX_LINE_NUMBER = 100_000_000
+
+
+def _line_number(payload: dict[str, Any], recorded: RecordedEvent) -> int:
+    """An imported line's number, checked: an altered one is DataCorruptionError, not a file of
+    empty lines filling the disk."""
+    number = payload.get("line")
+    if type(number) is not int or not 1 <= number <= _MAX_LINE_NUMBER:
+        msg = f"session {recorded.session_id!r}, seq {recorded.seq}: line number {number!r} is not a line"
+        raise DataCorruptionError(msg, session_id=recorded.session_id, seq=recorded.seq)
+    return number
+
+
 def _make_folder(folder: Path, made: list[Path]) -> None:
     """Create ``folder`` and its missing parents; each one created is added to ``made``."""
     missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    made.extend(reversed(missing))  # before: a mkdir failing halfway leaves none behind (_undo)
     folder.mkdir(parents=True, exist_ok=True)
-    made.extend(reversed(missing))
 
 
 def _undo(temps: list[str], made: list[Path]) -> None:
@@ -757,7 +772,8 @@ def write_claude_code(
     except BaseException:
         _undo(temps, made)
         raise
-    fsync_directories([str(f.path) for f in written])
+    # The files' folders, and each folder created in its parent: all of it survives a crash.
+    fsync_directories([str(f.path) for f in written] + [str(folder) for folder in made])
     return written
 
 
@@ -770,10 +786,15 @@ def write_claude_code_file(
     lays out a whole project folder).
 
     Raises:
+        PathRefusedError: ``path`` is a symlink or exists and is no regular file (a FIFO, a
+            device): a rename would replace it (nothing is written).
         ValidationError: ``path`` exists and ``overwrite`` is False (nothing is written).
         SessionNotFoundError: no such session.
     """
     target = Path(path)
+    if os.path.islink(target) or (os.path.lexists(target) and not os.path.isfile(target)):
+        # A rename would replace it (a FIFO, /dev/stdout's symlink) rather than write through it.
+        raise PathRefusedError({str(target): "exists and is not a regular file (not replaced)"})
     if not overwrite and os.path.lexists(target):
         msg = f"would overwrite {target}: pass overwrite=True (--force)"
         raise ValidationError(msg, field="path")

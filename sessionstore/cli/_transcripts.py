@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import ValidationError
+from ..errors import SessionStoreError, ValidationError
 from ._progress import ImportBars, on_terminal, spinner
 
 if TYPE_CHECKING:  # the parser is built without them (a fast --help); the commands import them
@@ -218,8 +218,19 @@ def _export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
                 print(f"{row['path']}: {what}", file=out)
         return 0
     if args.output is None:
-        for line in iter_claude_code(store, args.session_id):
-            out.write(line + "\n")
+        written = 0
+        try:
+            for line in iter_claude_code(store, args.session_id):
+                out.write(line + "\n")
+                written += 1
+        except SessionStoreError:
+            if written:  # streamed: what came before the error is out already
+                print(
+                    f"sessionstore: standard output holds only the first {written} lines "
+                    "(-o FILE writes all of them or nothing)",
+                    file=sys.stderr,
+                )
+            raise
         return 0
     from pathlib import Path
 
