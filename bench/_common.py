@@ -8,8 +8,10 @@ import io
 import pstats
 import random
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 _VOCABULARY = (
@@ -182,3 +184,12 @@ def profiled(label: str, fn: Callable[[], Any], top: int = 16) -> Any:
     print(f"\n--- cProfile: {label} (total {total * 1e3:.0f} ms under the profiler; top by own time) ---")
     print(body[start:].rstrip() if start >= 0 else body.rstrip())
     return result
+
+
+def source_at(rev: str, path: str) -> str | None:
+    """The text of ``path`` (repository-relative) at commit ``rev``, for a benchmark that runs
+    an earlier version beside this one; None without git or that commit."""
+    repo = Path(__file__).resolve().parents[1]
+    command = ["git", "-C", str(repo), "show", f"{rev}:{path}"]
+    shown = subprocess.run(command, capture_output=True, text=True, check=False)
+    return shown.stdout if shown.returncode == 0 else None

@@ -31,7 +31,6 @@ import importlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 bench_import = importlib.import_module("import")
+
+from _common import source_at  # noqa: E402
 
 import sessionstore  # noqa: E402
 from sessionstore.claude_code import export_claude_code, import_claude_code  # noqa: E402
@@ -85,16 +86,10 @@ def _load_before(path: Path) -> object:
 
 def _write_before(folder: Path, rev: str) -> bool:
     """The export module of ``rev`` beside the database; False without git (or that commit)."""
-    repo = Path(__file__).resolve().parents[1]
-    shown = subprocess.run(
-        ["git", "-C", str(repo), "show", f"{rev}:sessionstore/claude_code/_export.py"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if shown.returncode != 0:
+    source = source_at(rev, "sessionstore/claude_code/_export.py")
+    if source is None:
         return False
-    (folder / "export_before.py").write_text(shown.stdout, encoding="utf-8")
+    (folder / "export_before.py").write_text(source, encoding="utf-8")
     return True
 
 

@@ -79,6 +79,7 @@ import sessionstore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import projection as generator  # bench/projection.py: the seeded transcript writer
+from _common import source_at
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "claude-code"
 FULL_TURNS = 10_000
@@ -517,18 +518,10 @@ def _import_child(which: str, workloads: list[Workload], folder: Path, db: Path,
 
 def _before_source(db: Path) -> bool:
     """Write the BEFORE importer beside ``db`` (where ``_child`` loads it); False without git."""
-    import subprocess
-
-    repo = Path(__file__).resolve().parents[1]
-    shown = subprocess.run(
-        ["git", "-C", str(repo), "show", f"{BEFORE}:sessionstore/claude_code/_import.py"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if shown.returncode != 0:
+    source = source_at(BEFORE, "sessionstore/claude_code/_import.py")
+    if source is None:
         return False
-    db.with_suffix(".before.py").write_text(shown.stdout)
+    db.with_suffix(".before.py").write_text(source)
     return True
 
 
