@@ -214,8 +214,9 @@ def __getattr__(name: str) -> object:
         value = getattr(importlib.import_module(f".{layer}", __name__), name)
         globals()[name] = value  # the next lookup is an ordinary attribute
         return value
-    from . import errors
-
+    # Not ``from . import errors``: before errors is loaded, that asks this very function for
+    # ``errors`` first, and every lookup of an unknown name recursed until RecursionError.
+    errors = importlib.import_module(f"{__name__}.errors")
     if name in errors.DEPRECATED_NAMES:
         return getattr(errors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import sys
 import types
 import typing
 from pathlib import Path
@@ -109,3 +111,22 @@ def test_each_layer_package_exports_a_sorted_complete_list(layer: str) -> None:
 
     assert package.__all__ == sorted(package.__all__)
     assert set(package.__all__) == offered
+
+
+def test_an_unknown_name_is_an_attribute_error_in_a_fresh_interpreter() -> None:
+    """``hasattr``/``getattr`` with a default work right after ``import sessionstore``, before any
+    layer is loaded (the facade's lazy lookup once recursed until RecursionError there), and an
+    old error name still resolves with its warning."""
+    script = (
+        "import sys, warnings, sessionstore\n"
+        "assert 'sessionstore.errors' not in sys.modules\n"
+        "assert not hasattr(sessionstore, 'NoSuchName')\n"
+        "assert getattr(sessionstore, 'NoSuchName', 7) == 7\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    assert sessionstore.SummaryFailed is sessionstore.errors.SummaryFailedError\n"
+        "assert [w.category for w in caught] == [DeprecationWarning]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr[-2000:]
