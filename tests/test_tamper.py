@@ -701,3 +701,174 @@ def test_an_upcasters_own_error_is_not_reported_as_corruption(
     with pytest.raises(ValueError, match="upcaster bug") as caught:
         _ = events[1].event
     assert not isinstance(caught.value, DataCorruptionError)
+
+
+# Values SQLite keeps in a column of another type (it stores whatever is written): each is
+# reported as the altered row it is, by every reader, not as a parser's TypeError or ValueError.
+_MISTYPED = {
+    "an event's created_at that is no timestamp": (
+        "UPDATE events SET created_at = 'garbage' WHERE session_id = :sid AND seq = 2",
+        "seq 2: the event row's created_at is 'garbage'",
+    ),
+    "an event's created_at that is a number": (
+        "UPDATE events SET created_at = 12345 WHERE session_id = :sid AND seq = 2",
+        "seq 2: the event row's created_at is '12345'",
+    ),
+    "an event's token count that is text": (
+        "UPDATE events SET token_count = 'abc' WHERE session_id = :sid AND seq = 2",
+        "an event row's token_count is 'abc'",
+    ),
+    "a session's created_at that is no timestamp": (
+        "UPDATE sessions SET created_at = 'garbage' WHERE id = :sid",
+        "its sessions row's created_at is 'garbage'",
+    ),
+    "a session's fork_seq that is text": (
+        "UPDATE sessions SET fork_seq = 'x', parent_session_id = 'p' WHERE id = :sid",
+        "its sessions row's fork_seq is 'x'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MISTYPED))
+def test_a_value_of_the_wrong_type_in_a_sqlite_row_is_data_corruption(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """The store's reads raise DataCorruptionError naming the session (and the seq, for an
+    event), and every command that reads the session exits 3 with that one line."""
+    statement, reason = _MISTYPED[case]
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with sessionstore.open_store(url, migrate=True) as store:
+        store.create_session("p", events=_messages(2))
+        sid = store.create_session("s", events=_messages(3)).id
+        _tamper(store, statement, sid=sid)
+
+        with pytest.raises(DataCorruptionError, match=reason) as caught:
+            store.read(sid) if "event" in case else store.get_session(sid)
+        assert caught.value.session_id == sid
+    for command in (["events", sid, "--json"], ["show", sid], ["context", sid], ["export", sid, "-o", "x"]):
+        code, _ = _cli(*command, "--db", url)
+        err = capsys.readouterr().err
+
+        assert code == sessionstore.errors.EXIT_INTEGRITY, (command, err)
+        assert err.startswith(f"sessionstore: session '{sid}'") and reason in err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+    if "session's" in case:
+        code, _ = _cli("sessions", "--db", url)
+        assert code == sessionstore.errors.EXIT_INTEGRITY
+        assert reason in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("metadata", ["not json", "[1, 2]", "[" * 100_000])
+def test_session_metadata_that_is_not_a_json_object_is_data_corruption(
+    store: SessionStore, metadata: str
+) -> None:
+    """A sessions row's metadata changed into something create_session never stores (text that is
+    not JSON, an array, JSON nested 100,000 deep) is DataCorruptionError on every backend."""
+    sid = store.create_session("s", events=_messages(1), metadata={"k": "v"}).id
+    _tamper(store, "UPDATE sessions SET metadata = :metadata WHERE id = :sid", sid=sid, metadata=metadata)
+
+    with pytest.raises(DataCorruptionError, match="its sessions row's metadata is") as caught:
+        store.get_session(sid)
+    assert caught.value.session_id == sid
+    with pytest.raises(DataCorruptionError):
+        store.list_sessions()
+
+
+@pytest.mark.parametrize("loop", ["itself", "its fork"])
+def test_a_fork_ancestry_that_loops_is_data_corruption(
+    shared_backend: Backend, capsys: pytest.CaptureFixture[str], loop: str
+) -> None:
+    """A sessions row altered to name the session itself, or its own fork, as its parent: reading
+    the history says so (it recursed until RecursionError), and the commands exit 3."""
+    store = shared_backend.open()
+    try:
+        store.create_session("p", events=_messages(3))
+        store.create_session("f", parent_session_id="p", fork_seq=2, events=_messages(1))
+        parent = "p" if loop == "itself" else "f"
+        loop_back = "UPDATE sessions SET parent_session_id = :parent, fork_seq = 1 WHERE id = 'p'"
+        _tamper(store, loop_back, parent=parent)
+
+        for sid in ("p", "f"):
+            with pytest.raises(DataCorruptionError, match="its fork ancestry comes back to session"):
+                sessionstore.store.SessionLog(store, sid)
+            for command in (["events", sid], ["context", sid], ["audit", sid]):
+                code, _ = _cli(*command, "--db", shared_backend.url)
+                err = capsys.readouterr().err
+                assert code == sessionstore.errors.EXIT_INTEGRITY, (command, err)
+                assert "its fork ancestry comes back to session" in err and len(err.splitlines()) == 1
+        for sid in ("p", "f"):
+            assert verify_session(store, sid).summary().startswith(f"{sid}: BROKEN")
+    finally:
+        store.close()
+
+
+def test_a_payload_nested_too_deeply_is_data_corruption(
+    shared_backend: Backend, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A payload altered into JSON nested 100,000 deep (no append stores one) is corruption for
+    every reader of the payload, not a RecursionError."""
+    store = shared_backend.open()
+    try:
+        sid = store.create_session("s", events=_messages(3)).id
+        deep = '{"role": "user", "content": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        _tamper(
+            store,
+            "UPDATE events SET payload = :payload, payload_packed = NULL WHERE session_id = :sid AND seq = 2",
+            sid=sid,
+            payload=deep,
+        )
+        second = store.read(sid)[1]
+
+        undecodable = "seq 2: the stored message_appended event does not decode"
+        for read in (lambda: second.payload_dict(), lambda: second.to_dict(), lambda: second.event):
+            with pytest.raises(DataCorruptionError, match=undecodable):
+                read()
+        for command in (["events", sid, "--json"], ["export", sid, "-o", str(tmp_path / "out.jsonl")]):
+            code, _ = _cli(*command, "--db", shared_backend.url)
+            err = capsys.readouterr().err
+            assert code == sessionstore.errors.EXIT_INTEGRITY, (command, err)
+            assert "seq 2" in err and len(err.splitlines()) == 1
+    finally:
+        store.close()
+
+
+def test_export_of_a_payload_without_the_fields_of_its_type_is_data_corruption(
+    shared_backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Export reads payloads' fields as stored; one altered into ``{}`` is reported as the altered
+    event (its seq), not as the exporter's KeyError."""
+    store = shared_backend.open()
+    try:
+        sid = store.create_session("s", events=_messages(3)).id
+        _tamper(
+            store,
+            "UPDATE events SET payload = '{}', payload_packed = NULL WHERE session_id = :sid AND seq = 2",
+            sid=sid,
+        )
+
+        with pytest.raises(DataCorruptionError, match="seq 2") as caught:
+            sessionstore.claude_code.export_claude_code(store, sid)
+        assert caught.value.seq == 2
+        code, _ = _cli("export", sid, "--db", shared_backend.url)
+        assert code == sessionstore.errors.EXIT_INTEGRITY
+        assert "seq 2" in capsys.readouterr().err
+    finally:
+        store.close()
+
+
+def test_an_exporters_own_error_is_not_reported_as_corruption(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over an intact log, a KeyError in the exporter (a bug in the code, not in the rows)
+    reaches the caller as it is."""
+    from sessionstore.claude_code import _export
+
+    def buggy(index: Any) -> Any:
+        raise KeyError("exporter bug")
+        yield ""
+
+    monkeypatch.setattr(_export, "_synthesized", buggy)
+    sid = store.create_session("s", events=_messages(2)).id
+
+    with pytest.raises(KeyError, match="exporter bug"):
+        _export.export_claude_code(store, sid)

@@ -35,11 +35,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .._paths import read_regular_file
-from ..errors import SessionNotFoundError, ValidationError
+from ..errors import DataCorruptionError, SessionNotFoundError, ValidationError
 from ..projections import PROJECTIONS, ApiContextProjection
 from ..projections._api_context import ApiContextState
 from ..projections._base import Projection, rebuild
@@ -305,6 +305,10 @@ def verify_session(
     try:
         log = SessionLog(store, session_id)
     except SessionNotFoundError:  # its events outlived its sessions row: nothing to fold
+        return SessionVerification(chain, 0)
+    except DataCorruptionError as e:  # an altered sessions row: a fork ancestry that loops
+        if chain.ok:
+            chain = replace(chain, reason=str(e), head=None)
         return SessionVerification(chain, 0)
     counter = store.token_counter
     tokenizer = counter.name if counter is not None else NO_TOKENIZER

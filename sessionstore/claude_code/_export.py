@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._paths import fsync_directories, inside, name_problem, write_beside
-from ..errors import DataCorruptionError, PathRefusedError, ValidationError
+from ..errors import DataCorruptionError, PathRefusedError, SessionStoreError, ValidationError
 from ..events._post_compact import line_uuid
 from ..pipeline._post_compact import kept_message_uuids
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
@@ -150,13 +150,52 @@ class _Index:
 _NATIVE_TYPES = frozenset({"message_appended", "compact_boundary", "listing_delta", "microcompact_applied"})
 
 
+#: What reading a stored payload's fields raises when the payload is not what its event type
+#: holds: only an altered row makes one (appends validate every event).
+_PAYLOAD_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+
+
+def _altered_log(log: SessionLog) -> DataCorruptionError | None:
+    """Why reading the fields of ``log``'s payloads failed, when the log was altered: the first
+    event that no longer decodes as its type, or the first session of the lineage whose chain
+    does not verify. None: the log is intact (the failure is the exporter's own)."""
+    for recorded in read_pages(log.read, 1, None):
+        try:
+            _ = recorded.event
+        except DataCorruptionError as e:
+            return e
+        except SessionStoreError:  # an unknown type, an erased session: not this failure
+            continue
+    lineage: SessionLog | None = log
+    while lineage is not None:
+        report = log.store.verify(lineage.session_id)
+        if not report.ok:
+            msg = f"session {lineage.session_id!r}: {report.reason}"
+            return DataCorruptionError(msg, session_id=lineage.session_id, seq=report.first_bad_seq)
+        lineage = lineage.parent
+    return None
+
+
 def _index(store: SessionStore, session_id: str) -> _Index:
     """Read the session's visible history once, a page at a time, keeping only its index.
 
     A fork's history is its parent's prefix, then its own events. Raises
-    ``SessionNotFoundError`` for no such session.
+    ``SessionNotFoundError`` for no such session, ``DataCorruptionError`` for a payload that is
+    not what its event type holds.
     """
     log = SessionLog(store, session_id)
+    try:
+        return _read_index(store, session_id, log)
+    except SessionStoreError:
+        raise
+    except _PAYLOAD_ERRORS as e:
+        altered = _altered_log(log)
+        if altered is None:
+            raise
+        raise altered from e
+
+
+def _read_index(store: SessionStore, session_id: str, log: SessionLog) -> _Index:
     first = log.read(1, 1)
     started = first[0].payload_dict() if first and first[0].type == "session_started" else {}
     fork = store.get_session(session_id).fork_seq is not None
@@ -557,8 +596,16 @@ def _claude_session_id(session_id: str, started: dict[str, Any], *, fork: bool) 
 
 
 def _lines(index: _Index) -> Iterator[str]:
-    yield from _source_lines(index)
-    yield from _synthesized(index)
+    try:
+        yield from _source_lines(index)
+        yield from _synthesized(index)
+    except SessionStoreError:
+        raise
+    except _PAYLOAD_ERRORS as e:  # see _index
+        altered = _altered_log(index.log)
+        if altered is None:
+            raise
+        raise altered from e
 
 
 def iter_claude_code(store: SessionStore, session_id: str) -> Iterator[str]:

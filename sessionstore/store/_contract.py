@@ -219,6 +219,8 @@ class RecordedEvent:
             # Only the payload's own failures are corruption: an upcaster's bug (any other
             # ValueError) is raised as it is, not reported as an altered row.
             raise self._undecodable(e) from None
+        except RecursionError:  # JSON nested thousands deep, which no append accepts
+            raise self._undecodable(ValueError("JSON nested too deeply")) from None
 
     def payload_dict(self) -> dict[str, Any]:
         """The payload as a dict, without decoding into a model."""
@@ -227,6 +229,8 @@ class RecordedEvent:
             result = json.loads(self.payload)
         except ValueError as e:
             raise self._undecodable(e) from None
+        except RecursionError:  # JSON nested thousands deep, which no append accepts
+            raise self._undecodable(ValueError("JSON nested too deeply")) from None
         if not isinstance(result, dict):
             raise self._undecodable(ValueError("not a JSON object"))
         return result
@@ -902,7 +906,7 @@ class SessionStore(abc.ABC):
             return ""
         try:
             parent_hashes = self._continuous_hashes(info.parent_session_id)
-        except (SessionNotFoundError, RecursionError):
+        except SessionNotFoundError:  # no such parent, or a loop of parents
             return ""
         for seq, digest in sorted({0: "", **parent_hashes}.items()):
             if session_genesis(dataclasses.replace(identity, fork_seq=seq), digest) == started_from:
@@ -911,12 +915,18 @@ class SessionStore(abc.ABC):
 
     def _continuous_hashes(self, session_id: str) -> dict[int, str]:
         """seq -> hash of the session's whole history, a fork's parent prefix included."""
+        return self._hashes_through_forks(session_id, ())
+
+    def _hashes_through_forks(self, session_id: str, forks: tuple[str, ...]) -> dict[int, str]:
         info = self.get_session(session_id)
         base = info.fork_seq if info.parent_session_id is not None and info.fork_seq else 0
         hashes = {}
         if base:
             assert info.parent_session_id is not None
-            hashes = {k: v for k, v in self._continuous_hashes(info.parent_session_id).items() if k <= base}
+            if info.parent_session_id in (*forks, session_id):  # an altered row: it would never end
+                raise SessionNotFoundError(info.parent_session_id)
+            parent = self._hashes_through_forks(info.parent_session_id, (*forks, session_id))
+            hashes = {k: v for k, v in parent.items() if k <= base}
         hashes.update((e.seq + base, e.hash) for e in self.read_stored(session_id))
         return hashes
 

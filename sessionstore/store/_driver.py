@@ -120,6 +120,18 @@ def recorded_events(
     """
     cursor.execute(statement, params)
     rows = cursor.fetchall()
+    try:
+        return _recorded(rows, to_datetime)
+    except (ValueError, TypeError, OverflowError) as e:
+        # A creation time that does not parse (the other columns are checked by type below):
+        # found again row by row, to name the event.
+        altered = _unreadable_time(rows, to_datetime)
+        if altered is None:
+            raise
+        raise altered from e
+
+
+def _recorded(rows: list[Any], to_datetime: Callable[[Any], datetime]) -> list[RecordedEvent]:
     return [
         stored_event(
             session_id,
@@ -131,7 +143,9 @@ def recorded_events(
             if type(schema_version) is int
             else stored_int(schema_version, "schema_version", session_id),
             payload,
-            token_count,
+            token_count
+            if token_count is None or type(token_count) is int
+            else stored_int(token_count, "token_count", session_id),
             prev_hash,
             digest,
             to_datetime(created_at),
@@ -157,6 +171,22 @@ def recorded_events(
             deferred,
         ) in rows
     ]
+
+
+def _unreadable_time(rows: list[Any], to_datetime: Callable[[Any], datetime]) -> DataCorruptionError | None:
+    """DataCorruptionError naming the first row whose ``created_at`` does not parse (SQLite keeps
+    whatever is written into a column: text that is no timestamp, an INTEGER), or None."""
+    for row in rows:
+        session_id, seq, created_at = row[0], row[1], row[10]
+        try:
+            to_datetime(created_at)
+        except (ValueError, TypeError, OverflowError):
+            msg = (
+                f"session {session_id!r}, seq {seq}: the event row's created_at is {str(created_at)[:80]!r}, "
+                "not a timestamp (altered)"
+            )
+            return DataCorruptionError(msg, session_id=session_id, seq=seq if type(seq) is int else None)
+    return None
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConcurrencyError
+from ..errors import ConcurrencyError, DataCorruptionError
 from ..events._base import Event
 from ._contract import ANY, AppendResult, ExpectedSeq, RecordedEvent, SessionStore, check_int
 
 __all__ = ["SessionLog"]
+
+
+def _fork_loop(forks: tuple[str, ...], parent: str) -> DataCorruptionError:
+    msg = f"session {forks[0]!r}: its fork ancestry comes back to session {parent!r} (altered sessions row)"
+    return DataCorruptionError(msg, session_id=forks[0])
 
 
 class SessionLog:
@@ -34,7 +39,7 @@ class SessionLog:
     event inherited from a parent names the parent it is stored in; only ``seq`` is renumbered.
     """
 
-    def __init__(self, store: SessionStore, session_id: str) -> None:
+    def __init__(self, store: SessionStore, session_id: str, *, _forks: tuple[str, ...] = ()) -> None:
         self.store = store
         self.session_id = session_id
         info = store.get_session(session_id)
@@ -42,7 +47,10 @@ class SessionLog:
         #: Seqs up to this one come from the parent; the session's own events follow.
         self.base = 0
         if info.parent_session_id is not None and info.fork_seq is not None:
-            self.parent = SessionLog(store, info.parent_session_id)
+            forks = (*_forks, session_id)
+            if info.parent_session_id in forks:  # else an altered row would recurse until RecursionError
+                raise _fork_loop(forks, info.parent_session_id)
+            self.parent = SessionLog(store, info.parent_session_id, _forks=forks)
             self.base = info.fork_seq
 
     def read(self, from_seq: int = 1, to_seq: int | None = None) -> list[RecordedEvent]:

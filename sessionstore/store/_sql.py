@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import uuid4
 
-from sqlalchemy import Connection, Engine, Select, delete, func, select
+from sqlalchemy import Connection, Engine, Select, Table, delete, func, select, type_coerce
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.types import NullType
 from sqlalchemy.util.concurrency import await_only
 
 from .._telemetry import Attribute, span
@@ -908,7 +909,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
         def attempt() -> Any:
             with self._read() as conn:
-                row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+                row = conn.execute(_select_sessions(sessions).where(sessions.c.id == session_id)).first()
                 if row is None:
                     raise erased_error(conn, self.tables, session_id) or SessionNotFoundError(session_id)
                 return row
@@ -952,7 +953,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     def _owned_session(self, owner: Owner) -> SessionInfo | None:
         sessions = self.tables.sessions
-        query = select(sessions).where(
+        query = _select_sessions(sessions).where(
             sessions.c.tenant_id == owner.tenant,
             sessions.c.user_id == owner.user,
             sessions.c.external_id == owner.external_id,
@@ -979,7 +980,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         if owner.user is not None and owner.tenant is None:
             msg = "list_sessions: a user needs a tenant (users are counted per tenant)"
             raise ValidationError(msg, field="tenant")
-        query = select(sessions).order_by(sessions.c.id).limit(check_int("limit", limit, minimum=0))
+        query = _select_sessions(sessions).order_by(sessions.c.id).limit(check_int("limit", limit, minimum=0))
         if after is not None:
             query = query.where(sessions.c.id > after)
         if owner.tenant is not None:
@@ -1603,17 +1604,62 @@ def _snapshot_label(snapshot: SnapshotRecord) -> str:
     )
 
 
+def _select_sessions(sessions: Table) -> Select[Any]:
+    """Every column of ``sessions``, ``created_at`` as the driver returns it: SQLAlchemy's own
+    parsing would fail on an altered value with a bare ValueError, ``_session_info`` names it."""
+    return select(
+        *(type_coerce(c, NullType()).label(c.name) if c.name == "created_at" else c for c in sessions.c)
+    )
+
+
 def _session_info(row: Any) -> SessionInfo:
+    """A ``sessions`` row (from ``_select_sessions``) as ``SessionInfo``.
+
+    Raises:
+        DataCorruptionError: a value that the store never writes (SQLite keeps whatever is
+            written into a column): a creation time that is no timestamp, metadata that is not
+            a JSON object, a fork point that is not a whole number.
+    """
+    sid = row.id
+    fork_seq = row.fork_seq
+    if fork_seq is not None and (type(fork_seq) is not int or fork_seq < 0):
+        raise _altered_session(sid, "fork_seq", fork_seq)
     return SessionInfo(
-        id=row.id,
-        created_at=as_utc(row.created_at),
+        id=sid,
+        created_at=_stored_created_at(sid, row.created_at),
         parent_session_id=row.parent_session_id,
-        fork_seq=row.fork_seq,
-        metadata=json.loads(row.metadata),
+        fork_seq=fork_seq,
+        metadata=_stored_metadata(sid, row.metadata),
         tenant=row.tenant_id,
         user=row.user_id,
         external_id=row.external_id,
     )
+
+
+def _stored_created_at(session_id: str, value: object) -> datetime:
+    if isinstance(value, datetime):  # PostgreSQL's timestamptz
+        return as_utc(value)
+    if isinstance(value, str):  # SQLite's text, as SQLAlchemy's DateTime writes it
+        with contextlib.suppress(ValueError):
+            return as_utc(datetime.fromisoformat(value))
+    raise _altered_session(session_id, "created_at", value)
+
+
+def _stored_metadata(session_id: str, value: object) -> dict[str, Any]:
+    try:
+        metadata = json.loads(value) if isinstance(value, str | bytes) else None
+    except (ValueError, RecursionError):
+        metadata = None
+    if not isinstance(metadata, dict):
+        raise _altered_session(session_id, "metadata", value)
+    return metadata
+
+
+def _altered_session(session_id: str, column: str, value: object) -> DataCorruptionError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    msg = f"session {session_id!r}: its sessions row's {column} is {shown} (altered: never written so)"
+    return DataCorruptionError(msg, session_id=session_id)
 
 
 def _info_of(identity: SessionIdentity) -> SessionInfo:
