@@ -872,3 +872,34 @@ def test_an_exporters_own_error_is_not_reported_as_corruption(
 
     with pytest.raises(KeyError, match="exporter bug"):
         _export.export_claude_code(store, sid)
+
+
+def test_export_of_a_sub_agent_whose_first_event_was_altered_is_data_corruption(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export --dir`` names each sub-agent's file after its first event's ``agent_id``: that
+    event altered into one whose metadata is no object is the altered event, and nothing is
+    written (it was an AttributeError traceback)."""
+    from ._claude_code_corpus import corpus_file
+
+    main_id = "b6240830-5041-465e-aad0-910c13cd9b6c"
+    names = [f"rcgray__claude-code-bug-phantom-reads-17407__{n}.jsonl" for n in (main_id, "agent-1698e3ad")]
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with sessionstore.open_store(url, migrate=True) as store:
+        sessionstore.import_claude_code(store, [corpus_file(name) for name in names])
+        child = f"{main_id}.agent-1698e3ad"
+        assert store.read(child, 1, 1)[0].type == "session_started"
+        _tamper(
+            store,
+            "UPDATE events SET payload = :payload, payload_packed = NULL WHERE session_id = :sid AND seq = 1",
+            sid=child,
+            payload=json.dumps({"metadata": [1]}),
+        )
+
+    code, _ = _cli("export", main_id, "--dir", str(tmp_path / "out"), "--db", url)
+    err = capsys.readouterr().err
+
+    assert code == sessionstore.errors.EXIT_INTEGRITY, err
+    assert err.startswith(f"sessionstore: session '{child}', seq 1: the stored session_started event")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))

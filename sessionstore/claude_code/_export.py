@@ -176,6 +176,22 @@ def _altered_log(log: SessionLog) -> DataCorruptionError | None:
     return None
 
 
+@contextlib.contextmanager
+def _reading_payloads(store: SessionStore, session_id: str) -> Iterator[None]:
+    """Fields read from the payloads of the session's events: a payload without what its type
+    holds (an altered row) is DataCorruptionError naming the event; the exporter's own error
+    over an intact log is raised as it is."""
+    try:
+        yield
+    except SessionStoreError:
+        raise
+    except _PAYLOAD_ERRORS as e:
+        altered = _altered_log(SessionLog(store, session_id))
+        if altered is None:
+            raise
+        raise altered from e
+
+
 def _index(store: SessionStore, session_id: str) -> _Index:
     """Read the session's visible history once, a page at a time, keeping only its index.
 
@@ -184,15 +200,8 @@ def _index(store: SessionStore, session_id: str) -> _Index:
     not what its event type holds.
     """
     log = SessionLog(store, session_id)
-    try:
+    with _reading_payloads(store, session_id):
         return _read_index(store, session_id, log)
-    except SessionStoreError:
-        raise
-    except _PAYLOAD_ERRORS as e:
-        altered = _altered_log(log)
-        if altered is None:
-            raise
-        raise altered from e
 
 
 def _read_index(store: SessionStore, session_id: str, log: SessionLog) -> _Index:
@@ -596,16 +605,9 @@ def _claude_session_id(session_id: str, started: dict[str, Any], *, fork: bool) 
 
 
 def _lines(index: _Index) -> Iterator[str]:
-    try:
+    with _reading_payloads(index.log.store, index.log.session_id):
         yield from _source_lines(index)
         yield from _synthesized(index)
-    except SessionStoreError:
-        raise
-    except _PAYLOAD_ERRORS as e:  # see _index
-        altered = _altered_log(index.log)
-        if altered is None:
-            raise
-        raise altered from e
 
 
 def iter_claude_code(store: SessionStore, session_id: str) -> Iterator[str]:
@@ -679,7 +681,8 @@ def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
         done.add(current)
         index = index or _index(store, current)
         files.append(_Planned(names, current, index=index))
-        meta = (index.started.get("metadata") or {}).get("meta")
+        with _reading_payloads(store, current):
+            meta = (index.started.get("metadata") or {}).get("meta")
         if current != session_id and isinstance(meta, dict):
             meta_names = (*names[:-1], names[-1][: -len(".jsonl")] + ".meta.json")
             files.append(_Planned(meta_names, None, data=_dump(meta).encode))
@@ -687,16 +690,18 @@ def _plan(store: SessionStore, session_id: str) -> list[_Planned]:
             blob = functools.partial(store.get_blob, sha, session_id=current)
             files.append(_Planned((cc_session, "tool-results", name), None, data=blob))
         for child in index.children:
-            child_first = store.read(child, 1, 1)
-            child_started = (
-                child_first[0].payload_dict()
-                if child_first and child_first[0].type == "session_started"
-                else {}
-            )
-            agent_id = str((child_started.get("metadata") or {}).get("agent_id") or child)
             # Claude Code keeps nested sub-agents flat, beside the others.
-            queue.append((child, (cc_session, "subagents", f"agent-{agent_id}.jsonl"), None))
+            agent_file = f"agent-{_agent_id(store, child)}.jsonl"
+            queue.append((child, (cc_session, "subagents", agent_file), None))
     return files
+
+
+def _agent_id(store: SessionStore, child: str) -> str:
+    """The ``agentId`` a sub-agent's file is named after: its first event's, else its id."""
+    first = store.read(child, 1, 1)
+    with _reading_payloads(store, child):
+        started = first[0].payload_dict() if first and first[0].type == "session_started" else {}
+        return str((started.get("metadata") or {}).get("agent_id") or child)
 
 
 def _refused_targets(directory: Path, files: list[_Planned]) -> dict[str, str]:
