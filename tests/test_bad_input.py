@@ -3,6 +3,7 @@ documented exit status from the CLI, and nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -17,7 +18,14 @@ import pytest
 from sqlalchemy import text
 
 import sessionstore
-from sessionstore import ANY, MessageAppended, SessionStore, ValidationError, import_claude_code
+from sessionstore import (
+    ANY,
+    MessageAppended,
+    SessionNotFoundError,
+    SessionStore,
+    ValidationError,
+    import_claude_code,
+)
 from sessionstore.cli import main
 from sessionstore.store._migrate import known_revisions
 
@@ -318,6 +326,15 @@ LOOKUPS: dict[str, Callable[[SessionStore], object]] = {
 }
 
 
+NUL_LOOKUPS: dict[str, Callable[[SessionStore], object]] = {
+    "read": lambda s: s.read("s\x00"),
+    "get_session": lambda s: s.get_session("a\x00b"),
+    "last_seq": lambda s: s.last_seq("\x00"),
+    "erasure": lambda s: s.erasure("\x00"),
+    "list_sessions after": lambda s: s.list_sessions(after="\x00"),
+}
+
+
 @pytest.mark.parametrize("call", LOOKUPS.values(), ids=LOOKUPS.keys())
 def test_looking_up_text_with_a_lone_surrogate_is_a_validation_error(
     store: SessionStore, call: Callable[[SessionStore], object]
@@ -327,6 +344,22 @@ def test_looking_up_text_with_a_lone_surrogate_is_a_validation_error(
 
     with pytest.raises(ValidationError, match="not valid Unicode"):
         call(store)
+
+
+@pytest.mark.parametrize("call", NUL_LOOKUPS.values(), ids=NUL_LOOKUPS.keys())
+def test_looking_up_text_with_a_nul_finds_nothing_or_is_a_validation_error(
+    backend: Backend, store: SessionStore, call: Callable[[SessionStore], object]
+) -> None:
+    """SQLite compares it (no session id holds one); PostgreSQL text cannot hold it, and the
+    driver refuses to send it: a ValidationError there, not a DatabaseError (a 500 in serve)."""
+    store.create_session("s")
+
+    if backend.is_postgres:
+        with pytest.raises(ValidationError, match="NUL"):
+            call(store)
+    else:
+        with contextlib.suppress(SessionNotFoundError):
+            call(store)
 
 
 CLI_BAD_INPUT = {

@@ -203,6 +203,10 @@ def _translate(error: BaseException, tables: StoreTables = DEFAULT_TABLES) -> Se
         return AppendOnlyViolation(message)
     if "IntegrityError" in kinds:
         return IntegrityError(message, constraint=_constraint_of(orig, tables))
+    if "DataError" in kinds and ("NUL (0x00)" in message or getattr(orig, "sqlstate", None) == "22021"):
+        # PostgreSQL text cannot hold a NUL: only a lookup sends one (a session id or cursor a
+        # caller asked for; stored text is JSON-escaped or checked first). No row can match it.
+        return ValidationError("a lookup with a NUL character, which PostgreSQL text cannot hold")
     if getattr(orig, "sqlstate", None) == "42501":  # insufficient_privilege, row-level security too
         return AccessDeniedError(message)
     if "no such table" in message or "no such column" in message:
@@ -219,7 +223,8 @@ def translate_errors(tables: StoreTables = DEFAULT_TABLES) -> Iterator[None]:
     """Re-raise SQLAlchemy / driver errors as sessionstore errors (``raise ... from e``).
 
     A lone surrogate in a query parameter (a session id or cursor a caller looks up; stored
-    values are refused before they reach SQL) cannot be encoded by the driver: a ValidationError.
+    values are refused before they reach SQL) cannot be encoded by the driver: a ValidationError;
+    so is a NUL, which PostgreSQL text cannot hold (``_translate``).
     """
     try:
         yield
