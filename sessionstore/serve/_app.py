@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import BackgroundTasks, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 
 from ..errors import SessionStoreError
 from ..store import SessionStore
@@ -32,6 +33,9 @@ SECURITY_HEADERS = {
 _OPEN_PATHS = ("/login", "/static/viewer.css")
 #: How often the token counts the server's reads made are stored (``CountKeeper``).
 COUNTS_EVERY_SECONDS = 30.0
+
+#: The error ``type`` of the HTTP errors the routing itself answers (any other: ``HTTPError``).
+HTTP_ERRORS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed"}
 
 #: Under the library's logger, as each layer's is (docs/storage.md "Logging").
 _LOG = logging.getLogger("sessionstore.serve")
@@ -172,6 +176,25 @@ def create_app(
         if _is_api(request):
             return JSONResponse({"error": body}, status_code=422)
         return render(request, "error.html", status=422, error=body)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: Exception) -> Response:
+        """No such path (404), a method the path does not take (405, with ``Allow``), a body the
+        form parser refused (400): the same error shape as the library's errors, or a page."""
+        assert isinstance(error, HTTPException)
+        kind = HTTP_ERRORS.get(error.status_code, "HTTPError")
+        message = str(error.detail)
+        if error.status_code == 404:
+            message = f"nothing is served at {request.url.path}"
+        elif error.status_code == 405:
+            allowed = (error.headers or {}).get("Allow", "")
+            message = f"{request.url.path} does not take {request.method} (it takes {allowed})"
+        body = {"type": kind, "message": message}
+        if _is_api(request):
+            return JSONResponse({"error": body}, status_code=error.status_code, headers=error.headers)
+        page = render(request, "error.html", status=error.status_code, error=body)
+        page.headers.update(error.headers or {})
+        return page
 
     include_api(app, write=write)
     include_views(app, write=write)
