@@ -109,3 +109,17 @@ def test_a_sign_in_field_over_the_size_limit_is_an_error_page(tmp_path: Path) ->
     assert response.status_code == 400
     assert "<h1>BadRequest</h1>" in response.text
     assert "maximum size" in response.text
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/sessions", "/api/sessions/s-1/events", "/", "/sessions/s-1", "/api/nope"]
+)
+def test_head_answers_as_get_without_the_body(client: TestClient, path: str) -> None:
+    """Every GET path takes HEAD (HTTP requires it of a server): GET's status and headers."""
+    got = client.get(path)
+    head = client.head(path)
+
+    assert head.status_code == got.status_code
+    assert head.content == b""
+    assert head.headers["content-length"] == got.headers["content-length"]
+    assert head.headers["content-type"] == got.headers["content-type"]

@@ -11,6 +11,7 @@ from fastapi import BackgroundTasks, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import SessionStoreError
 from ..store import SessionStore
@@ -84,6 +85,26 @@ class CountKeeper:
             self._every = self._configured
         finally:
             self._busy.release()
+
+
+class HeadAsGet:
+    """Answer ``HEAD`` as ``GET`` without the body (the framework's routes take GET only):
+    the same status and headers, ``Content-Length`` included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
 def _is_api(request: Request) -> bool:
@@ -198,4 +219,5 @@ def create_app(
 
     include_api(app, write=write)
     include_views(app, write=write)
+    app.add_middleware(HeadAsGet)
     return app
