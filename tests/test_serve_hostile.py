@@ -100,15 +100,63 @@ def test_an_unknown_page_or_method_is_an_error_page(
     assert "<script>x" not in response.text
 
 
-def test_a_sign_in_field_over_the_size_limit_is_an_error_page(tmp_path: Path) -> None:
-    """The form parser refuses a field over 1 MB (before the token is compared): a 400 page."""
-    with open_store(f"sqlite:///{tmp_path / 'l.db'}", migrate=True) as store:
-        client = local_client(create_app(store, token=TOKEN), raise_server_exceptions=False)
-        response = client.post("/login", data={"token": "x" * 2_000_000})
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[TestClient]:
+    """A client without the token of a server with writes on (and so a token)."""
+    with open_store(f"sqlite:///{tmp_path / 'g.db'}", migrate=True) as store:
+        store.create_session("s-1", events=[MessageAppended(role="user", content="hello")])
+        with local_client(create_app(store, write=True, token=TOKEN)) as test_client:
+            yield test_client
+
+
+def test_the_sign_in_form_takes_a_multipart_upload_from_no_one(guarded: TestClient) -> None:
+    """Anyone may post to /login: a multipart body (a file part is spooled to disk whole, as
+    large as the client sends) is refused before it is read."""
+    response = guarded.post("/login", files={"token": ("t.bin", TOKEN.encode())})
+
+    assert response.status_code == 415
+    assert "<h1>UnsupportedMediaType</h1>" in response.text
+    assert "set-cookie" not in response.headers
+
+
+def test_the_sign_in_form_reads_a_bounded_body(guarded: TestClient) -> None:
+    """A body past ``SIGN_IN_LIMIT`` is refused as it streams in (never held whole)."""
+    chunks = (b"token=" + b"x" * 65_536 for _ in range(64))  # 4 MB, sent a chunk at a time
+    response = guarded.post(
+        "/login", content=chunks, headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+
+    assert response.status_code == 413
+    assert "<h1>PayloadTooLarge</h1>" in response.text
+
+
+@pytest.mark.parametrize("body", [{"token": "not-the-token-at-all"}, {"token": ""}, {"other": TOKEN}])
+def test_a_wrong_or_missing_token_is_a_failed_sign_in(guarded: TestClient, body: dict[str, str]) -> None:
+    response = guarded.post("/login", data=body)
+
+    assert response.status_code == 401
+    assert 'id="login-failed"' in response.text
+    assert "set-cookie" not in response.headers
+
+
+def test_the_sign_in_form_sets_the_cookie(guarded: TestClient) -> None:
+    """The right token (percent-encoded as a browser sends it) signs in; the cookie then reads."""
+    response = guarded.post("/login", data={"token": TOKEN, "other": "é&="}, follow_redirects=False)
+
+    assert response.status_code == 303
+    assert guarded.get("/api/sessions").status_code == 200
+
+
+def test_a_body_the_json_parser_gives_up_on_is_a_bad_request(guarded: TestClient) -> None:
+    """JSON nested 100,000 deep: 400 in the API's error shape, not the framework's."""
+    response = guarded.post(
+        "/api/sessions/s-1/events",
+        content=b"[" * 100_000 + b"]" * 100_000,
+        headers={"content-type": "application/json", "authorization": f"Bearer {TOKEN}"},
+    )
 
     assert response.status_code == 400
-    assert "<h1>BadRequest</h1>" in response.text
-    assert "maximum size" in response.text
+    assert response.json()["error"]["type"] == "BadRequest"
 
 
 @pytest.mark.parametrize(

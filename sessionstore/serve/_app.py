@@ -201,7 +201,7 @@ def create_app(
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: Exception) -> Response:
         """No such path (404), a method the path does not take (405, with ``Allow``), a body the
-        form parser refused (400): the same error shape as the library's errors, or a page."""
+        JSON parser gave up on (400): the same error shape as the library's errors, or a page."""
         assert isinstance(error, HTTPException)
         kind = HTTP_ERRORS.get(error.status_code, "HTTPError")
         message = str(error.detail)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -63,6 +64,9 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     html = ENV.get_template(template).render(write=request.app.state.write, **context)
     return HTMLResponse(html, status_code=status)
 
+
+#: The most bytes the sign-in form's body may hold (it carries one token).
+SIGN_IN_LIMIT = 64 * 1024
 
 #: Messages drawn under each operation that replaced some; the rest are named by their seq range
 #: and read through the events API. A compaction of a long session replaces thousands: on a
@@ -237,11 +241,29 @@ def login_page(request: Request) -> HTMLResponse:
     return render(request, "login.html", failed=False)
 
 
+def _error_page(request: Request, status: int, kind: str, message: str) -> HTMLResponse:
+    return render(request, "error.html", status=status, error={"type": kind, "message": message})
+
+
 @views.post("/login")
-def login(request: Request, token: str = Form(...)) -> Response:
-    """Set the token cookie when ``token`` is right (HttpOnly, SameSite=Strict)."""
+async def login(request: Request) -> Response:
+    """Set the token cookie when the form's ``token`` is right (HttpOnly, SameSite=Strict).
+
+    Anyone may post here, before any token: the body is read by hand, URL-encoded only and at
+    most ``SIGN_IN_LIMIT`` bytes (a multipart upload would be spooled to disk whole)."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        message = "the sign-in form is posted as application/x-www-form-urlencoded"
+        return _error_page(request, 415, "UnsupportedMediaType", message)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > SIGN_IN_LIMIT:
+            message = f"a sign-in form holds at most {SIGN_IN_LIMIT:,} bytes"
+            return _error_page(request, 413, "PayloadTooLarge", message)
+    token = parse_qs(body.decode("latin-1")).get("token", [None])[-1]
     expected = request.app.state.token
-    if expected is None or not token_matches(token, expected):
+    if expected is None or token is None or not token_matches(token, expected):
         return render(request, "login.html", status=401, failed=True)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
