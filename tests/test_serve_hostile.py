@@ -171,3 +171,27 @@ def test_head_answers_as_get_without_the_body(client: TestClient, path: str) -> 
     assert head.content == b""
     assert head.headers["content-length"] == got.headers["content-length"]
     assert head.headers["content-type"] == got.headers["content-type"]
+
+
+def test_an_error_about_the_database_file_does_not_name_its_path(tmp_path: Path) -> None:
+    """The file deleted under a server with writes on: 503 saying so, without the server's path."""
+    path = tmp_path / "secret-folder" / "gone.db"
+    path.parent.mkdir()
+    with open_store(f"sqlite:///{path}", migrate=True) as store:
+        store.create_session("s-1", events=[MessageAppended(role="user", content="hello")])
+    with open_store(f"sqlite:///{path}", create=False) as store:
+        client = local_client(
+            create_app(store, write=True, token=TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert client.get("/api/sessions/s-1").status_code == 200
+        path.unlink()
+        response = client.post(
+            "/api/sessions/s-1/events",
+            json={"events": [{"type": "message_appended", "role": "user", "content": "more"}]},
+        )
+
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert error["type"] == "DatabaseFileGoneError"
+    assert error["message"].startswith("database file (path withheld) was deleted while open")
+    assert "secret-folder" not in response.text

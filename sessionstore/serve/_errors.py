@@ -2,7 +2,8 @@
 
 The body is ``{"error": {"type": "ConcurrencyError", "message": "...", ...}}``: the class name a
 library caller would catch, its message, and the context attributes it carries (``field``,
-``session_id``, ``expected``, ``actual``) when they are set.
+``session_id``, ``expected``, ``actual``) when they are set. A message naming the server's
+database file names it without its path.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..errors import (
     CompactionDisabledError,
     CompactionRevertTooLargeError,
     ConcurrencyError,
+    DatabaseFileGoneError,
     DatabaseNotFoundError,
     DataCorruptionError,
     DuplicateEventError,
@@ -68,6 +70,11 @@ _CONTEXT = (
 )
 
 
+#: Errors whose message names a file of the server's (``path``): a client is told the kind of
+#: trouble, not where the database lives.
+_SERVER_FILES = (DatabaseFileGoneError, DatabaseNotFoundError)
+
+
 def http_status(error: SessionStoreError) -> int:
     """The HTTP status for ``error``: 4xx for the caller's input, 5xx for the server's state."""
     return next((status for kind, status in STATUS if isinstance(error, kind)), 500)
@@ -75,7 +82,11 @@ def http_status(error: SessionStoreError) -> int:
 
 def error_body(error: SessionStoreError) -> dict[str, Any]:
     """``{"error": {"type", "message", ...context}}`` for ``error``."""
-    body: dict[str, Any] = {"type": type(error).__name__, "message": str(error)}
+    message = str(error)
+    path = getattr(error, "path", None)
+    if isinstance(error, _SERVER_FILES) and isinstance(path, str) and path:
+        message = message.replace(path, "(path withheld)")
+    body: dict[str, Any] = {"type": type(error).__name__, "message": message}
     for name in _CONTEXT:
         value = getattr(error, name, None)
         if isinstance(value, str | int | float | bool):
