@@ -195,3 +195,39 @@ def test_an_error_about_the_database_file_does_not_name_its_path(tmp_path: Path)
     assert error["type"] == "DatabaseFileGoneError"
     assert error["message"].startswith("database file (path withheld) was deleted while open")
     assert "secret-folder" not in response.text
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "field"),
+    [
+        (
+            "events",
+            {"events": [{"type": "message_appended", "role": "user", "content": "x"}], "expected": True},
+            "expected",
+        ),
+        (
+            "events",
+            {"events": [{"type": "message_appended", "role": "user", "content": "x"}], "expected": "2"},
+            "expected",
+        ),
+        ("snip", {"rounds": True}, "rounds"),
+        ("erase", {"reason": "test", "with_forks": 1}, "with_forks"),
+        ("erase", {"reason": "test", "withforks": True}, "withforks"),
+        ("revert", {"event_id": "x", "recompact": "yes"}, "recompact"),
+    ],
+)
+def test_a_write_body_is_taken_as_written_or_refused(
+    guarded: TestClient, action: str, body: dict[str, object], field: str
+) -> None:
+    """``true`` is no seq (the store refuses a bool), ``1`` no flag, and a misspelt field is an
+    error, not left out: 422 naming the field, and nothing is written."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    before = guarded.get("/api/sessions/s-1/events", headers=auth).json()["events"]
+
+    response = guarded.post(f"/api/sessions/s-1/{action}", json=body, headers=auth)
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["type"] == "ValidationError"
+    assert error["field"].startswith(f"body.{field}")
+    assert guarded.get("/api/sessions/s-1/events", headers=auth).json()["events"] == before

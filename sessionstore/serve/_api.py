@@ -7,7 +7,7 @@ import dataclasses
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, FastAPI, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..audit import (
     audit,
@@ -166,23 +166,31 @@ def get_verify(
 write_router = APIRouter(prefix="/api", tags=["write"])
 
 
-class AppendBody(BaseModel):
+class _Body(BaseModel):
+    """A write's body: its fields exactly, with the JSON types they name (no ``true`` taken for
+    1 or "5" for 5, as the store refuses a bool for a seq), and no field it does not know (a
+    misspelt ``with_forks`` is an error, not an erase without the forks)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class AppendBody(_Body):
     """Events to append, as ``sessionstore append`` reads them (one JSON object each)."""
 
     events: list[dict[str, Any]] = Field(min_length=1)
     expected: int | Literal["any"] = "any"
 
 
-class SnipBody(BaseModel):
+class SnipBody(_Body):
     rounds: int = Field(ge=1, description="how many of the oldest API rounds")
 
 
-class CollapseBody(BaseModel):
+class CollapseBody(_Body):
     from_uuid: str = Field(description="message uuid of the span's first prompt")
     to_uuid: str = Field(description="message uuid of the span's last message")
 
 
-class RevertBody(BaseModel):
+class RevertBody(_Body):
     event_id: str = Field(
         description="the persisted result, snip, micro-compaction, collapse or compaction to undo"
     )
@@ -193,13 +201,13 @@ class RevertBody(BaseModel):
     )
 
 
-class CompactBody(BaseModel):
+class CompactBody(_Body):
     instructions: str | None = None
     up_to_uuid: str | None = None
     from_uuid: str | None = None
 
 
-class EraseBody(BaseModel):
+class EraseBody(_Body):
     reason: str = Field(min_length=1, description="recorded in the erasure receipt")
     with_forks: bool = False
 
