@@ -11,7 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from sessionstore import (
     import_claude_code,
 )
 from sessionstore.cli import main
+from sessionstore.store import SessionWrite, SnapshotRecord
 from sessionstore.store._migrate import known_revisions
 
 from .conftest import Backend
@@ -360,6 +363,117 @@ def test_looking_up_text_with_a_nul_finds_nothing_or_is_a_validation_error(
     else:
         with contextlib.suppress(SessionNotFoundError):
             call(store)
+
+
+class _NotAnId:
+    """Something that is not a session id (the driver could not bind it)."""
+
+
+WRONG_IDS: dict[str, Callable[[SessionStore], object]] = {
+    "the SessionInfo list_sessions returns": lambda s: s.list_sessions()[0],
+    "bytes": lambda s: b"s",
+    "an int past 64 bits": lambda s: 2**64,
+    "an object": lambda s: _NotAnId(),
+    "a str holding NUL": lambda s: "s\x00",
+}
+
+BY_SESSION_ID: dict[str, Callable[[SessionStore, object], object]] = {
+    "read": lambda s, v: s.read(v),  # type: ignore[arg-type]
+    "read_stored": lambda s, v: s.read_stored(v),  # type: ignore[arg-type]
+    "last_seq": lambda s, v: s.last_seq(v),  # type: ignore[arg-type]
+    "get_session": lambda s, v: s.get_session(v),  # type: ignore[arg-type]
+    "visible_log": lambda s, v: s.visible_log(v).read(),  # type: ignore[arg-type]
+    "head": lambda s, v: s.head(v),  # type: ignore[arg-type]
+    "verify": lambda s, v: s.verify(v),  # type: ignore[arg-type]
+    "append": lambda s, v: s.append(v, [MessageAppended(role="user", content="x")], ANY),  # type: ignore[arg-type]
+    "erasure": lambda s, v: s.erasure(v),  # type: ignore[arg-type]
+    "descendants": lambda s, v: s.descendants(v),  # type: ignore[arg-type]
+    "latest_snapshot": lambda s, v: s.latest_snapshot(v, "api_context", 1, "x"),  # type: ignore[arg-type]
+    "get_blob": lambda s, v: s.get_blob("0" * 64, session_id=v),  # type: ignore[arg-type]
+    "put_blob": lambda s, v: s.put_blob(b"x", session_id=v),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("value", WRONG_IDS.values(), ids=WRONG_IDS.keys())
+@pytest.mark.parametrize("call", BY_SESSION_ID.values(), ids=BY_SESSION_ID.keys())
+def test_a_session_id_that_is_not_a_str_is_a_validation_error_naming_it(
+    store: SessionStore,
+    call: Callable[[SessionStore, object], object],
+    value: Callable[[SessionStore], object],
+) -> None:
+    """Passing the ``SessionInfo`` itself instead of its ``.id`` (or bytes, a number, a NUL) is
+    the caller's mistake, said so on every backend: the driver's binding error (SQLite's
+    ProgrammingError, PostgreSQL's "operator does not exist", "cannot contain NUL"), an
+    OverflowError or a TypeError from a cache key escaped before; nothing is written."""
+    store.create_session("s", events=[MessageAppended(role="user", content="one")])
+    before = (store.max_position(), store.list_sessions())
+
+    with pytest.raises(ValidationError) as refused:
+        call(store, value(store))
+
+    assert refused.value.field == "session_id"
+    assert (store.max_position(), store.list_sessions()) == before
+
+
+CURSORS_AND_KEYS: dict[str, Callable[[SessionStore], object]] = {
+    "list_sessions after": lambda s: s.list_sessions(after=s.list_sessions()[0]),  # type: ignore[arg-type]
+    "list_sessions after True": lambda s: s.list_sessions(after=True),  # type: ignore[arg-type]
+    "erasures after": lambda s: s.erasures(after=2**64),  # type: ignore[arg-type]
+    "erasures limit": lambda s: s.erasures(limit="10"),  # type: ignore[arg-type]
+    "get_blob sha256": lambda s: s.get_blob(b"0" * 64),  # type: ignore[arg-type]
+    "latest_snapshot projection": lambda s: s.latest_snapshot("s", None, 1, "x"),  # type: ignore[arg-type]
+    "latest_snapshot projection_version": lambda s: s.latest_snapshot("s", "api_context", 2**40, "x"),
+    "verify head": lambda s: s.verify("s", head=7),  # type: ignore[arg-type]
+    "retention_plan now": lambda s: s.retention_plan(timedelta(days=1), now="2030-01-01"),  # type: ignore[arg-type]
+    "retention_plan tenant": lambda s: s.retention_plan(timedelta(days=1), tenant=b"t"),  # type: ignore[arg-type]
+    "retention_plan older_than": lambda s: s.retention_plan(timedelta(days=10**6)),
+    "write_sessions of one write": lambda s: s.write_sessions(SessionWrite("w", create=True)),  # type: ignore[arg-type]
+    "write_sessions of dicts": lambda s: s.write_sessions([{"session_id": "w", "create": True}]),  # type: ignore[list-item]
+    "write_streamed of one write": lambda s: s.write_streamed(SessionWrite("w", create=True)),  # type: ignore[arg-type]
+    "write_sessions expected_seq 2**64": lambda s: s.write_sessions([SessionWrite("s", expected_seq=2**64)]),
+    "put_snapshot of a dict": lambda s: s.put_snapshot({"session_id": "s"}),  # type: ignore[arg-type]
+    "put_snapshot at seq 0": lambda s: s.put_snapshot(SnapshotRecord("s", "api_context", 1, "x", 0, b"{}")),
+}
+
+
+@pytest.mark.parametrize("call", CURSORS_AND_KEYS.values(), ids=CURSORS_AND_KEYS.keys())
+def test_other_arguments_of_the_wrong_type_are_validation_errors(
+    store: SessionStore, call: Callable[[SessionStore], object]
+) -> None:
+    """A cursor, key, limit, anchor, clock or write list of the wrong type: a ValidationError,
+    not SQLAlchemy's ArgumentError, a driver error, KeyError, TypeError or AttributeError."""
+    store.create_session("s", events=[MessageAppended(role="user", content="one")])
+    before = (store.max_position(), store.list_sessions())
+
+    with pytest.raises(ValidationError):
+        call(store)
+
+    assert (store.max_position(), store.list_sessions()) == before
+
+
+SUBSCRIPTIONS: dict[str, dict[str, object]] = {
+    "after_position None": {"after_position": None},
+    "batch_size 0 (read nothing, forever)": {"batch_size": 0},
+    "poll_interval NaN": {"poll_interval": math.nan},
+    "poll_interval -1": {"poll_interval": -1},
+    "poll_interval infinity": {"poll_interval": math.inf},
+    "poll_interval '1'": {"poll_interval": "1"},
+    "stop True": {"stop": True},
+}
+
+
+@pytest.mark.parametrize("kwargs", SUBSCRIPTIONS.values(), ids=SUBSCRIPTIONS.keys())
+def test_a_subscription_with_bad_arguments_is_refused_before_it_reads(
+    store: SessionStore, kwargs: dict[str, object]
+) -> None:
+    """The first ``next`` raises ValidationError (a TypeError or ValueError from the sleep, or
+    a loop that never advanced, before)."""
+    store.create_session("s", events=[MessageAppended(role="user", content="one")])
+    stop = threading.Event()
+    stop.set()  # a subscription that were accepted reads its history and ends
+
+    with pytest.raises(ValidationError):
+        next(iter(store.subscribe(**{"stop": stop, **kwargs})))  # type: ignore[arg-type]
 
 
 CLI_BAD_INPUT = {

@@ -41,6 +41,7 @@ from ._contract import (
     SessionWrite,
     SnapshotRecord,
     VerifyReport,
+    check_subscription,
 )
 from ._observed import STORE_LOG
 from ._receipts import ErasureReceipt, RetentionPlan
@@ -232,6 +233,7 @@ class AsyncSessionStore:
         opened before the first read, and wakes as soon as an append commits; it polls alone
         while that connection is down. ``listen=False`` and SQLite poll only.
         """
+        check_subscription(after_position, stop, poll_interval, batch_size)
         listener = self._store._async_change_listener() if listen else None
         try:
             if listener is not None:

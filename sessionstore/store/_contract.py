@@ -53,8 +53,10 @@ __all__ = [
     "SnapshotRecord",
     "VerifyReport",
     "check_int",
+    "check_lookup",
     "check_owner_key",
     "check_session_id",
+    "check_subscription",
     "loaded_payload",
     "stored_event",
 ]
@@ -79,6 +81,32 @@ def check_session_id(session_id: str) -> str:
         )
         raise ValidationError(msg, field="session_id")
     return session_id
+
+
+def check_lookup(name: str, value: object) -> str:
+    """Return ``value`` if it is text a query can look up: a str with no NUL and no lone
+    surrogate. For the ids and keys callers look up (``read``, ``get_session``, a cursor): a
+    string that names nothing is then simply not found, on every backend.
+
+    Raises:
+        ValidationError: otherwise, naming the argument (``SessionInfo`` for a session id: pass
+            its ``.id``); the driver's binding error or PostgreSQL's NUL refusal escaped before.
+    """
+    if not isinstance(value, str):
+        hint = " (pass its .id)" if isinstance(value, SessionInfo) else ""
+        msg = f"{name} must be a str, not {type(value).__name__}{hint}"
+        raise ValidationError(msg, field=name)
+    if value.isascii():  # every session id: no surrogate possible, one scan for NUL
+        if "\x00" in value:
+            raise ValidationError(f"{name} holds a NUL character", field=name)
+        return value
+    bad = next((c for c in value if c == "\x00" or "\ud800" <= c <= "\udfff"), None)
+    if bad == "\x00":
+        raise ValidationError(f"{name} holds a NUL character", field=name)
+    if bad is not None:
+        msg = f"{name}: a lookup with text that is not valid Unicode (a lone surrogate): {bad!r}"
+        raise ValidationError(msg, field=name)
+    return value
 
 
 #: The longest tenant, user or external id (the columns are VARCHAR(255)).
@@ -505,6 +533,38 @@ def chain_problem(
     return None
 
 
+def check_subscription(
+    after_position: object, stop: object, poll_interval: object, batch_size: object
+) -> None:
+    """The arguments of ``subscribe`` (sync and async), checked before it reads or listens.
+
+    Raises:
+        ValidationError: naming the argument.
+    """
+    check_int("after_position", after_position)
+    check_int("batch_size", batch_size, minimum=1)  # 0 would read nothing, forever
+    if (
+        isinstance(poll_interval, bool)
+        or not isinstance(poll_interval, int | float)
+        or not 0 <= poll_interval <= threading.TIMEOUT_MAX  # NaN and infinities fail too
+    ):
+        msg = f"poll_interval must be a number of seconds >= 0, not {poll_interval!r}"
+        raise ValidationError(msg, field="poll_interval")
+    if stop is not None and not callable(getattr(stop, "is_set", None)):
+        msg = f"stop must be an Event (threading or asyncio), not {type(stop).__name__}"
+        raise ValidationError(msg, field="stop")
+
+
+def _check_head(head: object) -> None:
+    """An anchored head ``verify`` can compare: a hash (str) or a ``ChainHead``."""
+    if isinstance(head, ChainHead):
+        check_int("head.seq", head.seq, minimum=0)
+        check_lookup("head.hash", head.hash)
+    elif not isinstance(head, str):
+        msg = f"head must be a hash (str) or a ChainHead, not {type(head).__name__}"
+        raise ValidationError(msg, field="head")
+
+
 def anchor_problem(hashes: dict[int, str], head: str | ChainHead) -> str | None:
     """Why the chain (``hashes``: seq -> hash, 0 the genesis) does not hold ``head``, or None."""
     if isinstance(head, ChainHead):
@@ -832,7 +892,13 @@ class SessionStore(abc.ABC):
         on PostgreSQL it wakes as soon as an append commits (LISTEN/NOTIFY on a connection of
         its own, opened before the first read), and polls alone while that connection is down;
         ``listen=False`` and SQLite poll only.
+
+        Raises:
+            ValidationError: (at the first ``next``) a position or ``batch_size`` (>= 1) that
+                is not a 64-bit int, a ``poll_interval`` that is not a finite number >= 0, or a
+                ``stop`` without ``is_set``.
         """
+        check_subscription(after_position, stop, poll_interval, batch_size)
         listener = self._change_listener() if listen else None
         try:
             if listener is not None:
@@ -966,7 +1032,11 @@ class SessionStore(abc.ABC):
 
         Raises:
             SessionNotFoundError: no such session (neither a row, nor events, nor a receipt).
+            ValidationError: a ``session_id`` or ``head`` of the wrong type.
         """
+        check_lookup("session_id", session_id)
+        if head is not None:
+            _check_head(head)
         receipt = self.erasure(session_id)
         try:
             info = self.get_session(session_id)

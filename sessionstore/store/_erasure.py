@@ -33,7 +33,7 @@ from sqlalchemy import Connection, delete, func, insert, or_, select
 
 from ..errors import ErasureRefusedError, SessionErasedError, SessionNotFoundError, ValidationError
 from ._codec import unpack_payload
-from ._contract import SessionInfo, check_session_id
+from ._contract import SessionInfo, check_int, check_lookup, check_owner_key, check_session_id
 from ._crypto import is_sealed_payload
 from ._driver import DriverSQL
 from ._hashing import as_utc
@@ -121,6 +121,7 @@ class ErasureMixin:
 
     def erasure(self, session_id: str) -> ErasureReceipt | None:
         """The receipt of the session's erasure, or None if it was not erased."""
+        check_lookup("session_id", session_id)
 
         def attempt() -> ErasureReceipt | None:
             with self._read() as conn:
@@ -132,9 +133,9 @@ class ErasureMixin:
     def erasures(self, *, limit: int = 1000, after: str | None = None) -> list[ErasureReceipt]:
         """Receipts ordered by session id, ``limit`` at a time, after id ``after``."""
         erasures = self.tables.erasures
-        query = select(erasures).order_by(erasures.c.session_id).limit(limit)
+        query = select(erasures).order_by(erasures.c.session_id).limit(check_int("limit", limit, minimum=0))
         if after is not None:
-            query = query.where(erasures.c.session_id > after)
+            query = query.where(erasures.c.session_id > check_lookup("after", after))
 
         def attempt() -> list[ErasureReceipt]:
             with self._read() as conn:
@@ -145,6 +146,7 @@ class ErasureMixin:
 
     def descendants(self, session_id: str) -> list[str]:
         """Every fork and child of the session, and theirs, nearest first (erased ones included)."""
+        check_lookup("session_id", session_id)
 
         def attempt() -> list[str]:
             with self._read() as conn:
@@ -215,7 +217,14 @@ class ErasureMixin:
         """
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise ValidationError("older_than must be a positive timedelta", field="older_than")
-        cutoff = (now or datetime.now(UTC)) - older_than
+        if now is not None and not isinstance(now, datetime):
+            raise ValidationError(f"now must be a datetime, not {type(now).__name__}", field="now")
+        if tenant is not None:
+            check_owner_key("tenant", tenant)
+        try:
+            cutoff = (now or datetime.now(UTC)) - older_than
+        except OverflowError:  # before year 1
+            raise ValidationError("older_than reaches before the year 1", field="older_than") from None
 
         def attempt() -> tuple[set[str], dict[str, str | None]]:
             with self._read() as conn:

@@ -62,6 +62,7 @@ from ._contract import (
     SnapshotRecord,
     chain_problem,
     check_int,
+    check_lookup,
     check_session_id,
     loaded_payload,
 )
@@ -268,6 +269,46 @@ def _check_event_sequence(events: object) -> None:
         kind = type(events).__name__
         msg = f"events must be a sequence of events (wrap a single event in a list), not {kind}"
         raise ValidationError(msg)
+
+
+def _check_writes(writes: object) -> list[SessionWrite]:
+    """``writes`` as a list, if it is a sequence of ``SessionWrite`` (a lone write, a dict or a
+    generator of something else is refused before any of it is written)."""
+    if isinstance(writes, SessionWrite | str | bytes | dict) or not isinstance(writes, Iterable):
+        kind = type(writes).__name__
+        msg = f"writes must be a sequence of SessionWrite (wrap a single write in a list), not {kind}"
+        raise ValidationError(msg, field="writes")
+    listed = list(writes)
+    for index, write in enumerate(listed):
+        if not isinstance(write, SessionWrite):
+            msg = f"writes[{index}] must be a SessionWrite, not {type(write).__name__}"
+            raise ValidationError(msg, field="writes")
+    return listed
+
+
+def _check_projection_version(version: object) -> int:
+    """A snapshot's projection version: an int of the column's 32 bits."""
+    value = check_int("projection_version", version)
+    if not -(2**31) <= value <= 2**31 - 1:
+        msg = f"projection_version must be from -2**31 to 2**31 - 1, not {value}"
+        raise ValidationError(msg, field="projection_version")
+    return value
+
+
+def _check_snapshot(snapshot: object) -> None:
+    """Refuse what ``put_snapshot`` cannot store, before anything is written."""
+    if not isinstance(snapshot, SnapshotRecord):
+        msg = f"snapshot must be a SnapshotRecord, not {type(snapshot).__name__}"
+        raise ValidationError(msg, field="snapshot")
+    check_session_id(snapshot.session_id)
+    for name in ("projection", "tokenizer"):  # VARCHAR(64) columns
+        if len(check_lookup(name, getattr(snapshot, name))) > 64:
+            raise ValidationError(f"a snapshot's {name} must be at most 64 characters", field=name)
+    _check_projection_version(snapshot.projection_version)
+    check_int("seq", snapshot.seq, minimum=1)
+    if not isinstance(snapshot.state, bytes):
+        msg = f"a snapshot's state must be bytes, not {type(snapshot.state).__name__}"
+        raise ValidationError(msg, field="state")
 
 
 def _utcnow() -> datetime:
@@ -697,7 +738,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         """See ``SessionStore.write_sessions``."""
         checked: list[_CheckedWrite] = []
         batch_keys: dict[str, _Sealing] = {}  # sessions this batch creates: appends use their keys
-        for write in writes:
+        for write in _check_writes(writes):
             one = self._check_write(write, batch_keys)
             if write.create:
                 batch_keys[write.session_id] = one.sealing
@@ -723,7 +764,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         check_int("batch_size", batch_size, minimum=1)
         checked: list[tuple[_CheckedWrite, Iterable[Event | dict[str, Any]]]] = []
         batch_keys: dict[str, _Sealing] = {}
-        for write in writes:
+        for write in _check_writes(writes):
             # Checked (and a new session's key made) up front; the events are not touched yet.
             _check_event_sequence(write.events)  # a lone event would be iterated as its fields
             one = self._check_write(dataclasses.replace(write, events=()), batch_keys)
@@ -809,13 +850,8 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             ):
                 msg = f"session {write.session_id}: fork_seq needs a parent_session_id and must be >= 0"
                 raise ValidationError(msg, field="fork_seq")
-        elif write.expected_seq != ANY and not (
-            isinstance(write.expected_seq, int)
-            and not isinstance(write.expected_seq, bool)
-            and write.expected_seq >= 0
-        ):
-            msg = f"expected_seq must be an int >= 0 or ANY, got {write.expected_seq!r}"
-            raise ValidationError(msg, field="expected_seq")
+        elif not (isinstance(write.expected_seq, str) and write.expected_seq == ANY):
+            check_int("expected_seq", write.expected_seq, minimum=0)  # ANY, or a 64-bit seq
         meta_json, prepared = _metadata_json(write.metadata), self._prepare(write.events)
         key: _WrappedKey | None = None
         if write.create:
@@ -910,6 +946,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     def get_session(self, session_id: str) -> SessionInfo:
         """See ``SessionStore.get_session``."""
+        check_lookup("session_id", session_id)
         sessions = self.tables.sessions
 
         def attempt() -> Any:
@@ -987,7 +1024,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             raise ValidationError(msg, field="tenant")
         query = _select_sessions(sessions).order_by(sessions.c.id).limit(check_int("limit", limit, minimum=0))
         if after is not None:
-            query = query.where(sessions.c.id > after)
+            query = query.where(sessions.c.id > check_lookup("after", after))
         if owner.tenant is not None:
             query = query.where(sessions.c.tenant_id == owner.tenant)
         if owner.user is not None:
@@ -1008,6 +1045,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         expected_seq: ExpectedSeq,
     ) -> AppendResult:
         """See ``SessionStore.append``."""
+        check_lookup("session_id", session_id)
         if not (isinstance(expected_seq, str) and expected_seq == ANY):
             check_int("expected_seq", expected_seq, minimum=0)  # ANY, or a 64-bit seq (not a bool)
         sealing = self._sealing(session_id)
@@ -1173,6 +1211,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     def last_seq(self, session_id: str) -> int:
         """See ``SessionStore.last_seq``."""
+        check_lookup("session_id", session_id)
 
         def attempt() -> int:
             with self._read() as conn:
@@ -1189,6 +1228,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         verify: bool = False,
     ) -> list[RecordedEvent]:
         """See ``SessionStore.read``."""
+        check_lookup("session_id", session_id)
         check_int("from_seq", from_seq)
         if to_seq is not None:
             check_int("to_seq", to_seq)
@@ -1314,6 +1354,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None
     ) -> list[RecordedEvent]:
         """See ``SessionStore.read_stored``."""
+        check_lookup("session_id", session_id)
         check_int("from_seq", from_seq)
         if to_seq is not None:
             check_int("to_seq", to_seq)
@@ -1357,6 +1398,8 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         if not isinstance(data, bytes | bytearray | memoryview):
             msg = f"blob data must be bytes, not {type(data).__name__}"
             raise ValidationError(msg, field="data")
+        if session_id is not None:
+            check_session_id(session_id)  # the blob's reference row is written under it
         raw = bytes(data)
         cipher = None
         if self.encryption is not None:
@@ -1408,6 +1451,9 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     def get_blob(self, sha256: str, *, session_id: str | None = None) -> bytes:
         """See ``SessionStore.get_blob``."""
+        check_lookup("sha256", sha256)
+        if session_id is not None:
+            check_lookup("session_id", session_id)
         blobs = self.tables.blobs
 
         def attempt() -> tuple[Any, SessionCipher | None]:
@@ -1452,6 +1498,7 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
     def put_snapshot(self, snapshot: SnapshotRecord) -> None:
         """See ``SessionStore.put_snapshot``."""
+        _check_snapshot(snapshot)
         snapshots = self.tables.snapshots
         sealing = _PLAINTEXT
         if self.encryption is not None:
@@ -1515,6 +1562,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         max_seq: int | None = None,
     ) -> SnapshotRecord | None:
         """See ``SessionStore.latest_snapshot``."""
+        check_lookup("session_id", session_id)
+        check_lookup("projection", projection)
+        _check_projection_version(projection_version)
+        check_lookup("tokenizer", tokenizer)
         snapshots = self.tables.snapshots
         newest = (
             select(snapshots.c.seq)
