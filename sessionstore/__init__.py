@@ -206,14 +206,36 @@ _LAYER_OF: dict[str, str] = {
 }
 
 
+#: The layer packages reachable as ``sessionstore.X`` right after ``import sessionstore`` (as they
+#: were when the facade imported every layer up front). ``audit`` is the facade's function.
+_LAYERS = frozenset(
+    {
+        "agent",
+        "bridges",
+        "checkpoints",
+        "claude_code",
+        "cli",
+        "errors",
+        "events",
+        "pipeline",
+        "projections",
+        "serve",
+        "store",
+    }
+)
+
+
 def __getattr__(name: str) -> object:
     """A facade name, imported from its layer on first use; error names renamed in 0.2.0 still
-    resolve here (with a DeprecationWarning) and are not in __all__."""
+    resolve here (with a DeprecationWarning) and are not in __all__. A layer package
+    (``sessionstore.store``) is imported on first use too."""
     layer = _LAYER_OF.get(name)
     if layer is not None:
         value = getattr(importlib.import_module(f".{layer}", __name__), name)
         globals()[name] = value  # the next lookup is an ordinary attribute
         return value
+    if name in _LAYERS:
+        return importlib.import_module(f".{name}", __name__)  # the import sets it on the facade
     # Not ``from . import errors``: before errors is loaded, that asks this very function for
     # ``errors`` first, and every lookup of an unknown name recursed until RecursionError.
     errors = importlib.import_module(f"{__name__}.errors")

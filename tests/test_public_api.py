@@ -130,3 +130,21 @@ def test_an_unknown_name_is_an_attribute_error_in_a_fresh_interpreter() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layer", [*(name for name in LAYERS if name != "audit"), "errors", "bridges"])
+def test_a_layer_is_an_attribute_right_after_import_sessionstore(layer: str) -> None:
+    """``import sessionstore`` then ``sessionstore.store.create_engine_for_url`` (as docs/storage.md
+    writes it) or ``except sessionstore.errors.X``: the layer loads on first use, as the facade's
+    names do (it was an AttributeError until something else had imported the layer; ``errors``
+    failed the first time and resolved the second). ``sessionstore.audit`` stays the function."""
+    script = (
+        "import sys, types, sessionstore\n"
+        f"assert 'sessionstore.{layer}' not in sys.modules\n"
+        f"module = sessionstore.{layer}\n"
+        f"assert module is sys.modules['sessionstore.{layer}'], module\n"
+        "assert callable(sessionstore.audit) and not isinstance(sessionstore.audit, types.ModuleType)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr[-2000:]
