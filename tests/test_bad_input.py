@@ -719,3 +719,54 @@ def test_an_error_naming_a_path_with_a_newline_is_still_one_line(
     assert _cli("export", "--db", db, "s-1", "-o", str(target))[0] == 1
 
     assert _one_error_line(capsys.readouterr().err).endswith("No such file or directory")
+
+
+BAD_SESSION_ARGUMENTS: dict[str, dict[str, object]] = {
+    "context_window '200k'": {"context_window": "200k"},
+    "max_output_tokens 1.5": {"max_output_tokens": 1.5},
+    "model True": {"model": True},
+    "system 1.5": {"system": 1.5},
+    "tools 5": {"tools": 5},
+    "tools a str": {"tools": "read_file"},
+}
+
+
+@pytest.mark.parametrize("kwargs", BAD_SESSION_ARGUMENTS.values(), ids=BAD_SESSION_ARGUMENTS.keys())
+def test_session_create_with_a_bad_argument_is_a_validation_error_and_creates_nothing(
+    store: SessionStore, kwargs: dict[str, object]
+) -> None:
+    """pydantic's own ValidationError (not a SessionStoreError) or a TypeError from ``list(tools)``
+    escaped from ``Session.create`` before; now the field is named and no session exists."""
+    with pytest.raises(ValidationError) as refused:
+        sessionstore.Session.create(store, "c", **kwargs)  # type: ignore[arg-type]
+
+    assert refused.value.field is not None
+    assert next(iter(kwargs)) in refused.value.field
+    assert store.list_sessions() == []
+
+
+BAD_SPAWNS: dict[str, dict[str, object]] = {
+    "tool_use_id 5": {"tool_use_id": 5},
+    "agent_type 5 (stored in the child's metadata, refused by the parent's event)": {
+        "tool_use_id": "toolu_1",
+        "agent_type": 5,
+    },
+    "tools 5": {"tool_use_id": "toolu_1", "tools": 5},
+    "model 3": {"tool_use_id": "toolu_1", "model": 3},
+}
+
+
+@pytest.mark.parametrize("kwargs", BAD_SPAWNS.values(), ids=BAD_SPAWNS.keys())
+def test_spawn_subagent_with_a_bad_argument_writes_nothing(
+    store: SessionStore, kwargs: dict[str, object]
+) -> None:
+    """A ValidationError, no child session and nothing appended to the parent (an ``agent_type``
+    that is not a str created the child, then failed on the parent's event, leaving an orphan)."""
+    parent = sessionstore.Session.create(store, "p", model="claude-sonnet-4-5", system="be brief")
+    last = store.last_seq("p")
+
+    with pytest.raises(ValidationError):
+        sessionstore.spawn_subagent(parent, **kwargs)  # type: ignore[arg-type]
+
+    assert [info.id for info in store.list_sessions()] == ["p"]
+    assert store.last_seq("p") == last

@@ -29,12 +29,11 @@ from ..errors import ConcurrencyError, PromptTooLongError, ValidationError
 from ..events._agent import BudgetDecision, ReactiveRecovery
 from ..events._base import (
     ContentBlock,
-    ContextConfigured,
     Event,
     MessageAppended,
-    SessionStarted,
     SubagentStarted,
     UsageRecorded,
+    parse_event,
 )
 from ..events._post_compact import SubagentFinished
 from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
@@ -760,17 +759,29 @@ def spawn_subagent(
     """
     check_spawn(parent, collapse or CollapseConfig(enabled=True))
     child_system = parent.api_state.system if system is None else system
-    child_tools = list(parent.api_state.tools if tools is None else tools)
-    events: list[Event] = [
-        SessionStarted(
-            model=model or parent.api_state.model,
-            query_source="subagent",
-            parent_session_id=parent.id,
-            parent_tool_use_id=tool_use_id,
-        )
+    child_tools = parent.api_state.tools if tools is None else tools
+    # Dicts the store validates with the create, and the parent's event checked before it: a
+    # bad argument is a ValidationError naming its field, and no child is left behind.
+    events: list[dict[str, Any]] = [
+        {
+            "type": "session_started",
+            "model": model or parent.api_state.model,
+            "query_source": "subagent",
+            "parent_session_id": parent.id,
+            "parent_tool_use_id": tool_use_id,
+        }
     ]
     if child_system is not None or child_tools:
-        events.append(ContextConfigured(system=child_system, tools=child_tools))
+        events.append({"type": "context_configured", "system": child_system, "tools": child_tools})
+    parse_event(
+        {
+            "type": "subagent_started",
+            "child_session_id": "",
+            "parent_tool_use_id": tool_use_id,
+            "agent_type": agent_type,
+            "background": background,
+        }
+    )
     child = parent.store.create_session(
         session_id,
         parent_session_id=parent.id,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
-from ..events._base import ContentBlock, ContextConfigured, Event, SessionStarted
+from ..events._base import ContentBlock, Event
 from ..store._async import AsyncSessionStore, run_in_store
 from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore
 from ..store._lineage import SessionLog
@@ -152,11 +152,19 @@ class Session:
 
         ``tenant``, ``user`` and ``external_id`` say who it belongs to (``SessionStore.create_session``).
         """
-        events: list[Event] = [
-            SessionStarted(model=model, context_window=context_window, max_output_tokens=max_output_tokens)
+        # Dicts, validated by the store with the rest of the call: a bad argument (a str
+        # context_window, tools that are no list of dicts) is a ValidationError naming its field,
+        # and nothing is created.
+        events: list[dict[str, Any]] = [
+            {
+                "type": "session_started",
+                "model": model,
+                "context_window": context_window,
+                "max_output_tokens": max_output_tokens,
+            }
         ]
         if system is not None or tools:
-            events.append(ContextConfigured(system=system, tools=list(tools)))
+            events.append({"type": "context_configured", "system": system, "tools": tools})
         info: SessionInfo = store.create_session(
             session_id, metadata=metadata, events=events, tenant=tenant, user=user, external_id=external_id
         )
