@@ -28,6 +28,7 @@ from sessionstore import (
     ValidationError,
     import_claude_code,
 )
+from sessionstore.audit import verify_all
 from sessionstore.cli import main
 from sessionstore.store import SessionWrite, SnapshotRecord
 from sessionstore.store._migrate import known_revisions
@@ -770,3 +771,29 @@ def test_spawn_subagent_with_a_bad_argument_writes_nothing(
 
     assert [info.id for info in store.list_sessions()] == ["p"]
     assert store.last_seq("p") == last
+
+
+SESSION_NUMBERS: dict[str, Callable[[sessionstore.Session], object]] = {
+    "fork at_seq '1'": lambda s: s.fork(at_seq="1"),  # type: ignore[arg-type]
+    "api_state_at None": lambda s: s.api_state_at(None),  # type: ignore[arg-type]
+    "api_state_at b'1'": lambda s: s.api_state_at(b"1"),  # type: ignore[arg-type]
+    "served_request turn None": lambda s: sessionstore.served_request(s, None),  # type: ignore[arg-type]
+    "served_request turn '1'": lambda s: sessionstore.served_request(s, "1"),  # type: ignore[arg-type]
+    "verify_all page_size 0": lambda s: list(verify_all(s.store, page_size=0)),
+    "verify_all heads a list": lambda s: list(verify_all(s.store, heads=[s.store.head(s.id)])),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("call", SESSION_NUMBERS.values(), ids=SESSION_NUMBERS.keys())
+def test_a_seq_turn_or_page_size_that_is_not_an_int_is_a_validation_error(
+    store: SessionStore, call: Callable[[sessionstore.Session], object]
+) -> None:
+    """A TypeError from a comparison, or an IndexError from an empty page, escaped before; no fork
+    is created."""
+    session = sessionstore.Session.create(store, "s", model="claude-sonnet-4-5")
+    session.append([MessageAppended(role="user", content="one")])
+
+    with pytest.raises(ValidationError):
+        call(session)
+
+    assert [info.id for info in store.list_sessions()] == ["s"]

@@ -30,6 +30,7 @@ from ..projections._digest import AUDITED
 from ..projections._session import Session
 from ..projections._transcript import TranscriptEntry
 from ..store import ErasureReceipt, SessionStore
+from ..store._contract import check_int
 
 __all__ = [
     "AuditEntry",
@@ -511,6 +512,7 @@ def served_request(session: Session, turn: int) -> ServedReplay:
         ValidationError: no such turn.
     """
     served = [e for e in session.transcript_digest if e.type == "context_served"]
+    check_int("turn", turn)
     if not 1 <= turn <= len(served):
         msg = f"session {session.id!r} served {len(served)} requests; there is no turn {turn}"
         raise ValidationError(msg, field="turn")

@@ -44,7 +44,7 @@ from ..projections import PROJECTIONS, ApiContextProjection
 from ..projections._api_context import ApiContextState
 from ..projections._base import Projection, rebuild
 from ..projections._session import NO_TOKENIZER, Session, SessionConfig
-from ..store._contract import ChainHead, SessionStore, VerifyReport
+from ..store._contract import ChainHead, SessionStore, VerifyReport, check_int
 from ..store._lineage import SessionLog
 from ._recount import recount_token_counts
 
@@ -387,6 +387,10 @@ def verify_all(
     ``heads``: anchors kept outside the database (``heads`` command), by session id.
     ``counts``: see ``verify_session``.
     """
+    check_int("page_size", page_size, minimum=1)  # 0 read an empty page, then failed on it
+    if heads is not None and not isinstance(heads, Mapping):
+        msg = f"heads must be a mapping of session id to ChainHead, not {type(heads).__name__}"
+        raise ValidationError(msg, field="heads")
     anchors = dict(heads or {})
     after: str | None = None
     while True:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ValidationError
 from ..events._base import ContentBlock, Event
 from ..store._async import AsyncSessionStore, run_in_store
-from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore
+from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore, check_int
 from ..store._lineage import SessionLog
 from ._api_context import (
     ApiContextProjection,
@@ -228,6 +228,8 @@ class Session:
         Raises:
             ValidationError: an unknown message, or a seq beyond this session's last.
         """
+        if at_seq is not None:
+            check_int("at_seq", at_seq)
         if message_uuid is not None:
             entry = next(
                 (
@@ -359,6 +361,7 @@ class Session:
                 erased).
             DataCorruptionError: a stored event read on the way was altered.
         """
+        check_int("seq", seq)
         projection = self._api_projection
         state, done = projection.initial(), 0
         bound = min(seq, self.last_seq)
