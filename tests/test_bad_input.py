@@ -797,3 +797,31 @@ def test_a_seq_turn_or_page_size_that_is_not_an_int_is_a_validation_error(
         call(session)
 
     assert [info.id for info in store.list_sessions()] == ["s"]
+
+
+BAD_CONFIGS: dict[str, Callable[[], object]] = {
+    "SessionConfig calibration '1.1'": lambda: sessionstore.SessionConfig(calibration="1.1"),  # type: ignore[arg-type]
+    "SessionConfig block_overhead None": lambda: sessionstore.SessionConfig(block_overhead=None),  # type: ignore[arg-type]
+    "SessionConfig snapshot_every None": lambda: sessionstore.SessionConfig(snapshot_every=None),  # type: ignore[arg-type]
+    "SessionConfig cache_control 'false'": lambda: sessionstore.SessionConfig(cache_control="false"),  # type: ignore[arg-type]
+    "SessionConfig window a dict": lambda: sessionstore.SessionConfig(window={}),  # type: ignore[arg-type]
+    "CompactConfig precompute_percent '80'": lambda: sessionstore.CompactConfig(precompute_percent="80"),  # type: ignore[arg-type]
+    "CompactConfig extract_init_tokens None": lambda: sessionstore.CompactConfig(extract_init_tokens=None),  # type: ignore[arg-type]
+    "MicrocompactConfig gap_minutes None": lambda: sessionstore.MicrocompactConfig(gap_minutes=None),  # type: ignore[arg-type]
+    "PipelineConfig compact a dict": lambda: sessionstore.PipelineConfig(compact={}),  # type: ignore[arg-type]
+    "PipelineConfig snip True": lambda: sessionstore.PipelineConfig(snip=True),  # type: ignore[arg-type]
+    "PipelineConfig auto_compact 'no'": lambda: sessionstore.PipelineConfig(auto_compact="no"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("make", BAD_CONFIGS.values(), ids=BAD_CONFIGS.keys())
+def test_a_config_value_of_the_wrong_type_is_refused_when_the_config_is_made(
+    make: Callable[[], object],
+) -> None:
+    """A ValidationError naming the field at construction: before, a TypeError from a comparison
+    (at construction, or in the middle of a turn), an AttributeError from the pipeline's first
+    ``prepare``, or a str switch taken as True."""
+    with pytest.raises(ValidationError) as refused:
+        make()
+
+    assert refused.value.field is not None

@@ -47,6 +47,7 @@ from ..projections._api_context import (
 from ..projections._api_records import PreparedCompaction
 from ..projections._session import Session
 from ..store._async import blocking_call
+from ..store._contract import check_int, check_number
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._listings import listing_texts
 from ._observed import PIPELINE_LOG, log_compaction
@@ -209,6 +210,11 @@ class CompactConfig:
             ValidationError: ``precompute_percent`` not in (0, 100), a growth share not in (0, 100],
                 or ``extract_growth_percent`` not in [0, 100].
         """
+        if self.precompute_percent is not None:
+            check_number("precompute_percent", self.precompute_percent)
+        check_number("extract_growth_percent", self.extract_growth_percent)
+        check_number("precompute_max_growth_percent", self.precompute_max_growth_percent)
+        check_int("extract_init_tokens", self.extract_init_tokens)
         if self.precompute_percent is not None and not 0 < self.precompute_percent < 100:
             percent = self.precompute_percent
             msg = f"CompactConfig.precompute_percent must be above 0 and below 100, not {percent}"

@@ -12,6 +12,7 @@ from typing import Any
 from ..events._context import MicrocompactApplied, ServerEditsApplied
 from ..projections._api_context import CLEARED_PLACEHOLDER
 from ..projections._session import Session
+from ..store._contract import check_int, check_number
 from ._stage import StageReport, record_events
 from ._tool_results import result_block, result_text, result_tokens
 
@@ -57,6 +58,15 @@ class MicrocompactConfig:
     server_trigger_tokens: int = 100_000
     server_clear_at_least: int = 10_000
     server_exclude_tools: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ValidationError: ``gap_minutes`` is not a number (NaN and infinities are: they never
+            fire), or a count is not an int.
+        """
+        check_number("gap_minutes", self.gap_minutes, finite=False)
+        for name in ("keep_recent", "server_trigger_tokens", "server_clear_at_least"):
+            check_int(name, getattr(self, name))
 
 
 def _gap_minutes(session: Session, now: datetime) -> float | None:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._telemetry import Attribute, span
-from ..errors import BlockingLimitError
+from ..errors import BlockingLimitError, ValidationError
 from ..events._context import ContextServed
 from ..projections._session import Session
 from ..projections._window import TokenState
@@ -77,6 +77,27 @@ class PipelineConfig:
     compact: CompactConfig = field(default_factory=CompactConfig)
     server_compaction: ServerCompactionConfig = field(default_factory=ServerCompactionConfig)
     blocking_limit: bool = True
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ValidationError: a stage's config of another type (it failed with AttributeError in the
+            first turn), or a switch that is not a bool ("false" would be truthy).
+        """
+        kinds: dict[str, type] = {
+            "budget": BudgetConfig,
+            "snip": SnipConfig,
+            "microcompact": MicrocompactConfig,
+            "collapse": CollapseConfig,
+            "auto_compact": bool,
+            "compact": CompactConfig,
+            "server_compaction": ServerCompactionConfig,
+            "blocking_limit": bool,
+        }
+        for name, kind in kinds.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                msg = f"PipelineConfig.{name} must be a {kind.__name__}, not {type(value).__name__}"
+                raise ValidationError(msg, field=name)
 
 
 def configured_stages(config: PipelineConfig, summarizer: Summarizer) -> tuple[Stage, ...]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ValidationError
 from ..events._base import ContentBlock, Event
 from ..store._async import AsyncSessionStore, run_in_store
-from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore, check_int
+from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore, check_int, check_number
 from ..store._lineage import SessionLog
 from ._api_context import (
     ApiContextProjection,
@@ -75,15 +75,23 @@ class SessionConfig:
     snapshot_every: int = 1000
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.calibration) and self.calibration > 0):
+        """Raises:
+        ValidationError: (a ``ValueError``) a value of the wrong type or out of range, named.
+        """
+        if check_number("calibration", self.calibration) <= 0:
             msg = f"calibration must be a positive finite number, got {self.calibration!r}"
-            raise ValueError(msg)
-        if not (math.isfinite(self.block_overhead) and self.block_overhead >= 0):
+            raise ValidationError(msg, field="calibration")
+        if check_number("block_overhead", self.block_overhead) < 0:
             msg = f"block_overhead must be a finite number >= 0, got {self.block_overhead!r}"
-            raise ValueError(msg)
-        if self.snapshot_every < 0:
-            msg = f"snapshot_every must be >= 0, got {self.snapshot_every!r}"
-            raise ValueError(msg)
+            raise ValidationError(msg, field="block_overhead")
+        check_int("snapshot_every", self.snapshot_every, minimum=0)
+        for name, kind in (("window", WindowConfig), ("default_limits", ModelLimits)):
+            if not isinstance(getattr(self, name), kind):
+                msg = f"{name} must be a {kind.__name__}, not {type(getattr(self, name)).__name__}"
+                raise ValidationError(msg, field=name)
+        if not isinstance(self.cache_control, bool):  # "false" would switch caching on
+            msg = f"cache_control must be a bool, got {self.cache_control!r}"
+            raise ValidationError(msg, field="cache_control")
 
 
 class Session:

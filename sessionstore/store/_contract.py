@@ -11,6 +11,7 @@ import abc
 import dataclasses
 import itertools
 import json
+import math
 import re
 import threading
 import time
@@ -54,6 +55,7 @@ __all__ = [
     "VerifyReport",
     "check_int",
     "check_lookup",
+    "check_number",
     "check_owner_key",
     "check_session_id",
     "check_subscription",
@@ -160,6 +162,22 @@ def check_int(name: str, value: object, *, minimum: int = INT64_MIN) -> int:
         given = str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
         msg = f"{name} must be from {lowest} to 2**63 - 1, not {given}"
         raise ValidationError(msg, field=name)
+    return value
+
+
+def check_number(name: str, value: object, *, finite: bool = True) -> float:
+    """Return ``value`` if it is an int or float (not a bool), finite unless ``finite=False``.
+
+    For the numbers of a config: a str or None compared with a number raised TypeError later,
+    in the middle of a turn.
+
+    Raises:
+        ValidationError: otherwise, naming the argument.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"{name} must be a number, not {type(value).__name__}", field=name)
+    if finite and not math.isfinite(value):
+        raise ValidationError(f"{name} must be a finite number, not {value!r}", field=name)
     return value
 
 
