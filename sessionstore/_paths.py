@@ -35,12 +35,14 @@ import re
 import secrets
 import stat
 from collections.abc import Iterable
-from pathlib import PureWindowsPath
+from pathlib import Path, PureWindowsPath
 from typing import BinaryIO
 
-from .errors import PathRefusedError
+from .errors import PathRefusedError, ValidationError
 
 __all__ = [
+    "check_path",
+    "check_paths",
     "file_kind",
     "fsync_directories",
     "inside",
@@ -55,6 +57,37 @@ __all__ = [
 
 #: A file name built from a value that came from a file or the log.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+
+def check_path(name: str, value: object) -> Path:
+    """``value`` as a ``Path``, if it is a str or an ``os.PathLike`` of one, without NUL.
+
+    Raises:
+        ValidationError: otherwise, naming the argument (``open`` raised TypeError or
+            "embedded null byte" ValueError).
+    """
+    if not isinstance(value, str | os.PathLike):
+        raise ValidationError(f"{name} must be a str or a Path, not {type(value).__name__}", field=name)
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise ValidationError(f"{name} must be a str or a Path, not {type(text).__name__}", field=name)
+    if "\x00" in text:
+        raise ValidationError(f"{name} {text!r} holds a NUL character", field=name)
+    return Path(text)
+
+
+def check_paths(name: str, values: object) -> list[Path]:
+    """``values`` as a list of ``Path``, if it is a sequence of what ``check_path`` takes.
+
+    Raises:
+        ValidationError: one path given bare (a str is not iterated as its characters, each a
+            path), or not a sequence, or an item that ``check_path`` refuses.
+    """
+    if isinstance(values, str | bytes | os.PathLike) or not isinstance(values, Iterable):
+        kind = type(values).__name__
+        msg = f"{name} must be a list of paths (wrap a single path in a list), not {kind}"
+        raise ValidationError(msg, field=name)
+    return [check_path(name, value) for value in values]
 
 
 def lexical_problem(path: str) -> str | None:

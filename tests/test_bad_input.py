@@ -28,7 +28,8 @@ from sessionstore import (
     ValidationError,
     import_claude_code,
 )
-from sessionstore.audit import verify_all
+from sessionstore.audit import read_heads, verify_all
+from sessionstore.claude_code import ClaudeCodeFollower, write_claude_code_file
 from sessionstore.cli import main
 from sessionstore.store import SessionWrite, SnapshotRecord
 from sessionstore.store._migrate import known_revisions
@@ -825,3 +826,45 @@ def test_a_config_value_of_the_wrong_type_is_refused_when_the_config_is_made(
         make()
 
     assert refused.value.field is not None
+
+
+_ONE_FILE = "t.jsonl"
+
+BAD_PATHS: dict[str, tuple[Callable[[SessionStore, Path], object], str]] = {
+    "import one path, not a list": (lambda s, tmp: import_claude_code(s, str(tmp / _ONE_FILE)), "paths"),
+    "import a SessionInfo": (lambda s, tmp: import_claude_code(s, s.list_sessions()[0]), "paths"),  # type: ignore[arg-type]
+    "import a path holding NUL": (lambda s, tmp: import_claude_code(s, [f"{tmp}/t\x00.jsonl"]), "paths"),
+    "import bytes in the list": (lambda s, tmp: import_claude_code(s, [b"t.jsonl"]), "paths"),  # type: ignore[list-item]
+    "write_claude_code_file to a path holding NUL": (
+        lambda s, tmp: write_claude_code_file(s, "s-1", f"{tmp}/\x00"),
+        "path",
+    ),
+    "write_claude_code_file to None": (lambda s, tmp: write_claude_code_file(s, "s-1", None), "path"),  # type: ignore[arg-type]
+    "write_claude_code into a folder holding NUL": (
+        lambda s, tmp: sessionstore.write_claude_code(s, "s-1", "\x00"),
+        "directory",
+    ),
+    "write_claude_code into 7": (lambda s, tmp: sessionstore.write_claude_code(s, "s-1", 7), "directory"),  # type: ignore[arg-type]
+    "read_heads of a path holding NUL": (lambda s, tmp: read_heads(f"{tmp}/h\x00"), "path"),
+    "read_heads of None": (lambda s, tmp: read_heads(None), "path"),  # type: ignore[arg-type]
+    "follow one path, not a list": (lambda s, tmp: ClaudeCodeFollower(s, str(tmp / _ONE_FILE)), "paths"),
+}
+
+
+@pytest.mark.parametrize(("call", "field"), BAD_PATHS.values(), ids=BAD_PATHS.keys())
+def test_a_path_argument_that_is_no_path_is_a_validation_error(
+    db: str, tmp_path: Path, call: Callable[[SessionStore, Path], object], field: str
+) -> None:
+    """A ValidationError naming the argument: before, TypeError or "embedded null byte" ValueError
+    from the OS layer, or, for one path given bare, each of its characters taken as a path
+    ("/: no Claude Code transcripts in this folder"). Nothing is written."""
+    (tmp_path / _ONE_FILE).write_text("")
+    with sessionstore.open_store(db) as store:
+        before = (store.max_position(), store.list_sessions())
+
+        with pytest.raises(ValidationError) as refused:
+            call(store, tmp_path)
+
+        assert refused.value.field == field
+        assert (store.max_position(), store.list_sessions()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db", "t.jsonl"]

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from .._paths import read_regular_file
+from .._paths import check_path, read_regular_file
 from ..errors import DataCorruptionError, SessionNotFoundError, ValidationError
 from ..projections import PROJECTIONS, ApiContextProjection
 from ..projections._api_context import ApiContextState
@@ -445,6 +445,7 @@ def read_heads(path: str) -> dict[str, ChainHead]:
             larger than any heads file (``MAX_HEADS_FILE_BYTES``).
         OSError: the file cannot be read.
     """
+    check_path("path", path)
     data = read_regular_file(path, max_bytes=MAX_HEADS_FILE_BYTES)
     try:
         text = data.decode("utf-8")

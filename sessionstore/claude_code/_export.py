@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .._paths import fsync_directories, inside, name_problem, write_beside
+from .._paths import check_path, fsync_directories, inside, name_problem, write_beside
 from ..errors import DataCorruptionError, PathRefusedError, SessionStoreError, ValidationError
 from ..events._post_compact import line_uuid
 from ..pipeline._post_compact import kept_message_uuids
@@ -790,7 +790,7 @@ def write_claude_code(
             a parent of it) is a file (nothing is written).
         SessionNotFoundError: no such session.
     """
-    folder = Path(directory)
+    folder = check_path("directory", directory)
     blocked = _not_a_folder(folder)
     if blocked is not None:
         msg = f"cannot export into {folder}: {blocked} is not a folder (nothing written)"
@@ -843,7 +843,7 @@ def write_claude_code_file(
         ValidationError: ``path`` exists and ``overwrite`` is False (nothing is written).
         SessionNotFoundError: no such session.
     """
-    target = Path(path)
+    target = check_path("path", path)
     if os.path.islink(target) or (os.path.lexists(target) and not os.path.isfile(target)):
         # A rename would replace it (a FIFO, /dev/stdout's symlink) rather than write through it.
         raise PathRefusedError({str(target): "exists and is not a regular file (not replaced)"})

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._paths import open_regular_file
+from .._paths import check_paths, open_regular_file
 from ..errors import ValidationError
 from ..store._contract import SessionStore
 from ._import import (
@@ -128,7 +128,7 @@ class ClaudeCodeFollower:
     ):
         self.store = store
         self.owner = _Owner(tenant, user)
-        self.paths = [Path(p) for p in paths]
+        self.paths = check_paths("paths", paths)
         for path in self.paths:
             if not path.exists() and not path.parent.is_dir():
                 msg = f"{path}: neither it nor its folder exists: nothing to follow"

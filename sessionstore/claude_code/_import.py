@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from .._paths import inside, name_problem, read_regular_file
+from .._paths import check_paths, inside, name_problem, read_regular_file
 from .._telemetry import log_record, logger
 from ..errors import (
     ConcurrencyError,
@@ -1710,13 +1710,14 @@ def import_claude_code(
     """
     # Reading builds millions of small objects that all stay alive until written: the cyclic
     # collector would rescan them over and over (about a quarter of a large import's time).
+    checked = check_paths("paths", paths)
     collecting = gc.isenabled()
     gc.disable()
     try:
         owner = _Owner(tenant, user)
         return _import(
             store,
-            paths,
+            checked,
             skip_bad_lines=skip_bad_lines,
             progress=progress,
             owner=owner,
