@@ -639,6 +639,11 @@ class SessionStore(abc.ABC):
     visible history is the parent's prefix followed by its own events, numbered through the
     prefix (``visible_log``; ``Session``, ``Conversation``, the views and the CLI use it). The
     two agree for every session that is not a fork.
+
+    An argument of the wrong type is a ``ValidationError`` naming it, before anything is read or
+    written: a session id, cursor or key that is not a str (a ``SessionInfo`` passed for its
+    ``.id``) or holds NUL, a seq, position or limit that is not a 64-bit int. A str that names no
+    session is ``SessionNotFoundError``, as always.
     """
 
     #: Counts the tokens of appended events (stored in ``token_count``) and of texts the views
