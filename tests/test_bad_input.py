@@ -29,7 +29,7 @@ from sessionstore import (
     import_claude_code,
 )
 from sessionstore.audit import read_heads, verify_all
-from sessionstore.claude_code import ClaudeCodeFollower, write_claude_code_file
+from sessionstore.claude_code import ClaudeCodeFollower, follow_claude_code, write_claude_code_file
 from sessionstore.cli import main
 from sessionstore.store import SessionWrite, SnapshotRecord
 from sessionstore.store._migrate import known_revisions
@@ -868,3 +868,39 @@ def test_a_path_argument_that_is_no_path_is_a_validation_error(
         assert refused.value.field == field
         assert (store.max_position(), store.list_sessions()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db", "t.jsonl"]
+
+
+BAD_FOLLOWS: dict[str, dict[str, object]] = {
+    "until_idle NaN (never idle: followed forever)": {"until_idle": math.nan},
+    "until_idle '1'": {"until_idle": "1"},
+    "poll_interval NaN": {"poll_interval": math.nan, "until_idle": 0},
+    "poll_interval infinity": {"poll_interval": math.inf, "until_idle": 0},
+    "poll_interval None": {"poll_interval": None, "until_idle": 0},
+    "stop True": {"stop": True, "until_idle": 0},
+}
+
+
+@pytest.mark.parametrize("kwargs", BAD_FOLLOWS.values(), ids=BAD_FOLLOWS.keys())
+def test_following_with_bad_timing_arguments_is_refused_before_the_first_poll(
+    db: str, tmp_path: Path, kwargs: dict[str, object]
+) -> None:
+    """A ValidationError at once: ValueError, OverflowError, TypeError or AttributeError escaped
+    after the first poll, and an ``until_idle`` of NaN followed forever."""
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("")
+    outcome: list[BaseException | None] = []
+
+    def follow() -> None:
+        with sessionstore.open_store(db) as store:
+            try:
+                follow_claude_code(store, [transcript], **kwargs)  # type: ignore[arg-type]
+                outcome.append(None)
+            except BaseException as e:  # handed to the test's thread
+                outcome.append(e)
+
+    worker = threading.Thread(target=follow, daemon=True)
+    worker.start()
+    worker.join(10)
+
+    assert outcome, "still following after 10 s"
+    assert isinstance(outcome[0], ValidationError), outcome

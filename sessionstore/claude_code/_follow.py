@@ -36,7 +36,7 @@ from typing import Any
 
 from .._paths import check_paths, open_regular_file
 from ..errors import ValidationError
-from ..store._contract import SessionStore
+from ..store._contract import SessionStore, check_number, check_waiting
 from ._import import (
     ImportReport,
     SkippedLine,
@@ -506,10 +506,16 @@ def follow_claude_code(
 
     Raises:
         ValidationError: as ``import_claude_code`` (a malformed complete line), or a path whose
-            folder does not exist.
+            folder does not exist; a ``poll_interval`` or ``until_idle`` that is no number of
+            seconds (NaN), a ``stop`` that is no Event.
     """
+    check_waiting(stop, poll_interval)
     if poll_interval <= 0:
         raise ValidationError("poll_interval must be positive", field="poll_interval")
+    if until_idle is not None and not check_number("until_idle", until_idle, finite=False) >= 0:
+        # NaN was never reached: it followed forever.
+        msg = f"until_idle must be a number of seconds >= 0, not {until_idle!r}"
+        raise ValidationError(msg, field="until_idle")
     follower = ClaudeCodeFollower(store, paths, skip_bad_lines=skip_bad_lines, tenant=tenant, user=user)
     last_change = time.monotonic()
     while True:

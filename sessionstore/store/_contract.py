@@ -58,7 +58,9 @@ __all__ = [
     "check_number",
     "check_owner_key",
     "check_session_id",
+    "check_seconds",
     "check_subscription",
+    "check_waiting",
     "loaded_payload",
     "stored_event",
 ]
@@ -561,13 +563,29 @@ def check_subscription(
     """
     check_int("after_position", after_position)
     check_int("batch_size", batch_size, minimum=1)  # 0 would read nothing, forever
-    if (
-        isinstance(poll_interval, bool)
-        or not isinstance(poll_interval, int | float)
-        or not 0 <= poll_interval <= threading.TIMEOUT_MAX  # NaN and infinities fail too
-    ):
-        msg = f"poll_interval must be a number of seconds >= 0, not {poll_interval!r}"
-        raise ValidationError(msg, field="poll_interval")
+    check_waiting(stop, poll_interval)
+
+
+def check_seconds(name: str, value: object) -> float:
+    """Return ``value`` if it is a number of seconds a wait takes: from 0 to
+    ``threading.TIMEOUT_MAX`` (NaN and infinities are refused: the sleep raised on them).
+
+    Raises:
+        ValidationError: otherwise, naming the argument.
+    """
+    seconds = check_number(name, value, finite=False)
+    if not 0 <= seconds <= threading.TIMEOUT_MAX:  # NaN and infinities fail too
+        raise ValidationError(f"{name} must be a number of seconds >= 0, not {value!r}", field=name)
+    return seconds
+
+
+def check_waiting(stop: object, poll_interval: object) -> None:
+    """A poller's ``stop`` (an Event, or None) and ``poll_interval`` (``check_seconds``).
+
+    Raises:
+        ValidationError: naming the argument.
+    """
+    check_seconds("poll_interval", poll_interval)
     if stop is not None and not callable(getattr(stop, "is_set", None)):
         msg = f"stop must be an Event (threading or asyncio), not {type(stop).__name__}"
         raise ValidationError(msg, field="stop")
