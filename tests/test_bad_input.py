@@ -780,6 +780,8 @@ SESSION_NUMBERS: dict[str, Callable[[sessionstore.Session], object]] = {
     "api_state_at b'1'": lambda s: s.api_state_at(b"1"),  # type: ignore[arg-type]
     "served_request turn None": lambda s: sessionstore.served_request(s, None),  # type: ignore[arg-type]
     "served_request turn '1'": lambda s: sessionstore.served_request(s, "1"),  # type: ignore[arg-type]
+    "snip rounds '1'": lambda s: sessionstore.pipeline.snip(s, "1"),  # type: ignore[arg-type]
+    "revert a dict": lambda s: sessionstore.revert(s, {"event_id": "x"}),  # type: ignore[arg-type]
     "verify_all page_size 0": lambda s: list(verify_all(s.store, page_size=0)),
     "verify_all heads a list": lambda s: list(verify_all(s.store, heads=[s.store.head(s.id)])),  # type: ignore[arg-type]
 }

@@ -6,6 +6,7 @@ from ..errors import CompactionDisabledError, CompactionRevertTooLargeError, Val
 from ..events._context import REVERTIBLE_TYPES, ContextEditReverted
 from ..projections._api_records import CompactionRecord
 from ..projections._session import Session
+from ..store._contract import check_lookup
 from ._compaction import CompactConfig, CompactReport, compact
 from ._observed import log_revert
 from ._stage import StageReport
@@ -32,6 +33,7 @@ def revert(session: Session, event_id: str, *, over_limit: bool = False) -> Stag
             (a compaction) later edits built on it or a later message depended on it.
         CompactionRevertTooLargeError: the restored request would not fit the window.
     """
+    check_lookup("event_id", event_id)
     state = session.api_state
     if event_id in state.reverted:
         msg = f"event {event_id} was already reverted by event {state.reverted[event_id]}"

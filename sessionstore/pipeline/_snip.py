@@ -10,6 +10,7 @@ from ..errors import ValidationError
 from ..events._context import SnipApplied
 from ..projections._api_context import committed_spans, freed_per_message, leading_results
 from ..projections._session import Session
+from ..store._contract import check_int
 from ._stage import StageReport, record_events
 
 __all__ = ["SnipConfig", "SnipStage", "snip", "snip_stage"]
@@ -86,7 +87,7 @@ def snip(session: Session, rounds: int) -> StageReport:
     Raises:
         ValidationError: ``rounds`` < 1, or no clean cut exists.
     """
-    if rounds < 1:
+    if check_int("rounds", rounds) < 1:
         msg = f"rounds must be >= 1, got {rounds}"
         raise ValidationError(msg, field="rounds")
     cuts = _round_boundaries(session)
