@@ -906,3 +906,24 @@ def test_following_with_bad_timing_arguments_is_refused_before_the_first_poll(
 
     assert outcome, "still following after 10 s"
     assert isinstance(outcome[0], ValidationError), outcome
+
+
+@pytest.mark.parametrize(
+    "session_id", [10**5000, "x" * 1_000_000], ids=["an int of 5,000 digits", "a str of a million characters"]
+)
+def test_an_unusable_new_session_id_is_described_not_repeated(
+    store: SessionStore, session_id: object
+) -> None:
+    """The refusal names the argument in a short message: repr() of the int raised ValueError
+    (past 4,300 digits), and a megabyte id was copied into the error."""
+    for create in (
+        lambda: store.create_session(session_id),  # type: ignore[arg-type]
+        lambda: store.get_or_create_session("t", "u", "e", session_id=session_id),  # type: ignore[arg-type]
+        lambda: store.erase(session_id, reason="r"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ValidationError) as refused:
+            create()
+        assert refused.value.field == "session_id"
+        assert len(str(refused.value)) < 300
+
+    assert store.list_sessions() == []

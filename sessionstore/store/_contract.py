@@ -79,8 +79,14 @@ def check_session_id(session_id: str) -> str:
         ValidationError: otherwise, saying what is allowed.
     """
     if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        if not isinstance(session_id, str):  # repr() of an int past 4,300 digits raises
+            shown = f"(a {type(session_id).__name__}, not a str)"
+        elif len(session_id) > 100:  # a megabyte of id is not repeated back
+            shown = f"{session_id[:64]!r}... ({len(session_id)} characters)"
+        else:
+            shown = repr(session_id)
         msg = (
-            f"invalid session id {session_id!r}: use 1-64 characters of letters, digits, "
+            f"invalid session id {shown}: use 1-64 characters of letters, digits, "
             "'.', '_', ':' or '-', starting with a letter or digit"
         )
         raise ValidationError(msg, field="session_id")
