@@ -3,6 +3,7 @@ documented exit status from the CLI, and nothing written."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -927,3 +928,32 @@ def test_an_unusable_new_session_id_is_described_not_repeated(
         assert len(str(refused.value)) < 300
 
     assert store.list_sessions() == []
+
+
+BAD_URLS = {
+    "an int": 5,
+    "bytes": b"x.db",
+    "a path holding NUL": "{tmp}/a\x00.db",
+    "a path holding a lone surrogate (its file was created)": "{tmp}/\udcfe.db",
+}
+
+
+@pytest.mark.parametrize("url", BAD_URLS.values(), ids=BAD_URLS.keys())
+def test_opening_a_store_at_a_url_that_is_no_path_is_refused_and_creates_nothing(
+    tmp_path: Path, url: object
+) -> None:
+    """A ValidationError naming ``url`` from ``open_store`` and ``open_async_store`` (TypeError,
+    "embedded null byte" ValueError, or UnicodeEncodeError after the file was made) and no file."""
+    given = url.format(tmp=tmp_path) if isinstance(url, str) else url
+
+    with pytest.raises(ValidationError) as refused:
+        sessionstore.open_store(given, migrate=True)  # type: ignore[arg-type]
+    assert refused.value.field == "url"
+
+    async def open_async() -> None:
+        await sessionstore.open_async_store(given, migrate=True)  # type: ignore[arg-type]
+
+    with pytest.raises(ValidationError) as refused:
+        asyncio.run(open_async())
+    assert refused.value.field == "url"
+    assert list(tmp_path.iterdir()) == []

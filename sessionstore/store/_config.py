@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..errors import DatabaseNotFoundError, OperationalError, ValidationError
+from ._contract import check_lookup
 from ._postgres import create_async_postgres_engine, create_postgres_engine
 from ._schema import StoreTables, store_tables
 from ._sqlite import (
@@ -85,8 +86,16 @@ def default_database_path() -> Path:
 
 
 def resolve_url(url: str | os.PathLike[str] | None) -> str:
-    """The SQLAlchemy URL for ``url`` (argument, environment, or the embedded default)."""
-    chosen = os.fspath(url) if url is not None else os.environ.get(URL_ENV)
+    """The SQLAlchemy URL for ``url`` (argument, environment, or the embedded default).
+
+    Raises:
+        ValidationError: ``url`` is no str or path, or holds NUL or a lone surrogate (the OS
+            refused it with TypeError or ValueError, or a file was created before the driver
+            failed to encode its name); the message does not echo it (a password).
+    """
+    if url is not None and not isinstance(url, str | os.PathLike):
+        raise ValidationError(f"url must be a str or a path, not {type(url).__name__}", field="url")
+    chosen = check_lookup("url", os.fspath(url)) if url is not None else os.environ.get(URL_ENV)
     if not chosen:
         return f"sqlite:///{default_database_path()}"
     if "://" not in chosen:

@@ -114,7 +114,7 @@ def check_lookup(name: str, value: object) -> str:
     if bad == "\x00":
         raise ValidationError(f"{name} holds a NUL character", field=name)
     if bad is not None:
-        msg = f"{name}: a lookup with text that is not valid Unicode (a lone surrogate): {bad!r}"
+        msg = f"{name} is not valid Unicode (a lone surrogate): {bad!r}"
         raise ValidationError(msg, field=name)
     return value
 
