@@ -189,6 +189,12 @@ class Pipeline:
         summarizer: Summarizer | None = None,
         stages: Sequence[Stage] | None = None,
     ) -> None:
+        # Checked here: a config of another type failed with AttributeError in the first prepare.
+        if config is not None and not isinstance(config, PipelineConfig):
+            msg = f"config must be a PipelineConfig, not {type(config).__name__}"
+            raise ValidationError(msg, field="config")
+        if clock is not None and not callable(clock):
+            raise ValidationError(f"clock must be callable, not {type(clock).__name__}", field="clock")
         self.config = config or PipelineConfig()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
