@@ -73,6 +73,11 @@ def check_path(name: str, value: object) -> Path:
         raise ValidationError(f"{name} must be a str or a Path, not {type(text).__name__}", field=name)
     if "\x00" in text:
         raise ValidationError(f"{name} {text!r} holds a NUL character", field=name)
+    try:
+        os.fsencode(text)  # a lone surrogate that is no escaped byte of a file name
+    except UnicodeEncodeError as e:
+        msg = f"{name} is not valid Unicode (a lone surrogate): {text[e.start : e.end]!r}"
+        raise ValidationError(msg, field=name) from None
     return Path(text)
 
 

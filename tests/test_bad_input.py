@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -815,6 +815,8 @@ BAD_CONFIGS: dict[str, Callable[[], object]] = {
     "PipelineConfig compact a dict": lambda: sessionstore.PipelineConfig(compact={}),  # type: ignore[arg-type]
     "PipelineConfig snip True": lambda: sessionstore.PipelineConfig(snip=True),  # type: ignore[arg-type]
     "PipelineConfig auto_compact 'no'": lambda: sessionstore.PipelineConfig(auto_compact="no"),  # type: ignore[arg-type]
+    "Pipeline of a CompactConfig": lambda: sessionstore.Pipeline(sessionstore.CompactConfig()),  # type: ignore[arg-type]
+    "Pipeline clock a datetime": lambda: sessionstore.Pipeline(clock=datetime.now(UTC)),  # type: ignore[arg-type]
 }
 
 
@@ -850,6 +852,11 @@ BAD_PATHS: dict[str, tuple[Callable[[SessionStore, Path], object], str]] = {
     "write_claude_code into 7": (lambda s, tmp: sessionstore.write_claude_code(s, "s-1", 7), "directory"),  # type: ignore[arg-type]
     "read_heads of a path holding NUL": (lambda s, tmp: read_heads(f"{tmp}/h\x00"), "path"),
     "read_heads of None": (lambda s, tmp: read_heads(None), "path"),  # type: ignore[arg-type]
+    "read_heads of a lone surrogate": (lambda s, tmp: read_heads(f"{tmp}/\ud800"), "path"),
+    "write_claude_code_file to a lone surrogate": (
+        lambda s, tmp: write_claude_code_file(s, "s-1", f"{tmp}/\ud800"),
+        "path",
+    ),
     "follow one path, not a list": (lambda s, tmp: ClaudeCodeFollower(s, str(tmp / _ONE_FILE)), "paths"),
 }
 
