@@ -461,6 +461,7 @@ SUBSCRIPTIONS: dict[str, dict[str, object]] = {
     "poll_interval -1": {"poll_interval": -1},
     "poll_interval infinity": {"poll_interval": math.inf},
     "poll_interval '1'": {"poll_interval": "1"},
+    "poll_interval 10**5000 (repr() of it raised)": {"poll_interval": 10**5000},
     "stop True": {"stop": True},
 }
 
@@ -811,6 +812,9 @@ BAD_CONFIGS: dict[str, Callable[[], object]] = {
     "SessionConfig window a dict": lambda: sessionstore.SessionConfig(window={}),  # type: ignore[arg-type]
     "CompactConfig precompute_percent '80'": lambda: sessionstore.CompactConfig(precompute_percent="80"),  # type: ignore[arg-type]
     "CompactConfig extract_init_tokens None": lambda: sessionstore.CompactConfig(extract_init_tokens=None),  # type: ignore[arg-type]
+    "CompactConfig precompute_percent 10**5000 (str() of it raised)": lambda: sessionstore.CompactConfig(
+        precompute_percent=10**5000
+    ),
     "MicrocompactConfig gap_minutes None": lambda: sessionstore.MicrocompactConfig(gap_minutes=None),  # type: ignore[arg-type]
     "PipelineConfig compact a dict": lambda: sessionstore.PipelineConfig(compact={}),  # type: ignore[arg-type]
     "PipelineConfig snip True": lambda: sessionstore.PipelineConfig(snip=True),  # type: ignore[arg-type]

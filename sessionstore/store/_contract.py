@@ -184,6 +184,8 @@ def check_number(name: str, value: object, *, finite: bool = True) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(f"{name} must be a number, not {type(value).__name__}", field=name)
+    if isinstance(value, int):
+        return check_int(name, value)  # an int past 64 bits means nothing here (nor prints)
     if finite and not math.isfinite(value):
         raise ValidationError(f"{name} must be a finite number, not {value!r}", field=name)
     return value
