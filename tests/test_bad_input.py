@@ -4,7 +4,6 @@ documented exit status from the CLI, and nothing written."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import math
@@ -24,7 +23,6 @@ import sessionstore
 from sessionstore import (
     ANY,
     MessageAppended,
-    SessionNotFoundError,
     SessionStore,
     ValidationError,
     import_claude_code,
@@ -353,19 +351,15 @@ def test_looking_up_text_with_a_lone_surrogate_is_a_validation_error(
 
 
 @pytest.mark.parametrize("call", NUL_LOOKUPS.values(), ids=NUL_LOOKUPS.keys())
-def test_looking_up_text_with_a_nul_finds_nothing_or_is_a_validation_error(
-    backend: Backend, store: SessionStore, call: Callable[[SessionStore], object]
+def test_looking_up_text_with_a_nul_is_a_validation_error(
+    store: SessionStore, call: Callable[[SessionStore], object]
 ) -> None:
-    """SQLite compares it (no session id holds one); PostgreSQL text cannot hold it, and the
-    driver refuses to send it: a ValidationError there, not a DatabaseError (a 500 in serve)."""
+    """No session id holds one, and PostgreSQL text cannot hold it (the driver refuses to send
+    it): a ValidationError on every backend, not a DatabaseError (a 500 in serve)."""
     store.create_session("s")
 
-    if backend.is_postgres:
-        with pytest.raises(ValidationError, match="NUL"):
-            call(store)
-    else:
-        with contextlib.suppress(SessionNotFoundError):
-            call(store)
+    with pytest.raises(ValidationError, match="NUL"):
+        call(store)
 
 
 class _NotAnId:
