@@ -648,6 +648,27 @@ def test_a_database_that_cannot_be_created_is_an_operational_error(
     assert not home.exists()
 
 
+@pytest.mark.parametrize("what", ["a text file", "a folder", "an unreachable server"])
+def test_db_current_on_a_database_it_cannot_read_is_one_line(
+    tmp_path: Path, what: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db current` (the first command one runs against a new URL) fails like every other
+    command: one line, exit 1 (it printed SQLAlchemy's traceback)."""
+    notes = tmp_path / "notes.db"
+    notes.write_text("not a database\n" * 300)
+    target = {
+        "a text file": str(notes),
+        "a folder": str(tmp_path),
+        "an unreachable server": "postgresql+psycopg://app@127.0.0.1:1/agents",
+    }[what]
+
+    for extra in ([], ["--json"]):
+        assert _cli("db", "current", "--db", target, *extra)[0] == 1
+        line = _one_error_line(capsys.readouterr().err)
+        assert "Background on this error" not in line
+    assert notes.read_text() == "not a database\n" * 300
+
+
 @pytest.mark.parametrize("revision", ["nosuch", "", "@", "0001@"])
 def test_an_unknown_revision_changes_nothing(
     db: str, revision: str, capsys: pytest.CaptureFixture[str]

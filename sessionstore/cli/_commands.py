@@ -39,6 +39,7 @@ from ..store import (
     tables_for,
     upgrade,
 )
+from ..store._sql import translate_errors
 from ._compaction import print_preview, run_revert, summarizer_for
 from ._compare import run_compare
 from ._demo import run_demo
@@ -98,7 +99,8 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
             upgrade(engine, args.revision, tables=tables)
         elif args.db_command == "downgrade":
             downgrade(engine, args.revision, drop_events=args.yes, tables=tables)
-        with engine.connect().execution_options(sessionstore_read=True) as conn:
+        # A file that is not a database, a server that does not answer: a sessionstore error.
+        with translate_errors(), engine.connect().execution_options(sessionstore_read=True) as conn:
             current = current_revision(conn, tables)
     finally:
         engine.dispose()
