@@ -9,6 +9,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -519,6 +520,38 @@ def test_bad_input_on_the_command_line_is_one_line_and_writes_nothing(
     with sessionstore.open_store(db) as store:
         assert [info.id for info in store.list_sessions()] == ["s-1"]
         assert store.last_seq("s-1") == 2
+
+
+# --- serve's address ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", str(2**64)])
+def test_a_port_out_of_range_is_a_usage_error(db: str, port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve --port -1`: argparse's usage error, exit 2 (it was OverflowError's traceback from bind)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--db", db, "--port", port])
+
+    assert exited.value.code == 2
+    assert f"argument --port: must be a port number from 0 to 65535, not {port!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["a port in use", "an address of another machine"])
+def test_serve_that_cannot_listen_is_one_line(db: str, where: str) -> None:
+    """A port another server holds, an address this machine does not have: one line naming it,
+    exit 1 (uvicorn logged `ERROR: ...` after the "serving on" line and exited 3, the status of a
+    failed integrity check)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        if where == "a port in use":
+            host, argv, reason = "127.0.0.1", [], "Address already in use"
+        else:  # TEST-NET-3 (RFC 5737): never this machine's
+            host, argv, reason = "203.0.113.7", ["--token", "t" * 16], "Cannot assign requested address"
+        done = _console("serve", "--db", db, "--host", host, "--port", str(port), *argv)
+
+    assert done.returncode == 1
+    assert _one_error_line(done.stderr) == f"sessionstore: cannot listen on {host}:{port}: {reason}"
 
 
 # --- imported transcripts -----------------------------------------------------------------------

@@ -7,7 +7,9 @@ runs: building the parser stays light, and the rest of the command line works wi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -25,7 +27,7 @@ def add_command(commands: Any, add_db: Callable[[argparse.ArgumentParser], None]
     serve = commands.add_parser("serve", help="the JSON API and the audit viewer on a local HTTP server")
     add_db(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    serve.add_argument("--port", type=_port, default=8765, help="port (default: 8765; 0: any free port)")
     serve.add_argument(
         "--write",
         action="store_true",
@@ -35,6 +37,50 @@ def add_command(commands: Any, add_db: Callable[[argparse.ArgumentParser], None]
         "--token",
         help=f"every request must carry it (default: ${TOKEN_ENV}); needed off localhost and with --write",
     )
+
+
+def _port(text: str) -> int:
+    """``--port``: 0 to 65535 (argparse makes the error a usage error)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {text!r}")
+    return port
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host:port``, every address the name resolves to, as asyncio binds them.
+
+    Bound here, before the server starts, so that a port another server holds, a name that does
+    not resolve or an address of another machine is one error (uvicorn logs it and exits 3, the
+    status of a failed integrity check).
+
+    Raises:
+        OSError: naming the address and why it cannot be listened on; nothing stays bound.
+    """
+    bound: list[socket.socket] = []
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio does: the IPv4 address gets its own socket
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as e:
+        for sock in bound:
+            sock.close()
+        raise OSError(e.errno, e.strerror or str(e), f"cannot listen on {host}:{port}") from None
+    return bound
+
+
+def _where(host: str, sockets: list[socket.socket]) -> str:
+    """``http://HOST:PORT/`` of the first socket (the port chosen for ``--port 0``)."""
+    port = sockets[0].getsockname()[1]
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def run_serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -62,10 +108,11 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
         encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
     ) as store:
         app = create_app(store, write=args.write, token=token)
+        sockets = _listen(args.host, args.port)
         mode = "read-write" if args.write else "read-only"
-        print(
-            f"sessionstore serve: {mode} on http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr
-        )
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        print(f"sessionstore serve: {mode} on {_where(args.host, sockets)} (Ctrl-C stops)", file=sys.stderr)
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C stops the server: a normal end
+            server.run(sockets=sockets)
     out.flush()
     return EXIT_OK
