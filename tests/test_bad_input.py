@@ -170,6 +170,27 @@ def test_a_closed_pipe_ends_the_command_quietly(db: str) -> None:
     assert done.returncode == 141
 
 
+@pytest.mark.parametrize("view", [["audit"], ["context", "--breakdown"]], ids=["audit", "breakdown"])
+def test_a_closed_pipe_ends_a_table_view_quietly_too(db: str, view: list[str]) -> None:
+    """`sessionstore audit SID | head`: the tables rich draws stop like every other output, with
+    the broken pipe's status (rich's own handler exited 1, the status of an error, saying nothing)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [SCRIPT, view[0], "--db", db, "s-1", *view[1:]],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+
+    assert done.stderr == ""
+    assert done.returncode == 141
+
+
 def test_ctrl_c_during_an_import_prints_one_line(tmp_path: Path) -> None:
     """SIGINT in the middle of an import: one line on stderr, exit 130, no traceback."""
     transcript = tmp_path / "big.jsonl"

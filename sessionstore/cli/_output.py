@@ -8,6 +8,7 @@ terminal and only when it is longer than the screen, unless ``--no-pager`` or ``
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -84,11 +85,21 @@ def style(text: str, code: str, *, color: bool) -> str:
 
 
 def console(out: TextIO) -> Console:
-    """A rich console writing to ``out``: the terminal's width, colour by :func:`use_color`."""
+    """A rich console writing to ``out``: the terminal's width, colour by :func:`use_color`.
+
+    A reader that closed the pipe (``sessionstore audit SID | head``) raises ``BrokenPipeError``
+    for ``main`` to end with the broken pipe's status, as every other output does (rich's own
+    handler exits 1, the status of an error, saying nothing).
+    """
     from rich.console import Console  # imported here: only the table views need rich
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more to write: the reader is gone
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
     color = use_color()
-    return Console(
+    return _Console(
         file=out,
         width=terminal_width(),
         no_color=not color,
