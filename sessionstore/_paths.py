@@ -276,7 +276,8 @@ def write_beside(target: str, chunks: Iterable[bytes], tag: str) -> str:
     with ``target``'s mode when it exists; returns the temp's path for the caller to rename.
 
     The folder must exist. On any error (a chunk that fails to come, a full disk) the temp is
-    removed and the error raised: the target is untouched.
+    removed and the error raised (an ``OSError`` of the writing names ``target``): the target is
+    untouched.
     """
     directory, name = os.path.split(target)
     # Cut: a name near the 255-byte limit must not make its temp's too long to create.
@@ -286,16 +287,23 @@ def write_beside(target: str, chunks: Iterable[bytes], tag: str) -> str:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:  # a missing or read-only folder: say so of the target, not of the temp
         raise type(e)(e.errno, e.strerror, target) from None
+    writing = False  # an OSError while writing is the target's (a full disk): say so of it
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
+                writing = True
                 f.write(chunk)
+                writing = False
+            writing = True
             f.flush()
             os.fsync(f.fileno())
+        writing = False
         with contextlib.suppress(FileNotFoundError):
             os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
-    except BaseException:
+    except BaseException as e:
         os.unlink(temp)
+        if writing and isinstance(e, OSError) and e.filename is None:
+            raise type(e)(e.errno, e.strerror, target) from None
         raise
     return temp
 

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -133,6 +134,33 @@ def test_export_to_a_missing_folder_is_one_error_line(
     assert code == 1
     assert _one_error_line(capsys.readouterr().err) == f"sessionstore: {target}: No such file or directory"
     assert not (tmp_path / "missing").exists()
+
+
+def test_export_that_fills_the_disk_names_the_file_and_leaves_nothing(db: str, tmp_path: Path) -> None:
+    """A write that fails partway (the file size limit, as a full disk would): one line naming
+    the target, exit 1, no partial file and no temp (it said `[Errno 27] File too large`, naming
+    no file)."""
+    with sessionstore.open_store(db) as store:
+        store.append("s-1", [MessageAppended(role="user", content="x" * 200) for _ in range(500)], "any")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "s-1.jsonl"  # about 150 kB: past the limit
+
+    def limit() -> None:  # above SQLite's 32 kB shared-memory file, below the export
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64_000, 64_000))
+
+    for where in (["-o", str(target)], ["--dir", str(folder)]):
+        done = subprocess.run(
+            [SCRIPT, "export", "--db", db, "s-1", *where],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=limit,
+        )
+
+        assert done.returncode == 1
+        assert done.stderr == f"sessionstore: {target}: File too large\n"
+        assert list(folder.iterdir()) == []
 
 
 def test_export_over_an_existing_file_needs_force(
