@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,35 @@ class TestPlot:
         assert code == 1
         assert "gauge.txt" in capsys.readouterr().err
         assert not target.exists()
+
+    def test_a_disk_that_fills_up_leaves_the_old_image_whole(
+        self, scripted: tuple[str, str], tmp_path: Path
+    ) -> None:
+        """A write that fails partway (here the file size limit, as a full disk would): one line
+        naming the file, exit 1, and the file as it was, with no temp beside it (savefig left a
+        truncated image in place of the old one)."""
+        db, sid = scripted
+        _run("plot", sid, "--db", db, "--json")  # stores the token counts: the database is not written
+        folder = tmp_path / "images"
+        folder.mkdir()
+        target = folder / "gauge.svg"  # about 40 kB: past the limit
+        target.write_text("the previous image")
+
+        def limit() -> None:  # above SQLite's 32 kB shared-memory file, below the image
+            resource.setrlimit(resource.RLIMIT_FSIZE, (36_000, 36_000))
+
+        done = subprocess.run(
+            [sys.executable, "-m", "sessionstore", "plot", sid, "--db", db, "-o", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=limit,
+        )
+
+        assert done.returncode == 1
+        assert done.stderr == f"sessionstore: {target}: File too large\n"
+        assert target.read_text() == "the previous image"
+        assert [p.name for p in folder.iterdir()] == ["gauge.svg"]
 
     def test_without_matplotlib_the_image_needs_the_extra(
         self, scripted: tuple[str, str], tmp_path: Path

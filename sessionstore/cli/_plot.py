@@ -7,7 +7,9 @@ extra), the sparkline needs nothing.
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -142,7 +144,8 @@ def _rank(letter: str) -> int:
 
 
 def write_image(timeline: TokenTimeline, path: Path) -> None:
-    """Draw the timeline with matplotlib into ``path`` (its ending picks the format).
+    """Draw the timeline with matplotlib into ``path`` (its ending picks the format), whole or not
+    at all (a temp file beside it, renamed over it).
 
     Raises:
         MissingDependencyError: matplotlib is not installed (the ``plot`` extra).
@@ -155,6 +158,8 @@ def write_image(timeline: TokenTimeline, path: Path) -> None:
         ) from None
     matplotlib.use("Agg")  # files only: never a window, never a display
     from matplotlib import pyplot
+
+    from .._paths import fsync_directories, write_beside
 
     window = timeline.window
     turns = [turn.turn for turn in timeline.turns]
@@ -190,9 +195,18 @@ def write_image(timeline: TokenTimeline, path: Path) -> None:
         axes.set_title(f"{timeline.session_id}: tokens per turn")
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
         figure.tight_layout()
-        figure.savefig(path)
+        image = io.BytesIO()
+        figure.savefig(image, format=path.suffix.lower().lstrip("."))
     finally:
         pyplot.close(figure)
+    # Whole or not at all: a full disk leaves the file as it was, with no temp beside it.
+    temp = write_beside(str(path), [image.getvalue()], "plot-tmp")
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    fsync_directories([str(path)])
 
 
 def _colour(kind: str) -> str:
