@@ -549,6 +549,11 @@ CLI_BAD_INPUT = {
     "sessions --limit 2**63": (["sessions", "--limit", str(2**63)], None, "limit must be from 0"),
     "sessions --limit -1": (["sessions", "--limit", "-1"], None, "limit must be from 0"),
     "diff past 2**63": (["diff", "s-1", "1", str(2**63)], None, "must be from -2**63 to 2**63 - 1"),
+    "purge older than the calendar": (
+        ["purge", "--older-than", "999999w"],
+        None,
+        "older_than reaches before year 1",
+    ),
 }
 
 

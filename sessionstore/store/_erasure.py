@@ -223,8 +223,9 @@ class ErasureMixin:
             check_owner_key("tenant", tenant)
         try:
             cutoff = (now or datetime.now(UTC)) - older_than
-        except OverflowError:  # before year 1
-            raise ValidationError("older_than reaches before the year 1", field="older_than") from None
+        except OverflowError:  # `purge --older-than 999999w`: before any date a session can have
+            msg = f"older_than reaches before year 1: {older_than.days} days"
+            raise ValidationError(msg, field="older_than") from None
 
         def attempt() -> tuple[set[str], dict[str, str | None]]:
             with self._read() as conn:
