@@ -535,6 +535,11 @@ CLI_BAD_INPUT = {
         '{"type": "message_appended", "role": "user", "content": [{"type": "text", "v": NaN}]}\n',
         "field content.0.v: nan",
     ),
+    "stdin with an integer over 4,300 digits": (
+        ["append", "s-1"],
+        '{"type": "message_appended", "role": "user", "content": "x", "n": ' + "9" * 5000 + "}\n",
+        "stdin line 1: invalid JSON: Exceeds the limit (4300 digits) for integer string conversion",
+    ),
     "stdin nested 100,000 deep": (
         ["append", "s-1"],
         '{"type": "message_appended", "role": "user", "content": ' + "[" * 100_000 + "]" * 100_000 + "}\n",

@@ -84,6 +84,9 @@ def _json_line(line: str, number: int) -> Any:
     except json.JSONDecodeError as e:
         msg = f"stdin line {number}: invalid JSON: {e.msg}"
         raise ValidationError(msg, field="stdin", index=number) from None
+    except ValueError as e:  # an integer past Python's 4,300 digits (its advice is for Python code)
+        msg = f"stdin line {number}: invalid JSON: {str(e).partition(';')[0]}"
+        raise ValidationError(msg, field="stdin", index=number) from None
     except RecursionError:
         msg = f"stdin line {number}: JSON nested too deeply"
         raise ValidationError(msg, field="stdin", index=number) from None
