@@ -108,6 +108,25 @@ def test_invalid_json_on_stdin_is_one_error_line(
         assert store.last_seq("s-1") == 2
 
 
+def test_append_with_stdin_closed_is_one_error_line(db: str) -> None:
+    """`append SID <&-` (a job started without standard input): exit 1, one line saying where
+    the events come from (it was a TypeError's traceback); nothing written."""
+    done = subprocess.run(
+        [SCRIPT, "append", "--db", db, "s-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )
+
+    assert done.returncode == 1
+    assert _one_error_line(done.stderr) == (
+        "sessionstore: no standard input to read the events from: pipe JSON lines in, or pass --text"
+    )
+    with sessionstore.open_store(db) as store:
+        assert store.last_seq("s-1") == 2
+
+
 def test_a_tampered_log_exits_with_the_integrity_status(tmp_path: Path) -> None:
     """verify and served exit 3 on tampering: distinct from an error (1) and a usage error (2)."""
     db = str(tmp_path / "t.db")

@@ -223,6 +223,9 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
         batch: list[Any]
         if args.text is not None:
             batch = [MessageAppended(role=args.role, content=args.text)]
+        elif sys.stdin is None:  # started with standard input closed (`<&-`)
+            msg = "no standard input to read the events from: pipe JSON lines in, or pass --text"
+            raise ValidationError(msg, field="stdin")
         else:
             batch = _read_json_lines(sys.stdin)
         result = store.visible_log(args.session_id).append(batch, args.expected)
