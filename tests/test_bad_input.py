@@ -127,6 +127,18 @@ def test_append_with_stdin_closed_is_one_error_line(db: str) -> None:
         assert store.last_seq("s-1") == 2
 
 
+def test_metadata_nested_too_deeply_is_a_usage_error(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`new --metadata '[[[...'`: argparse's usage error like any other malformed JSON, exit 2
+    (it was RecursionError's traceback)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["new", "--db", db, "--metadata", "[" * 100_000 + "]" * 100_000])
+
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --metadata: JSON nested too deeply" in err
+    assert "Traceback" not in err
+
+
 def test_a_tampered_log_exits_with_the_integrity_status(tmp_path: Path) -> None:
     """verify and served exit 3 on tampering: distinct from an error (1) and a usage error (2)."""
     db = str(tmp_path / "t.db")

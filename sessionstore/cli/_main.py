@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     new = commands.add_parser("new", help="create a session and print its id")
     _add_db(new)
     new.add_argument("--id", dest="session_id")
-    new.add_argument("--metadata", type=json.loads, default=None, help="JSON object")
+    new.add_argument("--metadata", type=_json, default=None, help="JSON object")
     new.add_argument("--tenant", help="the tenant the session belongs to")
     new.add_argument("--user", help="the user it belongs to (needs --tenant)")
     new.add_argument(
@@ -337,6 +337,16 @@ def _count(value: str) -> int:
     if not value.isdigit():
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, not {value!r}")
     return int(value)
+
+
+def _json(value: str) -> object:
+    """``--metadata``: JSON text (argparse makes the error a usage error)."""
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise argparse.ArgumentTypeError("JSON nested too deeply") from None
+    except ValueError as e:  # invalid JSON, or an integer past 4,300 digits
+        raise argparse.ArgumentTypeError(f"invalid JSON: {str(e).partition(';')[0]}") from None
 
 
 def _expected(value: str) -> int | str:
