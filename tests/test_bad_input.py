@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -735,6 +736,19 @@ def test_an_unsupported_database_url_is_a_validation_error(
     assert _cli("sessions", "--db", url)[0] == 1
     line = _one_error_line(capsys.readouterr().err)
     assert "secret" not in line and ("unsupported database" in line or "not a database URL" in line)
+
+
+def test_a_server_that_does_not_answer_fails_the_command_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listens on the port: one line within a second or so, not after the library's
+    retries of a restarting server (ten tries over seven seconds and more)."""
+    url = "postgresql+psycopg://app@127.0.0.1:1/agents"
+    for argv in (["sessions"], ["events", "s-1"], ["new", "--id", "s-2"]):
+        started = time.monotonic()
+        assert _cli(*argv, "--db", url)[0] == 1
+        elapsed = time.monotonic() - started
+
+        assert "Connection refused" in _one_error_line(capsys.readouterr().err)
+        assert elapsed < 3, elapsed
 
 
 def _unwritable_folder(tmp_path: Path) -> Path:

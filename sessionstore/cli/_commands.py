@@ -29,6 +29,7 @@ from ..store import (
     MASTER_KEY_ENV,
     EnvKeyProvider,
     RecordedEvent,
+    RetryPolicy,
     SessionInfo,
     SessionStore,
     create_engine_for_url,
@@ -53,6 +54,13 @@ from ._transcripts import run_command as _run_interchange
 from ._verify import run_heads, run_verify
 
 __all__ = ["run"]
+
+#: How a one-shot command retries a PostgreSQL server that does not answer: a dropped connection
+#: is tried again for about a second, then the command fails with one line. The library's default
+#: (ten tries over up to 30 s, to ride out a restart) made a mistyped host or port, or a server
+#: that is down, wait seven seconds and more for its error. ``import --follow`` and ``serve``,
+#: which run for hours, keep the default.
+CLI_RETRY = RetryPolicy(attempts=3, base_delay=0.05, max_delay=0.25, budget_seconds=1.0)
 
 #: Commands that may create a missing database (with ``db upgrade`` and ``demo``); every other
 #: command only opens an existing one, so a mistyped ``--db`` is an error, not a new empty file.
@@ -558,9 +566,18 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "serve":  # opens its own store, for the server's lifetime
         return run_serve(args, out)
     if args.command == "demo":
-        return run_demo(args.db, out, as_json=args.json, table_prefix=args.table_prefix, schema=args.schema)
+        return run_demo(
+            args.db,
+            out,
+            as_json=args.json,
+            table_prefix=args.table_prefix,
+            schema=args.schema,
+            retry=CLI_RETRY,
+        )
     # An export only copies events out: it does not tokenize the ones nobody counted yet.
-    counting: dict[str, Any] = {"token_counter": None} if args.command == "export" else {}
+    options: dict[str, Any] = {"token_counter": None} if args.command == "export" else {}
+    if not (args.command == "import" and args.follow):  # following runs for hours: the default
+        options["retry"] = CLI_RETRY
     with open_store(
         args.db,
         create=args.command in _CREATING_COMMANDS,
@@ -568,6 +585,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         schema=args.schema,
         # Encrypted sessions are read (and created) with the master key in the environment.
         encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
-        **counting,
+        **options,
     ) as store:
         return _run_with_store(args, store, out)

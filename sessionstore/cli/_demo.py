@@ -55,7 +55,7 @@ from ..projections import (
     request_bytes,
     validate_request,
 )
-from ..store import SessionStore, open_store, resolve_url
+from ..store import RetryPolicy, SessionStore, open_store, resolve_url
 from ._render import render_audit
 
 __all__ = ["run_demo"]
@@ -753,8 +753,11 @@ def run_demo(
     as_json: bool = False,
     table_prefix: str | None = None,
     schema: str | None = None,
+    retry: RetryPolicy | None = None,
 ) -> int:
     """Play the generated session against ``url``, printing a gauge per turn, the audit and checks.
+
+    ``retry``: how a PostgreSQL server that does not answer is retried (default: the store's).
 
     With ``as_json``, print one JSON object summarizing the run instead. Returns 0 when every
     check passed (every stage fired, the rollback restored the request, the hash chain verified,
@@ -770,7 +773,11 @@ def run_demo(
     new_file = _new_sqlite_file(resolved)
     # A file the demo creates is migrated too: `demo --db ./try.db` runs where nothing was.
     with open_store(
-        url, table_prefix=table_prefix, schema=schema, migrate=True if new_file else None
+        url,
+        table_prefix=table_prefix,
+        schema=schema,
+        migrate=True if new_file else None,
+        retry=retry or RetryPolicy(),
     ) as store:
         database = store.engine.url.render_as_string(hide_password=True)  # type: ignore[attr-defined]
         session = Session.create(
