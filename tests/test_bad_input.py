@@ -785,6 +785,21 @@ def test_a_database_that_cannot_be_created_is_an_operational_error(
     assert not home.exists()
 
 
+@pytest.mark.parametrize("command", [["sessions"], ["events", "s-1"], ["db", "current"], ["db", "upgrade"]])
+def test_a_sqlite_path_that_is_no_database_is_named(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--db notes.txt`, `--db <a folder>`: the line names the path SQLite could not use (it said
+    only `file is not a database`, which of $SESSIONSTORE_URL, --db or the default it did not say)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n" * 300)
+
+    for target, says in ((notes, "file is not a database"), (tmp_path, "unable to open database file")):
+        assert _cli(*command, "--db", str(target))[0] == 1
+        assert _one_error_line(capsys.readouterr().err) == f"sessionstore: {target}: {says}"
+    assert notes.read_text() == "not a database\n" * 300
+
+
 @pytest.mark.parametrize("what", ["a text file", "a folder", "an unreachable server"])
 def test_db_current_on_a_database_it_cannot_read_is_one_line(
     tmp_path: Path, what: str, capsys: pytest.CaptureFixture[str]

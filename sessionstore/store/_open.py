@@ -26,7 +26,7 @@ from ._migrate import check_schema, upgrade
 from ._postgres import PostgresSessionStore
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from ._schema import StoreTables
-from ._sql import SqlSessionStore
+from ._sql import SqlSessionStore, naming_the_file
 from ._sqlite import SQLiteDurability, SQLiteSessionStore, adopt_sqlite_engine
 from ._tokens import TiktokenCounter, TokenCounter, check_token_counter
 
@@ -157,11 +157,15 @@ def _prepare_schema(
     migrate: bool,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Migrate the schema (``migrate``) or check that it is current, under the retry policy."""
-    if migrate:
-        retry.run(lambda: upgrade(engine, tables=tables), what="schema upgrade", sleep=sleep)
-    else:
-        retry.run(lambda: check_schema(engine, tables), what="schema check", sleep=sleep)
+    """Migrate the schema (``migrate``) or check that it is current, under the retry policy.
+
+    An error of a SQLite file that is not a database (or cannot be opened) names the file.
+    """
+    with naming_the_file(engine):
+        if migrate:
+            retry.run(lambda: upgrade(engine, tables=tables), what="schema upgrade", sleep=sleep)
+        else:
+            retry.run(lambda: check_schema(engine, tables), what="schema check", sleep=sleep)
 
 
 def _open_borrowed(

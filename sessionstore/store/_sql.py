@@ -239,6 +239,22 @@ def translate_errors(tables: StoreTables = DEFAULT_TABLES) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def naming_the_file(engine: Engine) -> Iterator[None]:
+    """A ``DatabaseError`` or ``OperationalError`` raised while opening a SQLite file names the file:
+    SQLite's own messages (``file is not a database``, ``unable to open database file``) do not,
+    so whether ``--db``, ``$SESSIONSTORE_URL`` or the default was at fault went unsaid."""
+    try:
+        yield
+    except (DatabaseError, OperationalError) as e:
+        path = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+        if not path or path == ":memory:" or type(e) not in (DatabaseError, OperationalError):
+            raise  # a server names itself; a subclass (StoreUnavailableError ...) says more already
+        if isinstance(e, OperationalError):
+            raise OperationalError(f"{path}: {e}", transient=e.transient) from e
+        raise DatabaseError(f"{path}: {e}") from e
+
+
 class _AwaitedLock:
     """An ``asyncio.Lock`` entered from a greenlet of the async store (awaited, not blocking)."""
 
