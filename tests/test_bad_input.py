@@ -230,6 +230,27 @@ def test_a_closed_pipe_ends_the_command_quietly(db: str) -> None:
     assert done.returncode == 141
 
 
+def test_completion_into_a_full_disk_or_a_closed_pipe_is_like_every_command() -> None:
+    """`completion bash > /dev/full`: one line, exit 1; into a closed pipe: 141, quietly (both
+    were tracebacks: the script was written outside the command's error handling)."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [SCRIPT, "completion", "bash"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert done.returncode == 1
+    assert _one_error_line(done.stderr).endswith("No space left on device")
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [SCRIPT, "completion", "bash"], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 @pytest.mark.parametrize("view", [["audit"], ["context", "--breakdown"]], ids=["audit", "breakdown"])
 def test_a_closed_pipe_ends_a_table_view_quietly_too(db: str, view: list[str]) -> None:
     """`sessionstore audit SID | head`: the tables rich draws stop like every other output, with

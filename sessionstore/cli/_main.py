@@ -394,16 +394,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "completion":  # made from the parser: no database, nothing else to load
-        return run_completion(parser, args.shell, out or sys.stdout)
     paged = None
     if out is None and args.command in PAGED_COMMANDS and not args.no_pager and sys.stdout.isatty():
         paged = out = io.StringIO()  # shown once complete: through the pager if longer than the screen
     out = out or sys.stdout
     try:
-        from ._commands import run  # the layers load only once the command line parsed
+        if args.command == "completion":  # made from the parser: no database, nothing else to load
+            status = run_completion(parser, args.shell, out)
+        else:
+            from ._commands import run  # the layers load only once the command line parsed
 
-        status = run(args, out)
+            status = run(args, out)
         out.flush()  # a closed pipe shows up here, not in the interpreter's exit
         return status
     except BrokenPipeError:
