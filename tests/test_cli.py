@@ -192,6 +192,21 @@ def test_every_printing_command_takes_json(tmp_path: Path) -> None:
     assert verified["ok"] is True
 
 
+def test_sessions_names_the_parent_of_a_fork_and_of_a_sub_agent(tmp_path: Path) -> None:
+    """A fork's line says where it forked (`parent=P@SEQ`); a sub-agent's, which forks at no
+    seq, only its parent (it printed `parent=P@None`)."""
+    db = str(tmp_path / "lineage.db")
+    with sessionstore.open_store(db, migrate=True) as store:
+        store.create_session("p", events=[sessionstore.MessageAppended(role="user", content="hi")])
+        store.create_session("p.fork", parent_session_id="p", fork_seq=1)
+        store.create_session("p.agent", parent_session_id="p")
+
+    lines = {line.split()[0]: line for line in _run("sessions", "--db", db)[1].splitlines()}
+
+    assert lines["p.fork"].endswith("last_seq=1 parent=p@1")
+    assert lines["p.agent"].endswith("last_seq=0 parent=p")
+
+
 def test_snip_microcompact_and_revert_from_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

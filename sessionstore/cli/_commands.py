@@ -146,7 +146,10 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
             if args.json:
                 _print_json(out, {**_session_json(info), "last_seq": last_seq})
                 continue
-            lineage = f" parent={info.parent_session_id}@{info.fork_seq}" if info.parent_session_id else ""
+            lineage = ""
+            if info.parent_session_id:  # a sub-agent's session forks at no seq
+                at = "" if info.fork_seq is None else f"@{info.fork_seq}"
+                lineage = f" parent={info.parent_session_id}{at}"
             owner = "".join(
                 f" {name}={value}"
                 for name, value in (
