@@ -209,6 +209,21 @@ def test_export_over_an_existing_file_needs_force(
     assert target.read_text() == "keep me"
 
 
+def test_export_onto_a_folder_does_not_offer_force(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`export -o DIR`: refused as no regular file, with or without --force (it said `exists (use
+    --force to overwrite)`, and --force was then refused too)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+
+    for force in ([], ["--force"]):
+        assert _cli("export", "--db", db, "s-1", "-o", str(folder), *force)[0] == 1
+        line = _one_error_line(capsys.readouterr().err)
+        assert "exists and is not a regular file" in line and "--force" not in line
+    assert list(folder.iterdir()) == []
+
+
 def test_a_closed_pipe_ends_the_command_quietly(db: str) -> None:
     """`sessionstore events SID | head`: when the reader goes away, no traceback, no message."""
     with sessionstore.open_store(db) as store:

@@ -235,7 +235,9 @@ def _export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
     from pathlib import Path
 
     target = Path(args.output)
-    if target.exists() and not args.force:
+    # Only a regular file is overwritten with --force: a folder, a FIFO or a symlink is refused
+    # below either way, so --force is not offered for it.
+    if target.is_file() and not target.is_symlink() and not args.force:
         raise FileExistsError(errno.EEXIST, "exists (use --force to overwrite)", str(target))
     # Streamed from the log to a temporary file beside the target, renamed over it when whole.
     exported = write_claude_code_file(store, args.session_id, target, overwrite=True)
