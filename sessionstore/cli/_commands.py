@@ -33,14 +33,13 @@ from ..store import (
     SessionInfo,
     SessionStore,
     create_engine_for_url,
-    current_revision,
+    database_revision,
     downgrade,
     open_store,
     resolve_url,
     tables_for,
     upgrade,
 )
-from ..store._sql import naming_the_file, translate_errors
 from ._compaction import print_preview, run_revert, summarizer_for
 from ._compare import run_compare
 from ._demo import run_demo
@@ -106,14 +105,11 @@ def _run_db(args: argparse.Namespace, out: TextIO) -> int:
     engine = create_engine_for_url(url, create=args.db_command == "upgrade")
     where = engine.url.render_as_string(hide_password=True)
     try:
-        with naming_the_file(engine):  # a SQLite file that is not a database: say which
-            if args.db_command == "upgrade":
-                upgrade(engine, args.revision, tables=tables)
-            elif args.db_command == "downgrade":
-                downgrade(engine, args.revision, drop_events=args.yes, tables=tables)
-            # A file that is not a database, a server that does not answer: a sessionstore error.
-            with translate_errors(), engine.connect().execution_options(sessionstore_read=True) as conn:
-                current = current_revision(conn, tables)
+        if args.db_command == "upgrade":
+            upgrade(engine, args.revision, tables=tables)
+        elif args.db_command == "downgrade":
+            downgrade(engine, args.revision, drop_events=args.yes, tables=tables)
+        current = database_revision(engine, tables)
     finally:
         engine.dispose()
     if args.json:

@@ -40,6 +40,7 @@ from ._lineage import (
 from ._migrate import (
     SCHEMA_REVISION,
     current_revision,
+    database_revision,
     downgrade,
     upgrade,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "create_async_engine_for_url",
     "create_engine_for_url",
     "current_revision",
+    "database_revision",
     "default_database_path",
     "disable_row_level_security",
     "downgrade",

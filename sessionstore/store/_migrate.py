@@ -32,7 +32,7 @@ from sqlalchemy import (
 
 from ..errors import SchemaOutOfDateError, ValidationError
 from ._schema import DEFAULT_TABLES, LEGACY_VERSION_TABLE, StoreTables
-from ._sql import translate_errors
+from ._sql import naming_the_file, translate_errors
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -41,6 +41,7 @@ __all__ = [
     "SCHEMA_REVISION",
     "check_schema",
     "current_revision",
+    "database_revision",
     "downgrade",
     "known_revisions",
     "migration_tables",
@@ -156,6 +157,21 @@ def current_revision(conn: Connection, tables: StoreTables = DEFAULT_TABLES) -> 
     return _legacy_revision(conn, tables)
 
 
+def database_revision(engine: Engine, tables: StoreTables = DEFAULT_TABLES) -> str | None:
+    """``current_revision`` on a connection of its own (``sessionstore db current``).
+
+    Raises:
+        OperationalError, DatabaseError: the database cannot be reached or read (a SQLite path
+            that is no database is named).
+    """
+    with (
+        naming_the_file(engine),
+        translate_errors(),
+        engine.connect().execution_options(sessionstore_read=True) as conn,
+    ):
+        return current_revision(conn, tables)
+
+
 def _version_table(name: str, schema: str | None) -> Table:
     """An Alembic version table (the shape Alembic creates)."""
     return Table(
@@ -230,6 +246,7 @@ def _migrate(
     engine: Engine, tables: StoreTables, direction: str, revision: str, *, drop_events: bool = True
 ) -> None:
     with (
+        naming_the_file(engine),
         translate_errors(),
         engine.connect().execution_options(sessionstore_write=True) as conn,
         conn.begin(),
