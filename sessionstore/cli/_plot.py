@@ -7,9 +7,11 @@ extra), the sparkline needs nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -159,8 +161,6 @@ def write_image(timeline: TokenTimeline, path: Path) -> None:
     matplotlib.use("Agg")  # files only: never a window, never a display
     from matplotlib import pyplot
 
-    from .._paths import fsync_directories, write_beside
-
     window = timeline.window
     turns = [turn.turn for turn in timeline.turns]
     figure, axes = pyplot.subplots(figsize=(11, 4.5))
@@ -199,14 +199,30 @@ def write_image(timeline: TokenTimeline, path: Path) -> None:
         figure.savefig(image, format=path.suffix.lower().lstrip("."))
     finally:
         pyplot.close(figure)
-    # Whole or not at all: a full disk leaves the file as it was, with no temp beside it.
-    temp = write_beside(str(path), [image.getvalue()], "plot-tmp")
+    _write_whole(path, image.getvalue())
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """``data`` into ``path``, whole or not at all: a fsynced temp file beside it, renamed over
+    it. A full disk leaves the file as it was, with no temp beside it, and names ``path``."""
+    temp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.plot-tmp")
     try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 through the umask
+    except OSError as e:  # a missing or read-only folder: say so of the target, not of the temp
+        raise type(e)(e.errno, e.strerror, str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, str(path)) from None
         os.replace(temp, path)
     except BaseException:
-        os.unlink(temp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
         raise
-    fsync_directories([str(path)])
 
 
 def _colour(kind: str) -> str:
