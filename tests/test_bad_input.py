@@ -228,21 +228,21 @@ def test_a_closed_pipe_ends_the_command_quietly(db: str) -> None:
     """`sessionstore events SID | head`: when the reader goes away, no traceback, no message."""
     with sessionstore.open_store(db) as store:
         store.append("s-1", [MessageAppended(role="user", content="x" * 200) for _ in range(2000)], "any")
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # the reader has already gone: the first write fails with EPIPE
-    try:
-        done = subprocess.run(
-            [SCRIPT, "events", "--db", db, "s-1"],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        os.close(write_end)
+    done = _into_a_closed_pipe([SCRIPT, "events", "--db", db, "s-1"])
 
     assert done.stderr == ""
     assert done.returncode == 141
+
+
+def _into_a_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run with its standard output a pipe whose reader has already gone (the first
+    write fails with EPIPE), as `| head` leaves it."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(argv, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
 
 
 def test_completion_into_a_full_disk_or_a_closed_pipe_is_like_every_command() -> None:
@@ -255,14 +255,7 @@ def test_completion_into_a_full_disk_or_a_closed_pipe_is_like_every_command() ->
     assert done.returncode == 1
     assert _one_error_line(done.stderr).endswith("No space left on device")
 
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        done = subprocess.run(
-            [SCRIPT, "completion", "bash"], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60
-        )
-    finally:
-        os.close(write_end)
+    done = _into_a_closed_pipe([SCRIPT, "completion", "bash"])
     assert (done.returncode, done.stderr) == (141, "")
 
 
@@ -270,18 +263,7 @@ def test_completion_into_a_full_disk_or_a_closed_pipe_is_like_every_command() ->
 def test_a_closed_pipe_ends_a_table_view_quietly_too(db: str, view: list[str]) -> None:
     """`sessionstore audit SID | head`: the tables rich draws stop like every other output, with
     the broken pipe's status (rich's own handler exited 1, the status of an error, saying nothing)."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        done = subprocess.run(
-            [SCRIPT, view[0], "--db", db, "s-1", *view[1:]],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        os.close(write_end)
+    done = _into_a_closed_pipe([SCRIPT, view[0], "--db", db, "s-1", *view[1:]])
 
     assert done.stderr == ""
     assert done.returncode == 141
