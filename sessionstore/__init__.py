@@ -235,7 +235,10 @@ def __getattr__(name: str) -> object:
         globals()[name] = value  # the next lookup is an ordinary attribute
         return value
     if name in _LAYERS:
-        return importlib.import_module(f".{name}", __name__)  # the import sets it on the facade
+        try:
+            return importlib.import_module(f".{name}", __name__)  # the import sets it on the facade
+        except ModuleNotFoundError as e:  # serve without its extra: hasattr() must not raise this
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r} ({e})") from e
     # Not ``from . import errors``: before errors is loaded, that asks this very function for
     # ``errors`` first, and every lookup of an unknown name recursed until RecursionError.
     errors = importlib.import_module(f"{__name__}.errors")

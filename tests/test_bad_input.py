@@ -1153,3 +1153,34 @@ def test_opening_a_store_at_a_url_that_is_no_path_is_refused_and_creates_nothing
         asyncio.run(open_async())
     assert refused.value.field == "url"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sessionstore_url_in_the_environment_that_is_no_path_is_refused_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$SESSIONSTORE_URL`` is checked as the ``url`` argument is: a lone surrogate in it (a file
+    name that is no UTF-8) created the file, then failed in the driver with UnicodeEncodeError."""
+    monkeypatch.setenv("SESSIONSTORE_URL", f"{tmp_path}/\udcfe.db")
+
+    with pytest.raises(ValidationError) as refused:
+        sessionstore.open_store(migrate=True)
+    assert refused.value.field == "url"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["", "m" * 65, 7], ids=["empty", "65 characters", "no str"])
+def test_a_token_counter_whose_name_no_snapshot_can_hold_is_refused_at_open(name: object) -> None:
+    """Snapshots are keyed by the counter's name (64 characters): a longer one opened fine, then
+    failed a ``Session``'s first snapshot, after its append had committed."""
+
+    class Named(sessionstore.store.TiktokenCounter):
+        @property
+        def name(self) -> str:
+            return name  # type: ignore[return-value]
+
+    with pytest.raises(ValidationError, match="token_counter's name must be a str of 1 to 64") as refused:
+        sessionstore.open_store(":memory:", token_counter=Named())
+    assert refused.value.field == "token_counter"
+    longest = type("Longest", (Named,), {"name": "m" * 64})()
+    with sessionstore.open_store(":memory:", token_counter=longest) as store:
+        assert store.token_counter is longest

@@ -148,3 +148,19 @@ def test_a_layer_is_an_attribute_right_after_import_sessionstore(layer: str) -> 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_layer_whose_extra_is_missing_is_no_attribute() -> None:
+    """Without the serve extra, ``hasattr(sessionstore, "serve")`` is False and ``getattr`` with
+    a default returns it (ModuleNotFoundError escaped both); importing it still names the extra."""
+    script = (
+        "import sys\n"
+        "sys.modules['fastapi'] = None  # as if the serve extra were not installed\n"
+        "import sessionstore\n"
+        "assert not hasattr(sessionstore, 'serve')\n"
+        "assert getattr(sessionstore, 'serve', 7) == 7\n"
+        "assert hasattr(sessionstore, 'store')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr[-2000:]

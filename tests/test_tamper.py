@@ -22,7 +22,7 @@ from sqlalchemy import text
 
 import sessionstore
 from sessionstore import MessageAppended, SessionStarted, SessionStore
-from sessionstore.audit._verify import verify_all, verify_session
+from sessionstore.audit._verify import all_heads, verify_all, verify_session
 from sessionstore.cli import main
 from sessionstore.errors import DataCorruptionError
 from sessionstore.events._base import Event, register_event
@@ -718,6 +718,10 @@ _MISTYPED = {
         "UPDATE events SET token_count = 'abc' WHERE session_id = :sid AND seq = 2",
         "an event row's token_count is 'abc'",
     ),
+    "an event's payload that is a blob": (
+        "UPDATE events SET payload = X'7b7d', payload_packed = NULL WHERE session_id = :sid AND seq = 2",
+        "seq 2: the event row's payload is bytes, not text",
+    ),
     "a session's created_at that is no timestamp": (
         "UPDATE sessions SET created_at = 'garbage' WHERE id = :sid",
         "its sessions row's created_at is 'garbage'",
@@ -903,3 +907,38 @@ def test_export_of_a_sub_agent_whose_first_event_was_altered_is_data_corruption(
     assert err.startswith(f"sessionstore: session '{child}', seq 1: the stored session_started event")
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))
+
+
+def test_verify_all_goes_on_past_a_sessions_row_altered_so_it_does_not_read(store: SessionStore) -> None:
+    """One altered ``sessions`` row is reported BROKEN, and every other session is still verified
+    and its head listed (the row stopped the whole walk where list_sessions raised)."""
+    for sid in ("a", "b", "c"):
+        store.create_session(sid, events=_messages(2))
+    _tamper(store, "UPDATE sessions SET metadata = '[1]' WHERE id = 'b'")
+
+    results = {r.chain.session_id: r for r in verify_all(store, page_size=2)}
+
+    assert sorted(results) == ["a", "b", "c"]
+    assert results["a"].ok and results["c"].ok
+    assert not results["b"].ok and "its sessions row's metadata is '[1]'" in str(results["b"].chain.reason)
+    assert [head.session_id for head in all_heads(store, page_size=2)] == ["a", "b", "c"]
+
+
+def test_a_legitimate_value_read_from_a_deep_stack_is_not_reported_as_corruption(store: SessionStore) -> None:
+    """Metadata nested as deep as appends allow, read where the caller's own stack is
+    nearly full: json.loads' RecursionError reaches the caller as it is, not as an altered row."""
+    import inspect
+    import sys
+
+    deep: dict[str, Any] = {}
+    for _ in range(150):
+        deep = {"k": deep}
+    sid = store.create_session("s", metadata=deep).id
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(len(inspect.stack(0)) + 120)  # room for the calls, not for 150 levels
+        with pytest.raises(RecursionError):
+            store.get_session(sid)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert store.get_session(sid).metadata == deep

@@ -392,14 +392,12 @@ def verify_all(
         msg = f"heads must be a mapping of session id to ChainHead, not {type(heads).__name__}"
         raise ValidationError(msg, field="heads")
     anchors = dict(heads or {})
-    after: str | None = None
-    while True:
-        page = store.list_sessions(limit=page_size, after=after)
-        for info in page:
-            yield verify_session(store, info.id, head=anchors.pop(info.id, None), counts=counts)
-        if len(page) < page_size:
-            break
-        after = page[-1].id
+    for session_id, altered in _listed(store, page_size):
+        if altered is not None:
+            anchors.pop(session_id, None)
+            yield SessionVerification(VerifyReport(session_id, 0, None, str(altered)), 0)
+            continue
+        yield verify_session(store, session_id, head=anchors.pop(session_id, None), counts=counts)
     for orphan in store.orphaned_sessions():
         yield verify_session(store, orphan, head=anchors.pop(orphan, None), counts=counts)
     # Purged sessions have no row left: their receipts explain them (a gap, not a failure).
@@ -420,15 +418,35 @@ def missing_session(anchor: ChainHead) -> SessionVerification:
 
 
 def all_heads(store: SessionStore, *, page_size: int = 100) -> Iterator[ChainHead]:
-    """The head of every session, in id order (what to keep outside the database)."""
+    """The head of every session, in id order (what to keep outside the database); a session
+    whose ``sessions`` row was altered too (its chain's head is what an anchor is for)."""
+    for session_id, _ in _listed(store, page_size):
+        yield store.head(session_id)
+
+
+def _listed(store: SessionStore, page_size: int) -> Iterator[tuple[str, DataCorruptionError | None]]:
+    """Every session id in id order, a page at a time, each with the DataCorruptionError its
+    ``sessions`` row raises when it was altered (None: it reads). A page holding an altered row
+    is read again one session at a time up to it, so one row does not hide every other."""
     after: str | None = None
+    size = page_size
     while True:
-        page = store.list_sessions(limit=page_size, after=after)
+        try:
+            page = store.list_sessions(limit=size, after=after)
+        except DataCorruptionError as e:
+            if e.session_id is None or (after is not None and e.session_id <= after):
+                raise
+            if size > 1:
+                size = 1
+                continue
+            yield e.session_id, e
+            after = e.session_id
+            continue
         for info in page:
-            yield store.head(info.id)
-        if len(page) < page_size:
+            yield info.id, None
+        if len(page) < size:
             return
-        after = page[-1].id
+        after, size = page[-1].id, page_size
 
 
 def format_head(head: ChainHead) -> str:

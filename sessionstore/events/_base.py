@@ -42,6 +42,7 @@ __all__ = [
     "encode_event",
     "event_class",
     "json_problem",
+    "nested_deeper_than",
     "parse_event",
     "register_event",
     "register_upcaster",
@@ -206,6 +207,27 @@ AnyEvent = Annotated[
 MAX_JSON_DEPTH = 200
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: A scan of JSON text for its depth: a whole string (skipped, escapes included), or a bracket.
+_JSON_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def nested_deeper_than(text: str, depth: int) -> bool:
+    """True when the JSON ``text`` nests arrays and objects more than ``depth`` deep.
+
+    Iterative, for a reader whose ``json.loads`` raised RecursionError: a payload or metadata
+    deeper than any append accepts is an altered row; one within it means the caller's own stack
+    was deep, which is not the row's fault.
+    """
+    level = 0
+    for match in _JSON_STRING_OR_BRACKET.finditer(text):
+        char = match.group()
+        if char in "[{":
+            level += 1
+            if level > depth:
+                return True
+        elif char in "]}":
+            level -= 1
+    return False
 
 
 @functools.cache

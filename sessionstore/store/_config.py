@@ -95,7 +95,9 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
     """
     if url is not None and not isinstance(url, str | os.PathLike):
         raise ValidationError(f"url must be a str or a path, not {type(url).__name__}", field="url")
-    chosen = check_lookup("url", os.fspath(url)) if url is not None else os.environ.get(URL_ENV)
+    chosen = os.environ.get(URL_ENV) if url is None else os.fspath(url)
+    if chosen:  # the environment's value is checked as the argument is (it may name a path)
+        chosen = check_lookup("url", chosen)
     if not chosen:
         return f"sqlite:///{default_database_path()}"
     if "://" not in chosen:

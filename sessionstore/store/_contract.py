@@ -30,7 +30,7 @@ from ..errors import (
     SessionStoreError,
     ValidationError,
 )
-from ..events._base import Event, decode_event
+from ..events._base import MAX_JSON_DEPTH, Event, decode_event, nested_deeper_than
 from ._codec import unpack_payload
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 
@@ -212,6 +212,11 @@ class SessionInfo:
     external_id: str | None = None
 
 
+#: JSON nested deeper than this in a stored payload or metadata is an altered row: appends refuse
+#: anything past ``MAX_JSON_DEPTH`` (counted from the event, the margin covers the event itself).
+ALTERED_DEPTH = MAX_JSON_DEPTH + 8
+
+
 @dataclass(frozen=True)
 class RecordedEvent:
     """An event as stored: the envelope plus its payload.
@@ -275,7 +280,9 @@ class RecordedEvent:
             # Only the payload's own failures are corruption: an upcaster's bug (any other
             # ValueError) is raised as it is, not reported as an altered row.
             raise self._undecodable(e) from None
-        except RecursionError:  # JSON nested thousands deep, which no append accepts
+        except RecursionError:
+            if not nested_deeper_than(self.payload, ALTERED_DEPTH):
+                raise  # the caller's own stack was deep: not the row's fault
             raise self._undecodable(ValueError("JSON nested too deeply")) from None
 
     def payload_dict(self) -> dict[str, Any]:
@@ -285,7 +292,9 @@ class RecordedEvent:
             result = json.loads(self.payload)
         except ValueError as e:
             raise self._undecodable(e) from None
-        except RecursionError:  # JSON nested thousands deep, which no append accepts
+        except RecursionError:
+            if not nested_deeper_than(self.payload, ALTERED_DEPTH):
+                raise  # the caller's own stack was deep: not the row's fault
             raise self._undecodable(ValueError("JSON nested too deeply")) from None
         if not isinstance(result, dict):
             raise self._undecodable(ValueError("not a JSON object"))

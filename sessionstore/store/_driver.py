@@ -142,7 +142,7 @@ def _recorded(rows: list[Any], to_datetime: Callable[[Any], datetime]) -> list[R
             schema_version
             if type(schema_version) is int
             else stored_int(schema_version, "schema_version", session_id),
-            payload,
+            payload if type(payload) is str else _not_text(payload, session_id, seq),
             token_count
             if token_count is None or type(token_count) is int
             else stored_int(token_count, "token_count", session_id),
@@ -171,6 +171,14 @@ def _recorded(rows: list[Any], to_datetime: Callable[[Any], datetime]) -> list[R
             deferred,
         ) in rows
     ]
+
+
+def _not_text(payload: object, session_id: str, seq: object) -> str:
+    """An event row's payload that SQLite holds as a BLOB, a number or NULL (it keeps whatever
+    is written into a column): DataCorruptionError naming the event."""
+    kind = type(payload).__name__
+    msg = f"session {session_id!r}, seq {seq}: the event row's payload is {kind}, not text (altered)"
+    raise DataCorruptionError(msg, session_id=session_id, seq=seq if type(seq) is int else None)
 
 
 def _unreadable_time(rows: list[Any], to_datetime: Callable[[Any], datetime]) -> DataCorruptionError | None:

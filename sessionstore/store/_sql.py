@@ -48,9 +48,10 @@ from ..errors import (
     SessionStoreError,
     ValidationError,
 )
-from ..events._base import Event, encode_event, json_problem, parse_event
+from ..events._base import Event, encode_event, json_problem, nested_deeper_than, parse_event
 from ._codec import compress_blob, decompress_blob, pack_payload, pack_snapshot, unpack_snapshot
 from ._contract import (
+    ALTERED_DEPTH,
     ANY,
     AppendResult,
     BlobRef,
@@ -1719,8 +1720,13 @@ def _stored_created_at(session_id: str, value: object) -> datetime:
 
 def _stored_metadata(session_id: str, value: object) -> dict[str, Any]:
     try:
-        metadata = json.loads(value) if isinstance(value, str | bytes) else None
-    except (ValueError, RecursionError):
+        metadata = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        metadata = None
+    except RecursionError:
+        assert isinstance(value, str)
+        if not nested_deeper_than(value, ALTERED_DEPTH):
+            raise  # the caller's own stack was deep: not the row's fault
         metadata = None
     if not isinstance(metadata, dict):
         raise _altered_session(session_id, "metadata", value)

@@ -85,11 +85,17 @@ class TokenCounter(Protocol):
         ...
 
 
+#: The longest ``TokenCounter.name``: the snapshots' tokenizer column holds 64 characters.
+MAX_COUNTER_NAME = 64
+
+
 def check_token_counter(counter: object) -> None:
     """Refuse a counter that lacks part of ``TokenCounter`` now, not at some later count.
 
     Raises:
-        ValidationError: ``name``, ``count`` or ``count_text`` is missing (or not callable).
+        ValidationError: ``name``, ``count`` or ``count_text`` is missing (or not callable), or
+            ``name`` is not a str of 1 to ``MAX_COUNTER_NAME`` characters (snapshots are keyed
+            by it: a longer one failed the first snapshot, after its events were written).
     """
     missing = [] if hasattr(counter, "name") else ["name"]
     missing += [method for method in ("count", "count_text") if not callable(getattr(counter, method, None))]
@@ -98,6 +104,11 @@ def check_token_counter(counter: object) -> None:
             f"token_counter {type(counter).__name__} lacks {', '.join(missing)}: a TokenCounter "
             "has name, count(event) and count_text(text)"
         )
+        raise ValidationError(msg, field="token_counter")
+    name = counter.name  # type: ignore[attr-defined]
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_COUNTER_NAME:
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:77] + "...")
+        msg = f"token_counter's name must be a str of 1 to {MAX_COUNTER_NAME} characters, not {shown}"
         raise ValidationError(msg, field="token_counter")
 
 
