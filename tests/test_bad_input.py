@@ -644,6 +644,25 @@ def test_a_port_out_of_range_is_a_usage_error(db: str, port: str, capsys: pytest
     assert f"argument --port: must be a port number from 0 to 65535, not {port!r}" in capsys.readouterr().err
 
 
+def test_serve_on_port_0_listens_on_one_port_at_every_address_and_prints_it() -> None:
+    """`serve --host '' --port 0` binds IPv4 and IPv6 (where the machine has both) to the one port
+    the first address got, and the URL it prints has an address (it printed `http://:PORT/`, and
+    each address had a port of its own: a client of the printed one could reach another server)."""
+    from sessionstore.cli._serve import _listen, _where
+
+    sockets = _listen("", 0)
+    try:
+        ports = {sock.getsockname()[1] for sock in sockets}
+        url = _where("", sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+    assert len(ports) == 1 and 0 not in ports
+    port = ports.pop()
+    assert url in (f"http://0.0.0.0:{port}/", f"http://[::]:{port}/")
+
+
 @pytest.mark.parametrize("where", ["a port in use", "an address of another machine"])
 def test_serve_that_cannot_listen_is_one_line(db: str, where: str) -> None:
     """A port another server holds, an address this machine does not have: one line naming it,

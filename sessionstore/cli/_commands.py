@@ -54,8 +54,9 @@ from ._verify import run_heads, run_verify
 
 __all__ = ["run"]
 
-#: How a one-shot command retries a PostgreSQL server that does not answer: a dropped connection
-#: is tried again for about a second, then the command fails with one line. The library's default
+#: How a one-shot command retries a PostgreSQL server it cannot reach: a refused or dropped
+#: connection is tried again for about a second, then the command fails with one line (a host
+#: that never answers still takes the connection's connect timeout). The library's default
 #: (ten tries over up to 30 s, to ride out a restart) made a mistyped host or port, or a server
 #: that is down, wait seven seconds and more for its error. ``import --follow`` and ``serve``,
 #: which run for hours, keep the default.

@@ -66,9 +66,12 @@ def _listen(host: str, port: int) -> list[socket.socket]:
         for family, kind, proto, _, address in dict.fromkeys(found):
             sock = socket.socket(family, kind, proto)
             bound.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if os.name == "posix":  # as asyncio: elsewhere it lets a second server share the port
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:  # as asyncio does: the IPv4 address gets its own socket
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(bound) > 1:  # --port 0: every address on the port the first got
+                address = (address[0], bound[0].getsockname()[1], *address[2:])
             sock.bind(address)
     except OSError as e:
         for sock in bound:
@@ -78,9 +81,11 @@ def _listen(host: str, port: int) -> list[socket.socket]:
 
 
 def _where(host: str, sockets: list[socket.socket]) -> str:
-    """``http://HOST:PORT/`` of the first socket (the port chosen for ``--port 0``)."""
-    port = sockets[0].getsockname()[1]
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    """``http://HOST:PORT/`` of the sockets (one port: ``--port 0`` binds every address to the
+    port the first got); the first socket's address when ``host`` is empty (every address)."""
+    address, port = sockets[0].getsockname()[:2]
+    shown = host or address
+    return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
 
 
 def run_serve(args: argparse.Namespace, out: TextIO) -> int:
