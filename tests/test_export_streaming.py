@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import random
+import shutil
 import sqlite3
 import stat
+import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +226,181 @@ _JSON = st.recursive(
 @given(value=st.dictionaries(st.text(max_size=4), _JSON, max_size=5))
 def test_every_line_is_written_as_javascript_writes_it(value: dict[str, Any]) -> None:
     """The fast path (the C encoder, when its text holds no float JavaScript writes otherwise)
-    gives the same text as writing every float as JSON.stringify does."""
+    gives the same text as the slow path; the table below holds the slow path to node's output."""
     assert export_dump(value) == _dump_as_javascript(value)
+
+
+#: What node's JSON.stringify wrote for 835 doubles (by their bits) and 59 strings (by their code
+#: points). The fixture's ``json`` fields and ``node`` are filled in from its inputs by this program:
+#:   node -e "$FILL" tests/fixtures/json-stringify.json
+#: where FILL is _FILL_WITH_NODE (test_the_stringify_table_is_what_node_writes runs it again).
+_FILL_WITH_NODE = (
+    'const fs=require("fs"),p=process.argv[1],f=JSON.parse(fs.readFileSync(p,"utf8"));'
+    "f.node=process.version;"
+    'for(const n of f.numbers)n.json=JSON.stringify(Buffer.from(n.bits,"hex").readDoubleBE(0));'
+    "for(const s of f.strings)s.json=JSON.stringify(String.fromCodePoint(...s.code_points));"
+    'const rows=k=>"[\\n"+f[k].map(r=>" "+JSON.stringify(r)).join(",\\n")+"\\n]";'
+    'fs.writeFileSync(p,"{\\"generated_by\\":"+JSON.stringify(f.generated_by)+",\\n\\"node\\":"'
+    '+JSON.stringify(f.node)+",\\n\\"numbers\\":"+rows("numbers")+",\\n\\"strings\\":"+rows("strings")+"}\\n")'
+)
+_STRINGIFY_PATH = Path(__file__).parent / "fixtures" / "json-stringify.json"
+_STRINGIFY = json.loads(_STRINGIFY_PATH.read_text(encoding="utf-8"))
+
+
+def _double(row: dict[str, Any]) -> float:
+    return float(struct.unpack(">d", bytes.fromhex(row["bits"]))[0])
+
+
+def _text(row: dict[str, Any]) -> str:
+    return "".join(map(chr, row["code_points"]))
+
+
+def _storable(text: str) -> bool:
+    """False for a lone surrogate, which appends and imports refuse (no line can hold one)."""
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+_FINITE = [row for row in _STRINGIFY["numbers"] if math.isfinite(_double(row))]
+_STRINGS = [pytest.param(row, id=row["note"]) for row in _STRINGIFY["strings"] if _storable(_text(row))]
+
+
+def test_the_stringify_table_names_each_double_three_ways_alike() -> None:
+    """Each row's bits, float.hex() and repr() are one double, and node's text reads back as it
+    (a mistyped row would test nothing)."""
+    for row in _STRINGIFY["numbers"]:
+        value = _double(row)
+        if not math.isfinite(value):  # JSON has no NaN or infinity: JSON.stringify writes null
+            assert row["repr"] in ("nan", "inf", "-inf")
+            assert row["json"] == "null"
+            continue
+        assert struct.pack(">d", float.fromhex(row["hex"])).hex() == row["bits"]
+        assert struct.pack(">d", float(row["repr"])).hex() == row["bits"]
+        assert float(row["json"]) == value  # -0.0 is written 0
+
+
+class TestNumbersAsJSONStringify:
+    """Export writes every double as node's JSON.stringify did (tests/fixtures/json-stringify.json)."""
+
+    def test_a_float_is_written_as_node_wrote_it(self) -> None:
+        """Alone, in an array and as an object's value: the fast path and the slow path alike.
+        (One test over the 835 rows, not 835 tests: the table is checked in a few milliseconds.)"""
+        written = {}
+        for row in _STRINGIFY["numbers"]:
+            value = _double(row)
+            written[row["repr"]] = (
+                _export._js_number(value),
+                export_dump(value),
+                export_dump([value, "x", value]),
+                export_dump({"cost": value}),
+            )
+
+        assert written == {
+            row["repr"]: (
+                row["json"],
+                row["json"],
+                f'[{row["json"]},"x",{row["json"]}]',
+                f'{{"cost":{row["json"]}}}',
+            )
+            for row in _STRINGIFY["numbers"]
+        }
+
+    def test_a_number_node_wrote_comes_back_as_it_was(self) -> None:
+        """A number as it stands in a transcript (an int to Python when node wrote no point or
+        exponent: ``2``, ``123456789012345680000``) is written back unchanged."""
+        written = {row["json"]: export_dump({"n": json.loads(row["json"])}) for row in _FINITE}
+
+        assert written == {row["json"]: f'{{"n":{row["json"]}}}' for row in _FINITE}
+
+    def test_a_native_message_writes_its_floats_as_node(self) -> None:
+        """Floats appended from Python (a tool's input) reach the exported line as JSON.stringify
+        writes them: ``2`` for 2.0, ``1e-7``, ``1e+21``, ``0.00006``."""
+        values = [_double(row) for row in _FINITE]
+        call = {"type": "tool_use", "id": "toolu_1", "name": "Calc", "input": {"values": values}}
+        with sessionstore.open_store(":memory:") as store:
+            session = Session.create(store, "s-1", model="claude-sonnet-4-5")
+            session.append([MessageAppended(role="assistant", content=[call])])
+
+            [line] = [line for line in export_claude_code(store, "s-1") if "toolu_1" in line]
+
+        assert '"input":{"values":[' + ",".join(row["json"] for row in _FINITE) + "]}" in line
+
+    def test_a_transcript_line_of_every_number_exports_byte_for_byte(self, tmp_path: Path) -> None:
+        """A line holding every finite number of the table as node wrote it, imported and exported."""
+        numbers = ",".join(row["json"] for row in _FINITE)
+        line = f'{{"type":"cost-state","sessionId":"{SESSION}","values":[{numbers}]}}'
+        source = tmp_path / f"{SESSION}.jsonl"
+        source.write_text(line + "\n", encoding="utf-8")
+        with sessionstore.open_store(":memory:") as store:
+            import_claude_code(store, [source])
+
+            assert export_claude_code(store, SESSION) == [line]
+
+
+class TestStringsAsJSONStringify:
+    """Export escapes strings as JSON.stringify: only ``"``, ``\\`` and U+0000-U+001F (``\\n``,
+    ``\\u001b``); U+2028, U+2029, DEL, a BOM and astral characters are written as they are."""
+
+    @pytest.mark.parametrize("row", _STRINGS)
+    def test_a_string_is_written_as_node_wrote_it(self, row: dict[str, Any]) -> None:
+        text, expected = _text(row), row["json"]
+
+        assert export_dump(text) == expected
+        assert export_dump({text: [text, 2.5e-7]}) == f"{{{expected}:[{expected},2.5e-7]}}"
+        assert export_dump(json.loads(expected)) == expected
+
+    def test_a_transcript_line_of_every_string_exports_byte_for_byte(self, tmp_path: Path) -> None:
+        strings = [row["json"] for row in _STRINGIFY["strings"] if _storable(_text(row))]
+        line = f'{{"type":"cost-state","sessionId":"{SESSION}","values":[{",".join(strings)}]}}'
+        source = tmp_path / f"{SESSION}.jsonl"
+        source.write_bytes(line.encode() + b"\n")
+        with sessionstore.open_store(":memory:") as store:
+            import_claude_code(store, [source])
+
+            assert export_claude_code(store, SESSION) == [line]
+
+    def test_a_lone_surrogate_never_reaches_the_exporter(self, tmp_path: Path) -> None:
+        """JSON.stringify writes a lone surrogate as ``\\ud800``; Python would write the character,
+        which no UTF-8 file can hold. Neither an append nor an import lets one into the log."""
+        lone = [row for row in _STRINGIFY["strings"] if not _storable(_text(row))]
+        assert len(lone) == 4
+        with sessionstore.open_store(":memory:") as store:
+            session = Session.create(store, "s-1", model="claude-sonnet-4-5")
+            for row in lone:
+                with pytest.raises(sessionstore.ValidationError, match="lone surrogate"):
+                    session.append([MessageAppended(role="user", content=_text(row))])
+                source = tmp_path / f"{SESSION}.jsonl"
+                source.write_text(f'{{"type":"cost-state","sessionId":"{SESSION}","x":{row["json"]}}}\n')
+                with pytest.raises(sessionstore.ValidationError, match="lone surrogate"):
+                    import_claude_code(store, [source])
+
+            assert store.list_sessions() == [store.get_session("s-1")]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_stringify_table_is_what_node_writes(tmp_path: Path) -> None:
+    """node run again fills in the same ``json`` fields, and agrees with the exporter on 20,000
+    more doubles (random bits, seeded) than the table holds."""
+    node = shutil.which("node")
+    assert node is not None
+    copy = tmp_path / "json-stringify.json"
+    shutil.copyfile(_STRINGIFY_PATH, copy)
+    subprocess.run([node, "-e", _FILL_WITH_NODE, str(copy)], check=True, timeout=60)
+    again = json.loads(copy.read_text(encoding="utf-8"))
+    rng = random.Random(20260114)
+    bits = [f"{rng.getrandbits(64):016x}" for _ in range(20_000)]
+    program = (
+        'const l=require("fs").readFileSync(0,"utf8").split("\\n");'
+        'process.stdout.write(l.map(b=>JSON.stringify(Buffer.from(b,"hex").readDoubleBE(0))).join("\\n"))'
+    )
+    written = subprocess.run(
+        [node, "-e", program], input="\n".join(bits), capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split("\n")
+
+    assert again["numbers"] == _STRINGIFY["numbers"]
+    assert again["strings"] == _STRINGIFY["strings"]
+    if again["node"] == _STRINGIFY["node"]:
+        assert copy.read_bytes() == _STRINGIFY_PATH.read_bytes()
+    assert [_export._js_number(_double({"bits": b})) for b in bits] == written
 
 
 def test_export_to_a_fifo_or_symlink_is_refused_not_replaced(tmp_path: Path) -> None:
