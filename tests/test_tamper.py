@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 import sessionstore
 from sessionstore import MessageAppended, SessionStarted, SessionStore
@@ -28,7 +28,7 @@ from sessionstore.errors import DataCorruptionError
 from sessionstore.events._base import Event, register_event
 from sessionstore.store import ChainHead, _codec
 from sessionstore.store._codec import pack_payload, unpack_payload
-from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash
+from sessionstore.store._hashing import LEGACY_GENESIS_HASH, event_hash, fork_point_hash
 from sessionstore.store._schema import APPEND_ONLY_TABLES, sqlite_append_only_ddl
 
 from .conftest import Backend
@@ -778,6 +778,15 @@ def test_session_metadata_that_is_not_a_json_object_is_data_corruption(
         store.list_sessions()
 
 
+def _loop_fork_ancestry(store: SessionStore, loop: str) -> None:
+    """Sessions ``p`` and its fork ``f``; then ``p``'s row names itself or ``f`` as its parent."""
+    store.create_session("p", events=_messages(3))
+    store.create_session("f", parent_session_id="p", fork_seq=2, events=_messages(1))
+    parent = "p" if loop == "itself" else "f"
+    loop_back = "UPDATE sessions SET parent_session_id = :parent, fork_seq = 1 WHERE id = 'p'"
+    _tamper(store, loop_back, parent=parent)
+
+
 @pytest.mark.parametrize("loop", ["itself", "its fork"])
 def test_a_fork_ancestry_that_loops_is_data_corruption(
     shared_backend: Backend, capsys: pytest.CaptureFixture[str], loop: str
@@ -786,11 +795,7 @@ def test_a_fork_ancestry_that_loops_is_data_corruption(
     the history says so (it recursed until RecursionError), and the commands exit 3."""
     store = shared_backend.open()
     try:
-        store.create_session("p", events=_messages(3))
-        store.create_session("f", parent_session_id="p", fork_seq=2, events=_messages(1))
-        parent = "p" if loop == "itself" else "f"
-        loop_back = "UPDATE sessions SET parent_session_id = :parent, fork_seq = 1 WHERE id = 'p'"
-        _tamper(store, loop_back, parent=parent)
+        _loop_fork_ancestry(store, loop)
 
         for sid in ("p", "f"):
             with pytest.raises(DataCorruptionError, match="its fork ancestry comes back to session"):
@@ -804,6 +809,70 @@ def test_a_fork_ancestry_that_loops_is_data_corruption(
             assert verify_session(store, sid).summary().startswith(f"{sid}: BROKEN")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("loop", ["itself", "its fork"])
+def test_a_fork_ancestry_that_loops_is_found_after_a_few_lookups(store: SessionStore, loop: str) -> None:
+    """verify looks each ancestor up once, so a loop is found as soon as one comes round again:
+    it walked 10,000 ancestors, one query each (seconds per session, for `sessionstore verify` too)."""
+    _loop_fork_ancestry(store, loop)
+    inner = getattr(store, "inner", None)  # the async store's own engine, under the test's adapter
+    engine = inner.engine.sync_engine if inner is not None else store.engine  # type: ignore[attr-defined]
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        reports = [store.verify(sid) for sid in ("p", "f")]
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+    assert [(r.ok, r.first_bad_seq) for r in reports] == [(False, 1), (False, 1)]
+    assert len(statements) < 100, f"{len(statements)} statements to verify two sessions"
+
+
+class TestForkPointHash:
+    @staticmethod
+    def _walk(
+        rows: dict[str, tuple[str | None, int | None]], parent: str, fork_seq: int
+    ) -> tuple[str | None, list[str]]:
+        """The fork point of ``parent`` at ``fork_seq`` over ``rows``, and the sessions looked up."""
+        looked_up: list[str] = []
+
+        def lineage(sid: str) -> tuple[str | None, int | None] | None:
+            looked_up.append(sid)
+            return rows.get(sid)
+
+        return fork_point_hash(parent, fork_seq, lineage, lambda sid, seq: f"{sid}@{seq}"), looked_up
+
+    @pytest.mark.parametrize(
+        "rows",
+        [{"a": ("a", 5)}, {"a": ("b", 5), "b": ("a", 5)}, {"a": ("b", 5), "b": ("c", 5), "c": ("b", 5)}],
+        ids=["itself", "two", "a loop above"],
+    )
+    def test_an_ancestry_that_loops_is_none_after_each_ancestor_is_looked_up_once(
+        self, rows: dict[str, tuple[str | None, int | None]]
+    ) -> None:
+        """A loop of parents (only an altered row makes one) has no fork point: found when an
+        ancestor comes round again, not after 10,000 lookups."""
+        point, looked_up = self._walk(rows, "a", 3)
+
+        assert point is None
+        assert looked_up == list(rows)
+
+    def test_the_fork_point_is_the_event_of_the_ancestor_that_holds_it(self) -> None:
+        """Below a parent's own fork point the event is its parent's: the walk goes up until an
+        ancestor's own events hold the seq."""
+        rows: dict[str, tuple[str | None, int | None]] = {"c": ("b", 4), "b": ("a", 2), "a": (None, None)}
+
+        assert self._walk(rows, "c", 6) == ("c@2", ["c"])
+        assert self._walk(rows, "c", 3) == ("b@1", ["c", "b"])
+        assert self._walk(rows, "c", 2) == ("a@2", ["c", "b", "a"])
+        assert self._walk({"c": ("gone", 4)}, "c", 2) == (None, ["c", "gone"])
+        assert fork_point_hash(None, None, rows.get, lambda sid, seq: "x") == ""
+        assert fork_point_hash("c", 0, rows.get, lambda sid, seq: "x") == ""
 
 
 def test_a_payload_nested_too_deeply_is_data_corruption(

@@ -40,8 +40,6 @@ LEGACY_GENESIS_HASH = "0" * 64
 _GENESIS_TAG = "sessionstore-session-v2"
 #: Leads the genesis of a session with a tenant, user or external id (revision 0004).
 _OWNED_GENESIS_TAG = "sessionstore-session-v3"
-#: Forks of forks deeper than this are treated as a cycle (only a tampered row can make one).
-_MAX_FORK_DEPTH = 10_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -170,7 +168,11 @@ def fork_point_hash(
     if parent_session_id is None or not fork_seq:
         return ""
     session = parent_session_id
-    for _ in range(_MAX_FORK_DEPTH):
+    # Each ancestor is looked up once: one seen again means an altered row made the ancestry
+    # loop (A's parent is B, B's is A), found on the second lookup instead of walking on.
+    seen: set[str] = set()
+    while session not in seen:
+        seen.add(session)
         row = lineage(session)
         if row is None:
             return None
