@@ -22,6 +22,7 @@ from ._config import (
 )
 from ._contract import SessionStore
 from ._crypto import KeyProvider, check_key_provider
+from ._memory_copy import is_private_memory_url, load_migrated_copy, remember_migrated
 from ._migrate import check_schema, upgrade
 from ._postgres import PostgresSessionStore
 from ._retry import DEFAULT_RETRY, RetryPolicy
@@ -132,7 +133,11 @@ def open_store(
     in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
     try:
         _prepare_schema(
-            own, tables, retry, migrate=migrate or (migrate is None and (in_memory or (embedded and create)))
+            own,
+            tables,
+            retry,
+            migrate=migrate or (migrate is None and (in_memory or (embedded and create))),
+            fresh_memory=is_private_memory_url(resolved),
         )
     except BaseException:
         own.dispose()
@@ -156,14 +161,21 @@ def _prepare_schema(
     *,
     migrate: bool,
     sleep: Callable[[float], None] = time.sleep,
+    fresh_memory: bool = False,
 ) -> None:
     """Migrate the schema (``migrate``) or check that it is current, under the retry policy.
 
+    ``fresh_memory``: ``engine`` is a new private in-memory database, which starts as a copy of
+    one migrated before in this process when there is one (store/_memory_copy.py).
     An error of a SQLite file that is not a database (or cannot be opened) names the file.
     """
     with naming_the_file(engine):
         if migrate:
+            if fresh_memory and load_migrated_copy(engine, tables):
+                return
             retry.run(lambda: upgrade(engine, tables=tables), what="schema upgrade", sleep=sleep)
+            if fresh_memory:
+                remember_migrated(engine, tables)
         else:
             retry.run(lambda: check_schema(engine, tables), what="schema check", sleep=sleep)
 
