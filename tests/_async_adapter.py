@@ -244,9 +244,10 @@ class AsyncStoreOnThread(SessionStore):
         stop: threading.Event | None = None,
         poll_interval: float = 0.2,
         batch_size: int = 500,
+        listen: bool = True,
     ) -> Iterator[RecordedEvent]:
         events = self.inner.subscribe(
-            after_position, stop=stop, poll_interval=poll_interval, batch_size=batch_size
+            after_position, stop=stop, poll_interval=poll_interval, batch_size=batch_size, listen=listen
         )
         try:
             while True:

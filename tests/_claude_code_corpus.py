@@ -102,7 +102,7 @@ def line_objects(raw: bytes) -> list[Any]:
 
 def entries(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, entry) of every JSON object on a non-blank line (a line may hold several)."""
-    out = []
+    out: list[tuple[int, dict[str, Any]]] = []
     for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
         if raw.strip():
             out.extend((number, entry) for entry in line_objects(raw))

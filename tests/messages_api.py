@@ -274,6 +274,7 @@ class MessagesAPIServer:
                     ("message_start", {"type": "message_start", "message": start})
                 ]
                 for index, block in enumerate(message["content"]):
+                    opening: dict[str, Any]
                     if block["type"] == "text":
                         opening = {"type": "text", "text": ""}
                         delta = {"type": "text_delta", "text": block["text"]}

@@ -15,10 +15,12 @@ def examples(count: int) -> int:
 
     Evaluated when a test module is imported, after pytest's ``--hypothesis-profile`` is loaded.
     """
-    return max(count, count * settings.default.max_examples // 100)
+    profile = settings.default
+    assert profile is not None  # hypothesis loads its default profile on import
+    return max(count, count * profile.max_examples // 100)
 
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80)
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=80)
 
 _blocks = st.one_of(
     st.builds(lambda t: {"type": "text", "text": t}, _text),

@@ -8,7 +8,7 @@ gives the same; a revert right after a pop or a clear gives back the list from b
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,7 +116,9 @@ def test_reverting_the_last_removal_restores_the_list_before_it(
     before = list(writer.model)
     removal = writer.do(last, 0)
     assert removal is not None
-    kind = "openai_agents_item_popped" if last == "pop" else "openai_agents_session_cleared"
+    kind: Literal["openai_agents_item_popped", "openai_agents_session_cleared"] = (
+        "openai_agents_item_popped" if last == "pop" else "openai_agents_session_cleared"
+    )
     writer.append(OpenAIAgentsRemovalReverted(target_event_id=removal, target_type=kind))
 
     assert fold_items(writer.log) == before

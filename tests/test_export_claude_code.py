@@ -7,6 +7,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -253,7 +254,13 @@ def test_cli_export_to_stdout_file_and_folder(tmp_path: Path) -> None:
 def test_a_fork_exports_its_whole_visible_history(store: SessionStore) -> None:
     """The shared prefix and the fork's own messages, one chain, under the fork's own sessionId."""
     parent = Session.create(store, "parent-1", model="claude-sonnet-4-5")
-    for role, text in [("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")]:
+    turns: list[tuple[Literal["user", "assistant"], str]] = [
+        ("user", "q1"),
+        ("assistant", "a1"),
+        ("user", "q2"),
+        ("assistant", "a2"),
+    ]
+    for role, text in turns:
         parent.append([MessageAppended(role=role, content=text, message_uuid=f"uuid-{text}")])
     fork = parent.fork(message_uuid="uuid-a1", fork_id="fork-1")
     fork.append([MessageAppended(role="user", content="q2-alternative", message_uuid="uuid-alt")])

@@ -196,8 +196,8 @@ class TestWriteStreamed:
     def test_a_lone_event_instead_of_a_sequence_is_refused_as_such(self, store: SessionStore) -> None:
         with pytest.raises(ValidationError, match="wrap a single event in a list"):
             store.write_streamed(
-                [SessionWrite("streamed", MessageAppended(role="user", content="x"), create=True)]
-            )  # type: ignore[arg-type]
+                [SessionWrite("streamed", MessageAppended(role="user", content="x"), create=True)]  # type: ignore[arg-type]
+            )
 
         assert store.list_sessions() == []
 

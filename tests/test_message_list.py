@@ -118,7 +118,7 @@ def test_misuse_is_refused_before_anything_changes() -> None:
     messages = _reload(MessageList(model))
 
     with pytest.raises(TypeError, match="one message at a time"):
-        messages[0:1] = model  # type: ignore[call-overload]
+        messages[0:1] = model  # type: ignore[index, assignment]  # the misuse under test
     with pytest.raises(IndexError, match="not a range of 1 messages"):
         messages.json_pieces(-1, 1)
     with pytest.raises(IndexError):

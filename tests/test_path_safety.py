@@ -195,7 +195,7 @@ _hostile_names = st.one_of(
     st.lists(st.sampled_from(["..", ".", "", "/", "\\", "x", "tmp", "a.b", "\x00", "é"]), max_size=6).map(
         "/".join
     ),
-    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=30),
 )
 
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types import CacheControlEphemeralParam, MessageParam, TextBlockParam
 
 from .messages_api import CACHE_LOOKBACK_BLOCKS, MessagesAPIServer, PromptCache
 
 MODEL = "claude-opus-5-5"
-MARK = {"type": "ephemeral"}
+MARK: CacheControlEphemeralParam = {"type": "ephemeral"}
 #: Well over the 1,024-token minimum on its own.
 SYSTEM_TEXT = " ".join(f"rule {i}: keep the build green and the diff small." for i in range(300))
 TOOLS = [
@@ -37,8 +38,8 @@ def client(server: MessagesAPIServer) -> Iterator[anthropic.Anthropic]:
         yield sdk
 
 
-def _system(marked: bool = True) -> list[dict[str, Any]]:
-    block: dict[str, Any] = {"type": "text", "text": SYSTEM_TEXT}
+def _system(marked: bool = True) -> list[TextBlockParam]:
+    block: TextBlockParam = {"type": "text", "text": SYSTEM_TEXT}
     return [{**block, "cache_control": MARK}] if marked else [block]
 
 
@@ -46,16 +47,18 @@ def _tools(marked: bool = True) -> list[dict[str, Any]]:
     return [*TOOLS[:-1], {**TOOLS[-1], "cache_control": MARK}] if marked else list(TOOLS)
 
 
-def _turns(count: int, *, mark_last: bool = True) -> list[dict[str, Any]]:
+def _turns(count: int, *, mark_last: bool = True) -> list[MessageParam]:
     """``count`` user/assistant messages of ~150 tokens each; the last block marked."""
-    messages: list[dict[str, Any]] = []
+    messages: list[MessageParam] = []
     for i in range(count):
-        role = "user" if i % 2 == 0 else "assistant"
         text = f"message {i}: " + "details of the change and its tests " * 20
-        messages.append({"role": role, "content": [{"type": "text", "text": text}]})
-    if mark_last and messages:
-        last = messages[-1]["content"][-1]
-        messages[-1]["content"][-1] = {**last, "cache_control": MARK}
+        block: TextBlockParam = {"type": "text", "text": text}
+        if mark_last and i == count - 1:
+            block["cache_control"] = MARK
+        if i % 2 == 0:
+            messages.append({"role": "user", "content": [block]})
+        else:
+            messages.append({"role": "assistant", "content": [block]})
     if messages and messages[-1]["role"] == "assistant":
         messages.append({"role": "user", "content": "go on"})
     return messages
@@ -174,11 +177,12 @@ class TestPromptCacheAccounting:
             for _ in range(2)
         )
 
+        assert again.cache_read_input_tokens is not None
         assert first.cache_creation_input_tokens == again.cache_read_input_tokens > 0
 
     def test_more_than_four_breakpoints_is_refused(self, client: anthropic.Anthropic) -> None:
         """As the API does: HTTP 400 naming the limit."""
-        messages = [
+        messages: list[MessageParam] = [
             {
                 "role": "user",
                 "content": [{"type": "text", "text": f"p{i}", "cache_control": MARK} for i in range(5)],

@@ -181,8 +181,8 @@ def test_a_compressed_row_reads_as_the_record_of_its_text() -> None:
     text = json.dumps({"role": "user", "content": "café → ✓ " * 200}, ensure_ascii=False)
     packed = pack_payload(text)
     assert packed is not None
-    head: tuple[Any, ...] = ("s", 2, 7, "e", "message_appended", 1)
-    tail: tuple[Any, ...] = (3, "p" * 64, "h" * 64, created)
+    head: tuple[str, int, int, str, str, int] = ("s", 2, 7, "e", "message_appended", 1)
+    tail: tuple[int, str, str, datetime] = (3, "p" * 64, "h" * 64, created)
 
     fast, built = stored_event(*head, "", *tail, packed), RecordedEvent(*head, text, *tail)
 
@@ -196,8 +196,8 @@ def test_a_row_packed_with_zlib_reads_too() -> None:
     """Codec byte 1 (zlib) reads like zstd's 2: the codec is the row's, not the installation's."""
     created = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
     text = json.dumps({"role": "user", "content": "zlib " * 300})
-    head: tuple[Any, ...] = ("s", 2, 7, "e", "message_appended", 1)
-    tail: tuple[Any, ...] = (3, "p" * 64, "h" * 64, created)
+    head: tuple[str, int, int, str, str, int] = ("s", 2, 7, "e", "message_appended", 1)
+    tail: tuple[int, str, str, datetime] = (3, "p" * 64, "h" * 64, created)
 
     fast = stored_event(*head, "", *tail, b"\x01" + zlib.compress(text.encode()))
 

@@ -61,7 +61,8 @@ def test_importing_the_events_package_registers_every_event_type() -> None:
 
 def _projection_classes() -> set[type[Projection[object]]]:
     def every(cls: type) -> list[type]:
-        return [c for sub in cls.__subclasses__() for c in (sub, *every(sub))]
+        subclasses: list[type] = cls.__subclasses__()
+        return [c for sub in subclasses for c in (sub, *every(sub))]
 
     return {c for c in every(Projection) if c.__module__.startswith("sessionstore.projections.")}
 

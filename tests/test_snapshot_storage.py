@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Literal
 
 import sessionstore
 from sessionstore import MessageAppended, Session, SessionConfig, SessionStore
@@ -47,7 +48,7 @@ def test_a_damaged_compressed_snapshot_is_ignored_and_the_log_folded(tmp_path: P
     with sessionstore.open_store(path, migrate=True) as store:
         session = Session.create(store, config=SessionConfig(snapshot_every=0))
         for n in range(20):
-            role = "user" if n % 2 == 0 else "assistant"
+            role: Literal["user", "assistant"] = "user" if n % 2 == 0 else "assistant"
             session.append([MessageAppended(role=role, content=f"message {n}: " + "words " * 50)])
         session.snapshot()
         expected = session.request_bytes()

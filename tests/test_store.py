@@ -23,7 +23,7 @@ from sessionstore import (
     ValidationError,
 )
 from sessionstore.errors import DuplicateEventError
-from sessionstore.store import SessionWrite, _contract, _sql
+from sessionstore.store import AppendResult, SessionWrite, _contract, _sql
 
 pytestmark = pytest.mark.store_contract
 
@@ -220,7 +220,7 @@ class TestIdempotency:
         """The commit happens, the reply is lost; the retry writes nothing and gets the same answer."""
         sid = _new_session(store)
         batch = _messages(3)
-        real_result = _sql.AppendResult
+        real_result = AppendResult  # what _sql builds its results with, replaced below
         lost: list[Any] = []
 
         def lose_the_reply(*args: Any, **kwargs: Any) -> Any:
@@ -441,7 +441,7 @@ class TestAppendOnly:
             with (
                 pytest.raises(sessionstore.errors.AppendOnlyViolation),
                 _sql.translate_errors(),
-                pg_store.engine.begin() as conn,  # type: ignore[attr-defined]
+                pg_store.engine.begin() as conn,
             ):
                 conn.execute(text(f"TRUNCATE {table} CASCADE"))
             assert pg_store.max_position() == 1

@@ -57,7 +57,7 @@ def test_store_recovers_after_the_server_drops_its_connections(pg_backend: Any) 
         for conn in pooled:
             conn.rollback()
             conn.close()
-        with admin.engine.begin() as conn:  # type: ignore[attr-defined]
+        with admin.engine.begin() as conn:
             killed = conn.execute(
                 text("SELECT count(pg_terminate_backend(pid)) FROM unnest(CAST(:pids AS int[])) AS pid"),
                 {"pids": pids},

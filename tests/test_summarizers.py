@@ -19,7 +19,7 @@ from sessionstore.pipeline._summarizers import (
 
 from .messages_api import MessagesAPIServer, prompt_too_long, text_message, tool_use_message
 
-CONVERSATION = [
+CONVERSATION: list[dict[str, Any]] = [
     {"role": "user", "content": [{"type": "text", "text": "Fix the failing test in tests/test_a.py"}]},
     {
         "role": "assistant",

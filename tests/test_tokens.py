@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiktoken
@@ -53,7 +54,7 @@ def test_counting_needs_no_network(tmp_path: Path) -> None:
 def test_message_counts_every_block_the_model_reads() -> None:
     """Text, thinking, tool calls and tool results all count; the total is their sum."""
     counter = TiktokenCounter()
-    blocks = [
+    blocks: list[dict[str, Any]] = [
         {"type": "text", "text": "Let me look."},
         {"type": "thinking", "thinking": "The user wants the file.", "signature": "abc"},
         {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a.py"}},
@@ -251,9 +252,11 @@ def test_the_shipped_bpe_file_is_the_one_tiktoken_publishes() -> None:
     assert ours.n_vocab == 100277
     # The pattern's spelling changed across tiktoken versions (possessive quantifiers, same
     # splits): the installed registry's pattern must cut every text as ours does.
+    pattern = registry["pat_str"]
+    assert isinstance(pattern, str)
     theirs = tiktoken.Encoding(
         name="registry",
-        pat_str=registry["pat_str"],
+        pat_str=pattern,
         mergeable_ranks=_cl100k.parse_bpe(
             shipped.read_bytes(), expected_sha256=_cl100k.CL100K_SHA256, source="shipped"
         ),
