@@ -18,7 +18,7 @@ from sessionstore.audit import served_request
 from sessionstore.claude_code import import_claude_code
 from sessionstore.cli import main
 from sessionstore.errors import CompactionRevertTooLargeError, ValidationError
-from sessionstore.pipeline import Pipeline, PipelineConfig, compact_preview, revert, snip
+from sessionstore.pipeline import CompactReport, Pipeline, PipelineConfig, compact_preview, revert, snip
 from sessionstore.pipeline._collapse import collapse
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
@@ -57,6 +57,14 @@ def _without_compactions(store: SessionStore, session: Session) -> Session:
                 update[name] = new_ids[recorded.payload_dict()[name]]
         copies.append(recorded.event.model_copy(update=update))
     return Session(store, store.create_session(events=copies).id, CONFIG)
+
+
+def _compacted_with_usage(usage_total: int) -> tuple[Session, CompactReport]:
+    """20 turns compacted (offline), then the API's usage of the compacted request."""
+    session = _session(20, context_window=40_000, max_output_tokens=2_000)
+    compacted = compact(session, OfflineSummarizer())
+    session.append([UsageRecorded(input_tokens=usage_total - 10, output_tokens=10)])
+    return session, compacted
 
 
 def _database(tmp_path: Path) -> str:
@@ -219,6 +227,32 @@ class TestDoesNotFit:
         assert abs(caught.value.needed - compacted.tokens_before) <= 2
         assert session.last_seq == seq
 
+    @pytest.mark.parametrize(("offset", "fits"), [(-1, True), (0, False), (1, False)])
+    def test_a_revert_that_would_land_on_the_blocking_limit_is_refused(self, offset: int, fits: bool) -> None:
+        """The restored request one token under the blocking limit: reverted, and the pipeline
+        serves it at that count. On the limit (SPEC 5.6 refuses a request at it) or one above:
+        refused with the numbers, nothing written."""
+        session, compacted = _compacted_with_usage(35_000)
+        limit = session.token_state().window.blocking_limit
+        with pytest.raises(CompactionRevertTooLargeError) as measured:
+            revert(session, compacted.event_id)
+        restored = measured.value.needed - 35_000  # what the revert puts back on the usage
+
+        session, compacted = _compacted_with_usage(limit + offset - restored)
+        seq = session.last_seq
+
+        assert limit == 35_000  # window 40,000, max output 2,000: effective 38,000, less 3,000
+        if fits:
+            revert(session, compacted.event_id)
+            prepared = Pipeline(PipelineConfig(auto_compact=False)).prepare(session)
+            assert session.api_state.compact is None
+            assert prepared.tokens.used == limit - 1
+        else:
+            with pytest.raises(CompactionRevertTooLargeError) as caught:
+                revert(session, compacted.event_id)
+            assert (caught.value.needed, caught.value.limit) == (limit + offset, limit)
+            assert session.last_seq == seq
+
     def test_the_cli_offers_what_fits_and_recompacts(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
@@ -249,7 +283,6 @@ class TestDoesNotFit:
         assert session.api_state.compact is not None
         assert session.api_state.compact.event_id == outcome["recompacted"]["event_id"]
         assert session.token_state().used < session.token_state().window.blocking_limit
-
 
     def test_recompact_of_anything_but_a_compaction_is_refused(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -46,7 +46,13 @@ from sessionstore.pipeline import (
     record_events,
     snip,
 )
-from sessionstore.pipeline._collapse import CollapseConfig, _next_span, commit_collapse, stage_collapse
+from sessionstore.pipeline._collapse import (
+    CollapseConfig,
+    _next_span,
+    collapse,
+    commit_collapse,
+    stage_collapse,
+)
 from sessionstore.pipeline._compaction import compact
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 from sessionstore.projections import CLEARED_PLACEHOLDER, ApiContextState
@@ -100,6 +106,22 @@ def _result_content(request: dict[str, Any], tool_use_id: str) -> Any:
 
 def _events(session: Session, type_name: str) -> list[Any]:
     return [e for e in session.transcript if e.type == type_name]
+
+
+def _edited(usage_total: int, edit: str) -> tuple[Session, str]:
+    """Three rounds, the API's usage after them (``usage_total`` tokens), then a snip of the
+    first round or a collapse of the second; returns the session and the event a revert takes.
+    The rounds are timestamped now, so no time-based micro-compaction changes the count."""
+    session = _open(context_window=100_000, max_output_tokens=10_000)
+    now = datetime.now(UTC)
+    for n in range(3):
+        _round(session, n, {f"t{n}": ("Bash", _lines(2_000, str(n)))}, when=now)
+    session.append([UsageRecorded(input_tokens=usage_total - 10, output_tokens=10)])
+    if edit == "snip":
+        return session, snip(session, 1).event_ids[0]
+    messages = [e.payload["message_uuid"] for e in _events(session, "message_appended")]
+    report = collapse(session, OfflineSummarizer(), messages[3], messages[5])  # round 1, whole
+    return session, report.event_ids[-1]
 
 
 class TestToolResultBudget:
@@ -398,6 +420,33 @@ class TestServedAndBlocking:
         assert caught.value.used >= 87_510
         assert [r.stage for r in caught.value.tried] == ["tool_result_budget", "microcompact"]
         assert _events(session, "context_served") == []
+
+    @pytest.mark.parametrize("edit", ["snip", "collapse"])
+    @pytest.mark.parametrize(("offset", "refused"), [(-1, False), (0, True), (1, True)])
+    def test_a_revert_landing_on_the_blocking_limit_is_refused_at_it_and_above(
+        self, edit: str, offset: int, refused: bool
+    ) -> None:
+        """A revert gives the edit's tokens back. Landing on limit - 1 the request is served; on
+        the limit itself, or one above, it is refused (SPEC 5.6 "at or above": used >= limit)."""
+        limit = 87_000  # window 100,000, max output 10,000: effective 90,000, less 3,000
+        session, event_id = _edited(limit + offset, edit)  # the API reported limit + offset
+        pipeline = Pipeline(PipelineConfig(auto_compact=False))
+        served = pipeline.prepare(session)  # the edit in effect: under the limit
+        revert(session, event_id)
+
+        assert served.tokens.used < limit
+        assert session.token_state().used == limit + offset  # all the edit freed is back
+        assert session.token_state().window.blocking_limit == limit
+        assert session.token_state().at_blocking_limit is refused
+        if refused:
+            with pytest.raises(BlockingLimitError) as caught:
+                pipeline.prepare(session)
+            assert (caught.value.used, caught.value.limit) == (limit + offset, limit)
+            assert len(_events(session, "context_served")) == 1
+        else:
+            again = pipeline.prepare(session)
+            assert again.tokens.used == limit - 1
+            assert len(_events(session, "context_served")) == 2
 
 
 class TestServerSideEdits:
