@@ -1,6 +1,7 @@
 """Fuzzing the public entry points: whatever goes in, the outcome is success or a
 ``SessionStoreError`` (API), or a documented exit status with one ``sessionstore: ...`` line and
-no traceback (CLI) — and a refused call writes nothing.
+no traceback (CLI) — and a refused call writes nothing. The same calls give the same outcome
+on every backend (SQLite in a file, in memory, PostgreSQL): results, error types and fields.
 
 Deterministic in CI: ``.ci/run`` loads the ``ci`` Hypothesis profile (derandomized, no example
 database). Every failure found here becomes an explicit ``@example`` or a test in
@@ -13,9 +14,11 @@ import contextlib
 import io
 import json
 import math
+import re
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sessionstore
-from sessionstore import ANY, SessionStore, SessionStoreError, import_claude_code
+from sessionstore import ANY, Event, MessageAppended, SessionStore, SessionStoreError, import_claude_code
 from sessionstore.cli import main
 
-from .strategies import examples
+from .conftest import PG_URL, REQUIRE_PG, _make_backend
+from .strategies import examples, message_events
 
 
 # Fixtures (a store, a database file) are shared by a test's examples on purpose: every example
@@ -162,23 +166,268 @@ def test_create_session_succeeds_or_raises_a_session_store_error(
     assert fuzz_store.get_session(info.id).metadata == (metadata or {})
 
 
-@_fuzz(100)
-@given(first=_values, second=_values)
-@example(first=2**63, second=-1)
-def test_reads_succeed_or_raise_a_session_store_error(
-    fuzz_store: SessionStore, first: Any, second: Any
+# --- the same on every backend ------------------------------------------------------------------
+#
+# One generated sequence of calls runs on every backend, each on its own store; the outcomes must
+# be equal: the same results (events compared by their stored columns, sessions by their rows),
+# or the same error type with the same attributes and message.
+
+
+@pytest.fixture
+def every_store(tmp_path: Path) -> Iterator[dict[str, SessionStore]]:
+    """A migrated store on SQLite in a file, SQLite in memory and (when configured) PostgreSQL."""
+    names = ["sqlite-file", "sqlite-memory"]
+    if PG_URL or REQUIRE_PG:  # REQUIRE_PG without a URL fails here, as every postgres test does
+        names.append("postgres")
+    with contextlib.ExitStack() as stack:
+        stores: dict[str, SessionStore] = {}
+        for name in names:
+            backend = stack.enter_context(contextlib.contextmanager(_make_backend)(name, tmp_path))
+            stores[name] = backend.open()
+            stack.callback(stores[name].close)
+        yield stores
+
+
+def _mostly(sane: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``sane`` seven times in eight (and what examples shrink to): calls that succeed reach the
+    database, where backends can differ. (``st.one_of`` would flatten ``hostile``'s many branches.)"""
+    return st.integers(0, 7).flatmap(lambda pick: hostile if pick == 7 else sane)
+
+
+#: This example's sessions, by name ("a" is created first), or any value as a session id.
+_refs = _mostly(
+    st.sampled_from(["a", "a", "b"]).map(lambda name: ("session", name)),
+    st.one_of(_text, _values).map(lambda value: ("raw", value)),
+)
+#: Events that validate: messages (models, built once per example: the same event_id on every
+#: backend) and dict events, whose default event_id and message_uuid each backend makes anew.
+_good_events = st.one_of(
+    message_events(),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("message_appended"),
+            "role": st.sampled_from(["user", "assistant"]),
+            "content": st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("usage_recorded"),
+            "input_tokens": st.integers(0, 10**6),
+            "output_tokens": st.integers(0, 10**6),
+        }
+    ),
+)
+#: An event of this example, with its event_id as drawn or one of three ids of this example
+#: (so a batch can be a retry, or reuse an id with other content, or in another session).
+_example_events = st.tuples(_mostly(_good_events, _events), st.one_of(st.none(), st.integers(0, 2)))
+_example_batches = _mostly(
+    st.lists(_example_events, min_size=1, max_size=3),
+    st.one_of(
+        st.lists(st.one_of(_example_events, _values.map(lambda value: ("raw", value))), max_size=3),
+        _values.map(lambda value: ("raw", value)),
+    ),
+)
+_expected_seqs = _mostly(st.one_of(st.just(ANY), st.integers(0, 4)), _expected)
+_from_seqs = _mostly(st.integers(-1, 5), _values)
+_to_seqs = _mostly(st.one_of(st.none(), st.integers(-1, 5)), _values)
+_limits = _mostly(st.integers(0, 5), _values)
+#: A position: where the example started, after its k-th event, or any value but a position of
+#: an earlier example (PostgreSQL's sequence may leave gaps, so those are not the same number).
+_positions = _mostly(
+    st.one_of(st.just(("start",)), st.integers(0, 4).map(lambda k: ("event", k))),
+    st.one_of(_numbers, _values)
+    .filter(lambda v: not (type(v) is int and 0 < v < 2**62))
+    .map(lambda value: ("raw", value)),
+)
+_operations = st.one_of(
+    st.tuples(
+        st.just("create"),
+        _refs,
+        _mostly(st.none() | st.dictionaries(st.text(max_size=3), st.integers()), _values),
+    ),
+    st.tuples(st.just("append"), _refs, _example_batches, _expected_seqs),
+    st.tuples(st.just("append"), _refs, _example_batches, _expected_seqs),
+    st.tuples(st.just("append"), _refs, _example_batches, _expected_seqs),
+    st.tuples(st.just("read"), _refs, _from_seqs, _to_seqs),
+    st.tuples(st.just("read_all"), _positions, _limits),
+    st.tuples(st.just("list_sessions"), _limits),
+    st.tuples(st.just("last_seq"), _refs),
+    st.tuples(st.just("latest_snapshot"), _refs, _to_seqs),
+)
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class _Example:
+    """The calls of one example on one store, and what they gave."""
+
+    def __init__(self, store: SessionStore, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.start = store.max_position()
+        self.written: list[int] = []  # positions of the events this example wrote, in order
+
+    def session(self, ref: tuple[str, Any]) -> Any:
+        return self.prefix + ref[1] if ref[0] == "session" else ref[1]
+
+    def batch(self, recipe: Any) -> Any:
+        """The events to append: a list of (event, k) made with this example's k-th event id,
+        ("raw", value) items kept as they are; or ("raw", value) as the whole batch."""
+        if isinstance(recipe, tuple):
+            return recipe[1]
+        events = []
+        for first, second in recipe:
+            if isinstance(first, str):  # "raw"
+                events.append(second)
+            elif second is None:
+                events.append(first)
+            elif isinstance(first, Event):
+                events.append(first.model_copy(update={"event_id": self.event_id(second)}))
+            else:
+                events.append({**first, "event_id": self.event_id(second)})
+        return events
+
+    def event_id(self, k: int) -> str:
+        return str(uuid.uuid5(_NAMESPACE, f"{self.prefix}{k}"))
+
+    def position(self, ref: tuple[Any, ...]) -> Any:
+        if ref[0] == "start":
+            return self.start
+        if ref[0] == "event":
+            return self.written[ref[1]] if ref[1] < len(self.written) else self.start
+        return ref[1]
+
+    def call(self, operation: tuple[Any, ...]) -> Any:
+        """The operation's result in a form every backend must match, or its error's."""
+        try:
+            return self._call(*operation)
+        except SessionStoreError as e:
+            return ("error", type(e).__name__, vars(e), str(e))
+
+    def _call(self, name: str, *args: Any) -> Any:
+        store = self.store
+        if name == "create":
+            return _session_row(store.create_session(self.session(args[0]), metadata=args[1]))
+        if name == "append":
+            result = store.append(self.session(args[0]), self.batch(args[1]), args[2])
+            assert list(result.positions) == sorted(set(result.positions))
+            if not result.deduplicated:
+                self.written.extend(result.positions)
+            return ("appended", result.session_id, result.seqs, result.last_seq, result.deduplicated)
+        if name == "read":
+            return [_event_row(r) for r in store.read(self.session(args[0]), args[1], args[2])]
+        if name == "read_all":
+            return [_event_row(r) for r in store.read_all(self.position(args[0]), args[1])]
+        if name == "list_sessions":
+            listed = store.list_sessions(limit=args[0], after=self.prefix)
+            return [info.id for info in listed if info.id.startswith(self.prefix)]
+        if name == "last_seq":
+            return store.last_seq(self.session(args[0]))
+        assert name == "latest_snapshot"
+        return store.latest_snapshot(self.session(args[0]), "api_context", 1, "x", args[1])
+
+
+_NAMESPACE = uuid.UUID("6f1c5b1e-2a4d-4c3b-9e8f-0a1b2c3d4e5f")
+
+
+def _session_row(info: Any) -> tuple[Any, ...]:
+    """A session's row without its creation time."""
+    return (
+        info.id,
+        info.parent_session_id,
+        info.fork_seq,
+        info.metadata,
+        info.tenant,
+        info.user,
+        info.external_id,
+    )
+
+
+def _event_row(event: Any) -> tuple[Any, ...]:
+    """An event's stored columns but its position (a sequence may skip numbers), time and hashes
+    (which cover the time)."""
+    return (
+        event.session_id,
+        event.seq,
+        event.event_id,
+        event.type,
+        event.schema_version,
+        event.payload,
+        event.token_count,
+    )
+
+
+def _uuids_renamed(outcomes: Any) -> Any:
+    """``outcomes`` with every uuid renamed by its first appearance: a default ``event_id`` or
+    ``message_uuid`` is new on every backend, the ids an example chose are the same."""
+    names: dict[str, str] = {}
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, str):
+            return _UUID.sub(lambda m: names.setdefault(m.group(), f"<uuid {len(names) + 1}>"), value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(rename(v) for v in value)
+        if isinstance(value, dict):
+            return {rename(k): rename(v) for k, v in value.items()}
+        return value
+
+    return rename(outcomes)
+
+
+_HI = {"type": "message_appended", "role": "user", "content": "hi"}
+_AGAIN = MessageAppended(role="user", content="again")  # one event_id and message_uuid: a retry is one
+
+
+@_fuzz(60)
+@given(first=st.lists(_good_events, min_size=1, max_size=4), operations=st.lists(_operations, max_size=8))
+@example(first=[_HI], operations=[("read", ("session", "a"), 2**63, -1), ("read_all", ("raw", 2**63), 1)])
+@example(
+    first=[_HI],
+    operations=[
+        ("list_sessions", 2**63),
+        ("list_sessions", 1),
+        ("read_all", ("raw", -1), -1),
+        ("latest_snapshot", ("session", "a"), 2**64),
+    ],
+)
+@example(
+    first=[_HI, _HI],
+    operations=[
+        ("append", ("session", "a"), [(_AGAIN, None)], 2),
+        ("append", ("session", "a"), [(_AGAIN, None)], 0),  # a retry: the original result
+        ("append", ("session", "b"), [(_AGAIN, None)], ANY),  # its id in another session
+        ("append", ("session", "a"), [(_HI, 0)], 3),  # with this example's id 0
+        ("append", ("session", "a"), [({**_HI, "content": "yo"}, 0)], 4),  # that id, other content
+        ("append", ("session", "a"), [(_HI, 1), (_HI, 2)], 1),  # a stale head
+        ("read", ("session", "a"), 2, 3),
+        ("read_all", ("event", 0), 10),
+        ("list_sessions", 3),
+        ("last_seq", ("session", "b")),
+    ],
+)
+def test_the_same_calls_give_the_same_outcome_on_every_backend(
+    every_store: dict[str, SessionStore], first: list[Any], operations: list[tuple[Any, ...]]
 ) -> None:
-    """read / read_all / list_sessions / latest_snapshot with any numbers: the same on every backend."""
-    sid = _fresh_session(fuzz_store)
+    """Sessions "a" and "b" created and ``first`` appended to "a", then create / append / read /
+    read_all / list_sessions / last_seq / latest_snapshot with any arguments: the same results,
+    or the same error with the same attributes and message, on SQLite in a file, in memory and
+    PostgreSQL."""
+    prefix = f"fuzz-{uuid.uuid4().hex[:12]}-"
     calls = [
-        lambda: fuzz_store.read(sid, first, second),
-        lambda: fuzz_store.read_all(first, second),
-        lambda: fuzz_store.list_sessions(limit=first),
-        lambda: fuzz_store.latest_snapshot(sid, "api_context", 1, "x", first),
+        ("create", ("session", "a"), None),
+        ("create", ("session", "b"), {"k": 1}),
+        ("append", ("session", "a"), [(event, None) for event in first], 0),
+        *operations,
     ]
-    for call in calls:
-        with contextlib.suppress(SessionStoreError):
-            call()
+
+    outcomes = {}
+    for name, store in every_store.items():
+        example = _Example(store, prefix)
+        outcomes[name] = _uuids_renamed([example.call(operation) for operation in calls])
+
+    reference = outcomes["sqlite-file"]
+    assert outcomes == dict.fromkeys(outcomes, reference)
 
 
 # --- import -----------------------------------------------------------------------------------
