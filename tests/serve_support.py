@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from starlette.types import ASGIApp
 
 from sessionstore import MessageAppended, OfflineSummarizer, Session, SessionStore, open_store
 from sessionstore.cli._demo import run_demo
@@ -62,7 +62,7 @@ def build_collapsed(store: SessionStore) -> Collapsed:
     return Collapsed(session.id, report.event_ids[1])
 
 
-def local_client(app: FastAPI, **kwargs: Any) -> TestClient:
+def local_client(app: ASGIApp, **kwargs: Any) -> TestClient:
     """A test client that sends ``Host: 127.0.0.1``, as a browser on this machine does."""
     return TestClient(app, base_url="http://127.0.0.1", **kwargs)
 

@@ -166,7 +166,8 @@ class TestSQLiteSessionBehaviours:
         async def body(store: AnyStore) -> Any:
             session = SessionStoreSession("rollback", store)
             with pytest.raises(ValidationError, match=r"item 1 cannot be stored as JSON"):
-                await session.add_items([*_said("fine"), {"role": "user", "content": object()}])
+                # An item no type allows: its content is no JSON value.
+                await session.add_items([*_said("fine"), {"role": "user", "content": object()}])  # type: ignore[list-item, misc]
             await session.add_items(_said("after failure"))
             return await session.get_items()
 

@@ -24,6 +24,7 @@ from sessionstore import Session, SessionStore, audit
 from sessionstore.audit import verify_session
 from sessionstore.claude_code import (
     ClaudeCodeFollower,
+    ImportReport,
     export_claude_code,
     follow_claude_code,
     import_claude_code,
@@ -269,7 +270,7 @@ def test_follow_stops_when_idle_or_told(store: SessionStore, tmp_path: Path) -> 
     folder = tmp_path / "project"
     for path, line in _writes(folder):
         _append(path, line)
-    seen = []
+    seen: list[ImportReport] = []
     report = follow_claude_code(
         store, [folder], until_idle=0.05, poll_interval=0.01, on_import=seen.append, tenant="acme", user="ada"
     )

@@ -97,10 +97,11 @@ class TestHelpAndVersion:
 
         assert set(described) == set(commands.choices)
         for name, sub in commands.choices.items():
-            assert described[name], f"`{name}` has no description in --help"
-            assert "\n" not in described[name]
+            help_text = described[name]
+            assert help_text, f"`{name}` has no description in --help"
+            assert "\n" not in help_text
             assert name in text
-            assert sub.description == described[name]
+            assert sub.description == help_text
 
     def test_help_imports_no_database_or_model_library(self) -> None:
         """`--help` builds the parser only: SQLAlchemy, Pydantic and the SDK stay unimported."""

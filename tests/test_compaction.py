@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-from typing import Any
+from typing import Any, TypedDict
 
 import anthropic
 import pytest
@@ -454,8 +454,15 @@ def test_partial_from_keeps_the_earlier_turns_before_the_summary() -> None:
         compact(session, OfflineSummarizer(), from_uuid="r1")
 
 
+class _Pivot(TypedDict, total=False):
+    """Where ``compact`` cuts: one of its two message-uuid arguments."""
+
+    up_to_uuid: str
+    from_uuid: str
+
+
 @pytest.mark.parametrize("pivot", [{"up_to_uuid": "a3"}, {"from_uuid": "p5"}])
-def test_kept_messages_count_as_the_view_holds_them_after_a_compaction(pivot: dict[str, str]) -> None:
+def test_kept_messages_count_as_the_view_holds_them_after_a_compaction(pivot: _Pivot) -> None:
     """Results cleared before a compaction stay cleared in the messages it keeps, and the
     tokens counted after it are those of the cleared results, not the originals: the same
     conversation appended with the placeholders already in place counts exactly the same."""
@@ -693,7 +700,7 @@ def _kept_calibrated(session: Session, index: int) -> int:
 
 
 def _opens_with_prompt(message: dict[str, Any]) -> bool:
-    return message["role"] == "user" and message["content"][0]["type"] == "text"
+    return bool(message["role"] == "user" and message["content"][0]["type"] == "text")
 
 
 #: A memory file as created, before anything was written in it.

@@ -57,7 +57,7 @@ def _turn(n: int) -> list[MessageAppended]:
             },
         },
     ]
-    results = [
+    results: list[dict[str, Any]] = [
         {"type": "tool_result", "tool_use_id": f"r{n}", "content": "def parse(text): ...\n" * 40},
         {"type": "tool_result", "tool_use_id": f"b{n}", "content": f"{ERROR}\nFAILED", "is_error": True},
         {"type": "tool_result", "tool_use_id": f"t{n}", "content": "Todos updated"},

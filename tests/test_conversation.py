@@ -23,7 +23,7 @@ from sessionstore.pipeline._collapse import CollapseConfig, stage_collapse
 from sessionstore.pipeline._pipeline import ServerCompactionConfig
 from sessionstore.pipeline._summarizers import OfflineSummarizer
 from sessionstore.projections import WindowConfig
-from sessionstore.store import run_in_store
+from sessionstore.store import AsyncSessionStore, run_in_store
 
 from .messages_api import BASH_TOOL, READ_TOOL, prompt_too_long, text_message, tool_use_message
 
@@ -548,9 +548,10 @@ def test_async_loop_matches_the_sync_one(
         return _runner(use)
 
     async def main() -> tuple[Any, list[str]]:
+        async_store: AsyncSessionStore | None = None
         if store_kind == "async store":
-            store = await sessionstore.open_async_store(":memory:")
-            session = await Session.acreate(store, model="claude-opus-5-5", system="You are terse.")
+            async_store = await sessionstore.open_async_store(":memory:")
+            session = await Session.acreate(async_store, model="claude-opus-5-5", system="You are terse.")
         else:
             store = sessionstore.open_store(":memory:")
             session = Session.create(store, model="claude-opus-5-5", system="You are terse.")
@@ -558,8 +559,8 @@ def test_async_loop_matches_the_sync_one(
         await loop.user("Fix the tests.")
         final = await loop.run(runner)
         kinds = await run_in_store(session.store, lambda: [e.type for e in session.transcript])
-        if store_kind == "async store":
-            await store.close()
+        if async_store is not None:
+            await async_store.close()
         return final, kinds
 
     final, kinds = asyncio.run(main())

@@ -53,8 +53,10 @@ def _expected_last_usage(path: Path) -> int:
     best: dict[str, dict[str, Any]] = {}
     last = None
     for _, entry in entries(path):
-        message = entry.get("message")
-        if entry.get("type") != "assistant" or message.get("model") == "<synthetic>":
+        if entry.get("type") != "assistant":
+            continue
+        message = entry["message"]
+        if message.get("model") == "<synthetic>":
             continue
         usage = message["usage"]
         seen = best.get(message["id"])

@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import ChannelVersions
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
@@ -298,7 +299,7 @@ def _put(
     config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     if parent is not None:
         config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-    versions = {k: version or (2 if parent is not None else 1) for k in values}
+    versions: ChannelVersions = {k: version or (2 if parent is not None else 1) for k in values}
     checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
     return saver.put(config, checkpoint, {"source": "loop", "step": 0}, versions)
 

@@ -102,7 +102,7 @@ def test_a_subscriber_wakes_when_another_process_commits(pg_backend: Any) -> Non
 
     assert history.session_id == live.session_id == sid
     assert live.position == int(done.stdout)
-    assert live.event.content == "from another process"  # type: ignore[attr-defined]
+    assert live.event.content == "from another process"
 
 
 @pytest.mark.timeout(30)
@@ -166,7 +166,7 @@ def test_stores_under_another_schema_use_another_channel(pg_backend: Any) -> Non
     store = pg_backend.open(token_counter=None)
     neighbour_url = pg_backend.url.replace("search_path%3D", f"search_path%3D{schema}%2C", 1)
     try:
-        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+        with store.engine.begin() as conn:
             conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
         with sessionstore.open_store(neighbour_url, migrate=True, token_counter=None) as neighbour:
             ours = _listen(pg_backend.url, store)
@@ -182,7 +182,7 @@ def test_stores_under_another_schema_use_another_channel(pg_backend: Any) -> Non
             ours.close()
             theirs.close()
     finally:
-        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+        with store.engine.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         store.close()
 
@@ -218,7 +218,7 @@ def test_a_lost_listen_connection_falls_back_to_polling_and_listens_again(pg_bac
         writer.create_session("s", events=[MessageAppended(role="user", content="1")])
         with arrived:
             arrived.wait_for(lambda: len(received) == 1)
-        with writer.engine.begin() as conn:  # type: ignore[attr-defined]
+        with writer.engine.begin() as conn:
             # Only the connection this test's reader opened to LISTEN (its application name).
             killed = conn.exec_driver_sql(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -233,7 +233,7 @@ def test_a_lost_listen_connection_falls_back_to_polling_and_listens_again(pg_bac
         # It listens again (the test's timeout bounds the wait for the new connection).
         listening = 0
         while listening != 1:
-            with writer.engine.begin() as conn:  # type: ignore[attr-defined]
+            with writer.engine.begin() as conn:
                 listening = conn.exec_driver_sql(
                     "SELECT count(*) FROM pg_stat_activity "
                     f"WHERE application_name = '{application}' AND query LIKE 'LISTEN%%'"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, TypedDict
 
 import anthropic
 import pytest
@@ -32,8 +32,14 @@ from sessionstore.projections._api_context import COMPACT_SUMMARY_PREFIX
 
 from .messages_api import BASH_TOOL, text_message
 
+
+class _Window(TypedDict):
+    context_window: int
+    max_output_tokens: int
+
+
 # Window 100,000 with 10,000 of output: effective window 90,000, auto-compact threshold 77,000.
-WINDOW = {"context_window": 100_000, "max_output_tokens": 10_000}
+WINDOW: _Window = {"context_window": 100_000, "max_output_tokens": 10_000}
 #: Prepared from 80% of the threshold (61,600 used); session memory off unless a test turns it on.
 PRECOMPUTE = CompactConfig(session_memory=False, precompute_percent=80)
 

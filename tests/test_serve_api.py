@@ -146,6 +146,7 @@ class TestReads:
         tags = re.findall(r'<div class="message (\w+)"><span class="tag">seq (\d+) \w+</span>', page)
         assert tags == [(m.payload["role"], str(m.seq)) for m in drawn]
         first_text = next(b["text"] for m in drawn for b in _content_blocks(m.payload) if b.get("text"))
+        assert isinstance(first_text, str)
         assert html.escape(first_text, quote=False)[:80] in page
         for r in listed:
             assert f"What it replaced: {r['count']:,} message" in page

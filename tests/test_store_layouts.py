@@ -91,7 +91,7 @@ def _objects(store: SessionStore) -> dict[str | None, set[str]]:
     layout = _layout(store)
     with store.engine.connect() as conn:  # type: ignore[attr-defined]
         inspector = inspect(conn)
-        found = {None: set(inspector.get_table_names())}
+        found: dict[str | None, set[str]] = {None: set(inspector.get_table_names())}
         if layout.schema is not None:
             found[layout.schema] = set(inspector.get_table_names(schema=layout.schema))
     return found

@@ -10,7 +10,7 @@ import io
 import json
 import threading
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -35,6 +35,13 @@ from .strategies import examples
 from .test_tamper import _tamper
 
 pytestmark = pytest.mark.store_contract
+
+
+class _Owner(TypedDict, total=False):
+    """The owner arguments of ``create_session``."""
+
+    tenant: str
+    user: str
 
 
 def _messages(n: int, prefix: str = "message") -> list[MessageAppended]:
@@ -125,7 +132,7 @@ class TestInheritance:
         assert store.list_sessions(tenant="acme", user="alice") == [store.get_session("main"), info]
 
     @pytest.mark.parametrize("kwargs", [{"tenant": "beta"}, {"tenant": "acme", "user": "bob"}])
-    def test_a_fork_cannot_move_to_another_owner(self, store: SessionStore, kwargs: dict[str, str]) -> None:
+    def test_a_fork_cannot_move_to_another_owner(self, store: SessionStore, kwargs: _Owner) -> None:
         store.create_session("p", tenant="acme", user="alice", events=_messages(1))
         with pytest.raises(ValidationError, match="belongs to its parent's"):
             store.create_session("f", parent_session_id="p", fork_seq=1, **kwargs)
