@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -397,6 +397,18 @@ def _between(store: SessionStore, before: str, after: str) -> Any:
     return older + (newer - older) / 2
 
 
+def _midway(earlier: datetime, later: datetime) -> datetime:
+    """The moment halfway between two timestamps the store wrote, the first strictly earlier."""
+    assert earlier < later
+    return earlier + (later - earlier) / 2
+
+
+def _last_activity(store: SessionStore, sid: str) -> datetime:
+    """The session's newest event's timestamp, or its creation's when it has none."""
+    events = store.read(sid)
+    return events[-1].created_at if events else store.get_session(sid).created_at
+
+
 def test_retention_erases_what_the_policy_selects(estore: SessionStore) -> None:
     estore.create_session("old", events=[SessionStarted()])
     estore.create_session("old-parent", events=[SessionStarted()])
@@ -430,6 +442,63 @@ def test_retention_keeps_a_parent_whose_fork_is_still_active(estore: SessionStor
     assert len(estore.read("parent")) == 1
     with pytest.raises(ValidationError, match="older_than"):
         estore.retention_plan(timedelta(0))
+
+
+def test_retention_goes_by_the_newest_event_not_the_creation(estore: SessionStore) -> None:
+    """A session created before the cutoff but written to after it is kept; one whose newest
+    event, or whose creation when it has none, is before the cutoff is erased."""
+    estore.create_session("busy", events=[SessionStarted()])
+    estore.create_session("quiet", events=[SessionStarted(), MessageAppended(role="user", content="bye")])
+    estore.create_session("quiet-empty")
+    estore.create_session("fresh-empty")
+    estore.create_session("busy-fork", parent_session_id="busy", fork_seq=1)
+    estore.append("busy", [MessageAppended(role="user", content="still here")], expected_seq=1)
+    cutoff = _midway(_last_activity(estore, "quiet-empty"), _last_activity(estore, "fresh-empty"))
+    now = cutoff + timedelta(days=30)
+    assert estore.get_session("busy").created_at < cutoff < _last_activity(estore, "busy")
+    assert _last_activity(estore, "quiet") < cutoff
+
+    plan = estore.retention_plan(timedelta(days=30), now=now)
+    done = estore.purge_expired(timedelta(days=30), reason="30-day policy", now=now)
+
+    assert plan.cutoff == cutoff
+    assert plan.expired == ("quiet", "quiet-empty") and plan.kept == {}
+    assert [r.session_id for r in done.receipts] == ["quiet", "quiet-empty"]
+    assert len(estore.read("busy")) == 2 and estore.verify("busy").ok
+    assert [e.type for e in estore.visible_log("busy-fork").read()] == ["session_started"]
+    assert estore.erasure("fresh-empty") is None
+
+
+@pytest.mark.parametrize("hours", [5, -5])
+def test_retention_takes_now_in_any_time_zone(estore: SessionStore, hours: int) -> None:
+    """``now`` with a UTC offset is the same instant as in UTC: the cutoff and what it selects
+    do not move by the offset (SQLite keeps timestamps as UTC text)."""
+    estore.create_session("old", events=[SessionStarted()])
+    estore.create_session("new", events=[SessionStarted()])
+    now_utc = _between(estore, "old", "new") + timedelta(days=30)
+    elsewhere = now_utc.astimezone(timezone(timedelta(hours=hours)))
+
+    plan = estore.retention_plan(timedelta(days=30), now=elsewhere)
+    done = estore.purge_expired(timedelta(days=30), reason="r", now=elsewhere)
+
+    assert plan.cutoff == now_utc - timedelta(days=30)
+    assert plan.expired == ("old",) and [r.session_id for r in done.receipts] == ["old"]
+    assert len(estore.read("new")) == 1
+
+
+def test_retention_refuses_a_now_without_a_time_zone(estore: SessionStore) -> None:
+    """A naive ``now`` names no instant (PostgreSQL would read it in the server's time zone,
+    SQLite as UTC): refused before anything is read."""
+    estore.create_session("s", events=[SessionStarted()])
+    naive = datetime(2100, 1, 1)
+
+    with pytest.raises(ValidationError, match="time zone") as refused:
+        estore.retention_plan(timedelta(days=30), now=naive)
+    with pytest.raises(ValidationError, match="time zone"):
+        estore.purge_expired(timedelta(days=30), reason="r", now=naive)
+
+    assert refused.value.field == "now"
+    assert estore.erasures() == [] and len(estore.read("s")) == 1
 
 
 def test_a_purge_keeps_blobs_another_session_references(backend: Backend) -> None:

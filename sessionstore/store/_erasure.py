@@ -211,18 +211,29 @@ class ErasureMixin:
         self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
     ) -> RetentionPlan:
         """What ``purge_expired`` would erase: sessions whose last activity (their newest event,
-        or their creation when empty) is older than ``older_than``. A session is erased with its
+        or their creation when empty) is before ``now - older_than``. A session is erased with its
         forks and children only when they are all expired too; otherwise it is kept and listed.
         ``tenant``: only that tenant's sessions (forks and children share their parent's).
+
+        Raises:
+            ValidationError: ``older_than`` not a positive timedelta (or reaching before year 1),
+                ``now`` not a datetime with a time zone, a bad ``tenant``.
         """
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise ValidationError("older_than must be a positive timedelta", field="older_than")
         if now is not None and not isinstance(now, datetime):
             raise ValidationError(f"now must be a datetime, not {type(now).__name__}", field="now")
+        if now is not None and now.utcoffset() is None:
+            # PostgreSQL would read a naive value in the server's time zone, SQLite as UTC.
+            msg = "now must carry a time zone (a naive datetime names no instant): datetime.now(UTC)"
+            raise ValidationError(msg, field="now")
         if tenant is not None:
             check_owner_key("tenant", tenant)
         try:
-            cutoff = (now or datetime.now(UTC)) - older_than
+            # UTC, always: SQLite keeps timestamps as UTC text, and SQLAlchemy's SQLite DateTime
+            # writes a bound value's fields without its offset, so 12:00+05:00 would compare as
+            # 12:00 UTC (five hours late) against them.
+            cutoff = (datetime.now(UTC) if now is None else now.astimezone(UTC)) - older_than
         except OverflowError:  # `purge --older-than 999999w`: before any date a session can have
             msg = f"older_than reaches before year 1: {older_than.days} days"
             raise ValidationError(msg, field="older_than") from None
