@@ -409,6 +409,13 @@ def _last_activity(store: SessionStore, sid: str) -> datetime:
     return events[-1].created_at if events else store.get_session(sid).created_at
 
 
+def _dangling(store: SessionStore) -> list[str]:
+    """Sessions whose row names a parent that has no row."""
+    rows = store.list_sessions(limit=1000)
+    ids = {info.id for info in rows}
+    return [info.id for info in rows if info.parent_session_id not in (None, *ids)]
+
+
 def test_retention_erases_what_the_policy_selects(estore: SessionStore) -> None:
     estore.create_session("old", events=[SessionStarted()])
     estore.create_session("old-parent", events=[SessionStarted()])
@@ -417,13 +424,13 @@ def test_retention_erases_what_the_policy_selects(estore: SessionStore) -> None:
     now = _between(estore, "old-fork", "fresh") + timedelta(days=30)
 
     plan = estore.retention_plan(timedelta(days=30), now=now)
-    assert plan.expired == ("old", "old-fork", "old-parent") and plan.kept == {}
+    assert plan.expired == ("old", "old-parent", "old-fork") and plan.kept == {}
 
     dry = estore.purge_expired(timedelta(days=30), reason="30-day policy", dry_run=True, now=now)
     assert dry.expired == plan.expired and dry.receipts == () and estore.erasures() == []
 
     done = estore.purge_expired(timedelta(days=30), reason="30-day policy", now=now)
-    assert sorted(r.session_id for r in done.receipts) == ["old", "old-fork", "old-parent"]
+    assert [r.session_id for r in done.receipts] == ["old", "old-parent", "old-fork"]
     assert all(r.reason == "30-day policy" for r in done.receipts)
     assert [r.session_id for r in estore.erasures()] == ["old", "old-fork", "old-parent"]
     assert estore.retention_plan(timedelta(days=30), now=now).expired == ()
@@ -499,6 +506,121 @@ def test_retention_refuses_a_now_without_a_time_zone(estore: SessionStore) -> No
 
     assert refused.value.field == "now"
     assert estore.erasures() == [] and len(estore.read("s")) == 1
+
+
+def test_retention_erases_a_tree_from_its_root_in_one_transaction(estore: SessionStore, mode: str) -> None:
+    """An expired tree goes as ``erase(root, with_forks=True)`` takes it, whatever its ids'
+    order: the root first, one transaction, and no row left naming a parent that is gone."""
+    estore.create_session("zz-root", events=[SessionStarted(), MessageAppended(role="user", content="root")])
+    estore.create_session("mm-fork", parent_session_id="zz-root", fork_seq=2)
+    estore.append("mm-fork", [MessageAppended(role="user", content="fork")], expected_seq=0)
+    estore.create_session("aa-child", parent_session_id="mm-fork", events=[SessionStarted()])
+    estore.create_session("fresh", events=[SessionStarted()])
+    now = _between(estore, "aa-child", "fresh") + timedelta(days=30)
+
+    plan = estore.retention_plan(timedelta(days=30), now=now)
+    done = estore.purge_expired(timedelta(days=30), reason="r", now=now)
+
+    method = "shredded" if mode == "encrypted" else "purged"
+    assert plan.expired == ("zz-root", "mm-fork", "aa-child") and plan.kept == {}
+    assert [(r.session_id, r.method) for r in done.receipts] == [
+        ("zz-root", method),
+        ("mm-fork", method),
+        ("aa-child", method),
+    ]
+    assert len({r.erased_at for r in done.receipts}) == 1
+    for sid in ("zz-root", "mm-fork", "aa-child"):
+        assert estore.verify(sid).ok
+    assert _dangling(estore) == []
+
+
+@pytest.mark.parametrize(
+    ("parent_mode", "child_mode"), [("plaintext", "encrypted"), ("encrypted", "plaintext")]
+)
+def test_retention_erases_a_fork_encrypted_unlike_its_parent_with_it(
+    shared_backend: Backend, parent_mode: str, child_mode: str
+) -> None:
+    """A fork encrypted while its parent is plaintext (or the other way round) goes with its
+    parent as ``erase(with_forks=True)`` takes it: the fork of a purged parent is purged with it
+    (it shares the parent's prefix, and its row points at the parent's), never shredded alone and
+    left pointing at a parent that is gone."""
+    with shared_backend.open(encryption=MASTER) as keyed, shared_backend.open() as plain:
+        by_mode = {"encrypted": keyed, "plaintext": plain}
+        by_mode[parent_mode].create_session(
+            "zz-parent", events=[SessionStarted(), MessageAppended(role="user", content="parent")]
+        )
+        by_mode[child_mode].create_session(
+            "aa-child", parent_session_id="zz-parent", fork_seq=2, events=[SessionStarted()]
+        )
+        now = _last_activity(keyed, "aa-child") + timedelta(days=30, seconds=1)
+
+        plan = keyed.retention_plan(timedelta(days=30), now=now)
+        done = keyed.purge_expired(timedelta(days=30), reason="r", now=now)
+
+        parent_method = "shredded" if parent_mode == "encrypted" else "purged"
+        assert plan.expired == ("zz-parent", "aa-child") and plan.kept == {}
+        assert [(r.session_id, r.method) for r in done.receipts] == [
+            ("zz-parent", parent_method),
+            ("aa-child", "purged"),
+        ]
+        assert len({r.erased_at for r in done.receipts}) == 1
+        assert _dangling(keyed) == []
+        for sid in ("zz-parent", "aa-child"):
+            assert keyed.verify(sid).ok
+            with pytest.raises(SessionErasedError):
+                keyed.read(sid)
+        with pytest.raises(SessionErasedError):
+            keyed.get_session("aa-child")  # purged: no row left to point at the parent
+        assert keyed.retention_plan(timedelta(days=30), now=now).expired == ()
+
+
+def test_retention_erases_a_parent_whose_fork_was_shredded_before(backend: Backend) -> None:
+    """A fork shredded by an earlier purge (it went idle first) keeps its row, but no longer
+    keeps its parent: once the parent is idle too, it is erased."""
+    with backend.open(encryption=MASTER) as store:
+        store.create_session("zz-parent", events=[SessionStarted()])
+        store.create_session("aa-fork", parent_session_id="zz-parent", fork_seq=1, events=[SessionStarted()])
+        store.append("zz-parent", [MessageAppended(role="user", content="later")], expected_seq=1)
+        store.create_session("fresh", events=[SessionStarted()])
+        first = _midway(_last_activity(store, "aa-fork"), _last_activity(store, "zz-parent"))
+        second = _midway(_last_activity(store, "zz-parent"), _last_activity(store, "fresh"))
+
+        early = store.purge_expired(timedelta(days=30), reason="r", now=first + timedelta(days=30))
+        plan = store.retention_plan(timedelta(days=30), now=second + timedelta(days=30))
+        late = store.purge_expired(timedelta(days=30), reason="r", now=second + timedelta(days=30))
+
+        assert [(r.session_id, r.method) for r in early.receipts] == [("aa-fork", "shredded")]
+        assert plan.expired == ("zz-parent",) and plan.kept == {}
+        assert [(r.session_id, r.method) for r in late.receipts] == [("zz-parent", "shredded")]
+        assert store.verify("zz-parent").ok and store.verify("aa-fork").ok
+        assert _dangling(store) == []
+        assert len(store.read("fresh")) == 1
+
+
+def test_a_plaintext_session_a_shredded_fork_points_at_is_kept_not_purged(shared_backend: Backend) -> None:
+    """A shredded session keeps its row, which names its parent's: a plaintext parent (or
+    one purged with a plaintext ancestor) cannot be purged under it. ``erase`` refuses with that
+    fork listed and changes nothing, and retention keeps the parent, naming the fork."""
+    with shared_backend.open(encryption=MASTER) as keyed, shared_backend.open() as plain:
+        keyed.create_session("m-root", events=[SessionStarted(), MessageAppended(role="user", content="r")])
+        plain.create_session("z-mid", parent_session_id="m-root", fork_seq=2, events=[SessionStarted()])
+        keyed.create_session("a-leaf", parent_session_id="z-mid", fork_seq=1, events=[SessionStarted()])
+        now = _last_activity(keyed, "a-leaf") + timedelta(days=30, seconds=1)
+        (shredded,) = keyed.erase("a-leaf", reason="its user asked")
+
+        with pytest.raises(ErasureRefusedError) as refused:
+            keyed.erase("m-root", reason="r", with_forks=True)
+        plan = keyed.retention_plan(timedelta(days=30), now=now)
+        done = keyed.purge_expired(timedelta(days=30), reason="r", now=now)
+
+        assert shredded.method == "shredded"
+        assert refused.value.descendants == ("a-leaf",)
+        assert plan.expired == () and plan.kept == {"m-root": ("a-leaf",), "z-mid": ("a-leaf",)}
+        assert done.receipts == () and keyed.erasures() == [shredded]
+        assert _dangling(keyed) == []
+        for sid in ("m-root", "z-mid", "a-leaf"):
+            assert keyed.verify(sid).ok
+        assert len(keyed.visible_log("z-mid").read()) == 3
 
 
 def test_a_purge_keeps_blobs_another_session_references(backend: Backend) -> None:

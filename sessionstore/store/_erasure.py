@@ -18,6 +18,12 @@ Forks and child sessions read their parent's log (a fork's history starts with t
 prefix). Erasing a session that has any not yet erased is refused with their list
 (``ErasureRefusedError``) unless ``with_forks``: then the whole tree is erased in the same
 transaction. A descendant of a purged session is purged too (its row points at the parent's).
+A session shredded before keeps its row, so a session it points at cannot be purged: that
+erasure is refused (``ErasureRefusedError`` naming it).
+
+Retention (``retention_plan``, ``purge_expired``) erases each expired tree as ``erase(root,
+with_forks=True)`` does: from its root, in one transaction, so a fork encrypted while its parent
+is plaintext goes with the parent (purged) instead of being shredded alone first.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -211,8 +217,14 @@ class ErasureMixin:
         self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
     ) -> RetentionPlan:
         """What ``purge_expired`` would erase: sessions whose last activity (their newest event,
-        or their creation when empty) is before ``now - older_than``. A session is erased with its
-        forks and children only when they are all expired too; otherwise it is kept and listed.
+        or their creation when empty) is before ``now - older_than``.
+
+        A session is erased with its forks and children only when they are all expired (or
+        erased before) too; otherwise it is kept, mapped to the active ones. ``expired`` lists
+        erasure groups: each root (in id order), then its forks and children nearest first, as
+        ``erase(root, with_forks=True)`` returns their receipts. A session whose purge would
+        leave a fork shredded before pointing at a row that is gone (``erase`` refuses it) is
+        kept too, mapped to those forks; its expired forks and children are planned on their own.
         ``tenant``: only that tenant's sessions (forks and children share their parent's).
 
         Raises:
@@ -238,22 +250,39 @@ class ErasureMixin:
             msg = f"older_than reaches before year 1: {older_than.days} days"
             raise ValidationError(msg, field="older_than") from None
 
-        def attempt() -> tuple[set[str], dict[str, str | None]]:
+        def attempt() -> _Forest:
             with self._read() as conn:
-                return _expired(conn, self.tables, cutoff, tenant), _parents(conn, self.tables)
+                return _forest(conn, self.tables, cutoff, tenant)
 
-        expired, parents = self._retrying("retention_plan", attempt)
+        forest: _Forest = self._retrying("retention_plan", attempt)
+        expired, erased, parents = forest.expired, forest.erased, forest.parents
         children: dict[str, list[str]] = {}
         for sid, parent in parents.items():
             if parent is not None:
                 children.setdefault(parent, []).append(sid)
         kept: dict[str, tuple[str, ...]] = {}
         for sid in sorted(expired):
-            active = [d for d in _walk(children, sid) if d not in expired]
+            active = [d for d in _walk(children, sid) if d not in expired and d not in erased]
             if active:
                 kept[sid] = tuple(active)
-        chosen = tuple(sorted(expired - set(kept)))
-        return RetentionPlan(cutoff=cutoff, expired=chosen, kept=kept)
+        chosen = expired - set(kept)
+        groups: list[str] = []
+        # Roots in id order, each group as erase(root, with_forks=True) takes it; a root that
+        # must stay leaves its expired children to be planned as roots of their own.
+        roots = sorted((sid for sid in chosen if parents.get(sid) not in chosen), reverse=True)
+        while roots:
+            root = roots.pop()
+            below = list(_walk(children, root))
+            tree = [root, *(d for d in below if d not in erased)]
+            stranded = _stranded(
+                _methods(tree, forest.keyed, parents), [d for d in below if d in erased], parents
+            )
+            if stranded:
+                kept[root] = tuple(stranded)
+                roots.extend(sorted((c for c in children.get(root, ()) if c in chosen), reverse=True))
+            else:
+                groups.extend(tree)
+        return RetentionPlan(cutoff=cutoff, expired=tuple(groups), kept=dict(sorted(kept.items())))
 
     def purge_expired(
         self,
@@ -266,6 +295,11 @@ class ErasureMixin:
     ) -> RetentionPlan:
         """Erase what ``retention_plan`` selects, each tree in its own transaction, receipts
         recorded as for ``erase``. With ``dry_run`` nothing changes and no receipts are returned.
+
+        Each erasure group goes as ``erase(root, reason=reason, with_forks=True)`` takes it: its
+        receipts come root first, all with the same ``erased_at``, and a fork of a purged
+        session is purged with it (an encrypted fork of a plaintext parent too), never shredded
+        alone and left naming a parent whose row is gone.
         """
         reason = _check_reason(reason)
         plan = self.retention_plan(older_than, now=now, tenant=tenant)
@@ -273,7 +307,7 @@ class ErasureMixin:
             return plan
         done: list[ErasureReceipt] = []
         erased: set[str] = set()
-        for sid in plan.expired:  # parents before children: a root takes its tree with it
+        for sid in plan.expired:  # each group's root comes first and takes its tree with it
             if sid in erased:
                 continue
             receipts = self.erase(sid, reason=reason, with_forks=True)
@@ -282,12 +316,36 @@ class ErasureMixin:
         return RetentionPlan(plan.cutoff, plan.expired, plan.kept, tuple(done))
 
 
-def _walk(children: dict[str, list[str]], root: str) -> Iterator[str]:
-    stack = list(children.get(root, ()))
-    while stack:
-        sid = stack.pop(0)
-        yield sid
-        stack.extend(children.get(sid, ()))
+def _walk(children: Mapping[str, Sequence[str]], root: str) -> Iterator[str]:
+    """The forks and children of ``root``, and theirs, nearest first, each generation in id order
+    (``_descendants``' order, which ``erase`` returns receipts in)."""
+    seen = {root}
+    frontier = [root]
+    while frontier:
+        frontier = sorted({c for sid in frontier for c in children.get(sid, ()) if c not in seen})
+        seen.update(frontier)  # a tampered cycle ends here
+        yield from frontier
+
+
+def _methods(tree: Sequence[str], keyed: set[str], parents: Mapping[str, str | None]) -> dict[str, str]:
+    """How each session of ``tree`` (a session, then its descendants nearest first) is erased.
+
+    An encrypted session is shredded, a plaintext one purged; and a session whose parent is
+    purged is purged too, whatever it is: the parent's row goes, and a fork's row names it.
+    """
+    methods: dict[str, str] = {}
+    for sid in tree:  # nearest first: a parent is decided before its children
+        parent = parents.get(sid)
+        methods[sid] = "purged" if sid not in keyed or methods.get(parent or "") == "purged" else "shredded"
+    return methods
+
+
+def _stranded(
+    methods: Mapping[str, str], erased: Iterable[str], parents: Mapping[str, str | None]
+) -> list[str]:
+    """The sessions of ``erased`` (erased before, rows kept: shredded) whose parent ``methods``
+    purges: their rows would name a row that is gone."""
+    return [sid for sid in erased if methods.get(parents.get(sid) or "") == "purged"]
 
 
 def _descendants(conn: Connection, t: StoreTables, session_id: str) -> list[str]:
@@ -305,9 +363,29 @@ def _descendants(conn: Connection, t: StoreTables, session_id: str) -> list[str]
     return found
 
 
-def _parents(conn: Connection, t: StoreTables) -> dict[str, str | None]:
-    sessions = t.sessions
-    return {sid: parent for sid, parent in conn.execute(select(sessions.c.id, sessions.c.parent_session_id))}
+@dataclasses.dataclass(frozen=True)
+class _Forest:
+    """What a retention plan is made from, read in one transaction."""
+
+    #: Sessions not erased, idle since the cutoff.
+    expired: set[str]
+    #: Sessions erased before whose rows stay (shredded).
+    erased: set[str]
+    #: Encrypted sessions (a ``session_keys`` row): shredded when erased, unless purged with a parent.
+    keyed: set[str]
+    #: Every session's parent.
+    parents: dict[str, str | None]
+
+
+def _forest(conn: Connection, t: StoreTables, cutoff: datetime, tenant: str | None) -> _Forest:
+    sessions, erasures, session_keys = t.sessions, t.erasures, t.session_keys
+    parents = {
+        sid: parent for sid, parent in conn.execute(select(sessions.c.id, sessions.c.parent_session_id))
+    }
+    receipted = select(erasures.c.session_id).where(erasures.c.session_id == sessions.c.id).exists()
+    erased = {sid for (sid,) in conn.execute(select(sessions.c.id).where(receipted))}
+    keyed = {sid for (sid,) in conn.execute(select(session_keys.c.session_id))}
+    return _Forest(_expired(conn, t, cutoff, tenant), erased, keyed, parents)
 
 
 def _expired(conn: Connection, t: StoreTables, cutoff: datetime, tenant: str | None) -> set[str]:
@@ -351,17 +429,17 @@ def _erase_in(
     parents: dict[str, str | None] = {
         sid: parent
         for sid, parent in conn.execute(
-            select(sessions.c.id, sessions.c.parent_session_id).where(sessions.c.id.in_(targets))
+            select(sessions.c.id, sessions.c.parent_session_id).where(sessions.c.id.in_([session_id, *tree]))
         )
     }
     # A session whose parent is purged loses the row its own row points at: purge it too.
-    methods: dict[str, str] = {}
-    for sid in targets:  # nearest first: a parent is decided before its children
-        parent = parents.get(sid)
-        methods[sid] = "purged" if sid not in keyed or methods.get(parent or "") == "purged" else "shredded"
-    if methods[session_id] == "purged" and receipted:
+    methods = _methods(targets, keyed, parents)
+    # A session shredded before keeps its row: the row it names must stay too (anywhere in the
+    # tree: an encrypted root is shredded, but a plaintext fork under it is purged).
+    stranded = _stranded(methods, (sid for sid in tree if sid in receipted), parents)
+    if stranded:
         why = "forks or children of it were shredded before and keep rows that point at it"
-        raise ErasureRefusedError(session_id, sorted(receipted), why=why)
+        raise ErasureRefusedError(session_id, stranded, why=why)
     purged = [sid for sid in targets if methods[sid] == "purged"]
     removable = _blobs_only_in(conn, t, purged)
     guards = [f"session:{sid}" for sid in purged] + [
