@@ -14,7 +14,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 import sessionstore
-from sessionstore import MessageAppended, SchemaOutOfDateError, ToolResultPersisted, ValidationError
+from sessionstore import (
+    MessageAppended,
+    SchemaOutOfDateError,
+    SessionStarted,
+    ToolResultPersisted,
+    ValidationError,
+)
 from sessionstore.cli import main
 from sessionstore.store import SCHEMA_REVISION
 from sessionstore.store._config import create_engine_for_url
@@ -263,7 +269,8 @@ def test_compressed_rows_go_back_to_text_and_old_rows_are_read_as_they_are(
     upgrade(engine)
     long = "a line of tool output\n" * 200
     data = b"blob bytes " * 100
-    with shared_backend.open(migrate=False) as store:
+    # Counted in the append: a deferred row's flag is in its hash, and below 0007 it is gone (next test).
+    with shared_backend.open(migrate=False, defer_token_counts=False) as store:
         sid = store.create_session(events=[MessageAppended(role="user", content=long)]).id
         blob = store.put_blob(data)  # no session: found by the payload that names it
         persisted = ToolResultPersisted(
@@ -293,3 +300,29 @@ def test_compressed_rows_go_back_to_text_and_old_rows_are_read_as_they_are(
     assert report.ok
     assert isinstance(first, MessageAppended) and first.content == long
     assert stored == data
+
+
+def test_a_downgrade_below_0007_loses_the_deferred_flag_its_rows_hash(
+    engine: Any, shared_backend: Any
+) -> None:
+    """An event whose count is deferred has that fact in its hash; down to 0006 drops the column
+    that holds it, so the row no longer verifies (as 0004's owner keys in the genesis). Rows
+    counted in the append, and rows without text, verify as before."""
+    upgrade(engine)
+    with shared_backend.open(migrate=False, defer_token_counts=False) as inline:
+        counted = inline.create_session(events=[MessageAppended(role="user", content="counted")]).id
+    with shared_backend.open(migrate=False) as store:
+        started = [SessionStarted(model="m"), MessageAppended(role="user", content="deferred")]
+        deferred = store.create_session(events=started).id
+        assert [e.token_count_deferred for e in store.read(deferred)] == [False, True]
+
+    downgrade(engine, "0006")
+    upgrade(engine)
+    with shared_backend.open(migrate=False) as store:
+        reports = {sid: store.verify(sid) for sid in (counted, deferred)}
+
+    assert reports[counted].ok
+    assert (reports[deferred].first_bad_seq, reports[deferred].reason) == (
+        2,
+        "stored content does not match its hash",
+    )

@@ -89,6 +89,7 @@ def _recompute_chain(store: SessionStore, session_id: str, from_seq: int, start:
             None if e.token_count_deferred else e.token_count,  # a deferred count is not hashed
             e.created_at,
             e.payload,
+            deferred=e.token_count_deferred,  # that it is deferred is
         )
         statements.append(
             f"UPDATE events SET prev_hash = :prev{n}, hash = :hash{n} "

@@ -1,7 +1,8 @@
 """Token counts made after COMMIT, outside the hash chain.
 
 * ``events.token_count_deferred``: true for an event appended without its count (the default
-  since this revision): its ``token_count`` is NULL in the row and in its hash.
+  since this revision): its ``token_count`` is NULL in the row, and its hash holds that the count
+  is deferred instead of a count (``_hashing.DEFERRED_COUNT``).
 * ``token_counts``: the counts of those events, stored when a reader first counted them. A
   missing row is counted again by the next reader that needs it.
 
@@ -12,7 +13,10 @@ role cannot read the new table, and its reads of events with deferred counts fai
 Downgrading drops both: the counts are derived data (a pure function of each event), but an
 older version reads an event whose count was deferred as one without text, so its token
 estimate after the latest API usage is lower until the session is compacted or a new usage is
-recorded. The hash chain is unaffected (the deferred counts were never in it).
+recorded. The deferred counts were never in the hash chain, but the flag is: an event appended
+with its count deferred no longer verifies once the column is gone (as a session's tenant, user
+and external id in its genesis below 0004). Events counted in the append and events without
+text verify as before.
 
 Revision ID: 0007
 Revises: 0006

@@ -323,7 +323,7 @@ class RecordedEvent:
             "type": self.type,
             "schema_version": self.schema_version,
             "token_count": self.token_count,
-            # True: the count is not part of the hash (NULL was hashed), see ``token_count_deferred``.
+            # True: the count is not part of the hash (that it is deferred is), see ``token_count_deferred``.
             "token_count_deferred": self.token_count_deferred,
             "created_at": self.created_at.isoformat(),
             "hash": self.hash,
@@ -342,6 +342,7 @@ class RecordedEvent:
             None if self.token_count_deferred else self.token_count,
             self.created_at,
             self.payload if self.stored_payload is None else self.stored_payload,
+            deferred=self.token_count_deferred,
         )
 
 

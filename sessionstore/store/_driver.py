@@ -371,7 +371,9 @@ def chain_rows(
     prev = head_hash
     hash_event = batch_hasher(session_id, now)
     for seq, p in zip(seqs, prepared, strict=True):
-        digest = hash_event(prev, seq, p.event_id, p.type, p.schema_version, p.token_count, p.payload)
+        digest = hash_event(
+            prev, seq, p.event_id, p.type, p.schema_version, p.token_count, p.deferred, p.payload
+        )
         rows.append(
             (
                 session_id,

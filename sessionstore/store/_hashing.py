@@ -1,7 +1,8 @@
 """The per-session hash chain that makes tampering with stored events evident.
 
 Each event's hash covers the previous event's hash and the exact stored column values,
-payload text included, so flipping one byte anywhere breaks the chain at that seq.
+payload text included, so flipping one byte anywhere breaks the chain at that seq. A count made
+after COMMIT is not in the row: the hash holds that it is deferred instead (``DEFERRED_COUNT``).
 
 The chain starts from the session's *genesis*: a hash of what the session is (its id,
 parent, fork point, creation time and metadata, and for a fork the hash of the parent's event
@@ -24,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __all__ = [
+    "DEFERRED_COUNT",
     "LEGACY_GENESIS_HASH",
     "SessionIdentity",
     "EventHasher",
@@ -40,6 +42,13 @@ LEGACY_GENESIS_HASH = "0" * 64
 _GENESIS_TAG = "sessionstore-session-v2"
 #: Leads the genesis of a session with a tenant, user or external id (revision 0004).
 _OWNED_GENESIS_TAG = "sessionstore-session-v3"
+#: What an event's hash holds in place of its count when the count is deferred (made after
+#: COMMIT, kept in ``token_counts`` outside the chain): the row's ``token_count_deferred`` flag
+#: is bound, so clearing it (the count would vanish from every read) or setting it on a row
+#: without a count (readers would count it) breaks the hash. Never a number, so it stands for
+#: no count; a row without the flag, every row written before revision 0007 included, hashes
+#: its count ("" for none) as before.
+DEFERRED_COUNT = "deferred"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -62,16 +71,24 @@ def event_hash(
     token_count: int | None,
     created_at: datetime,
     payload: str,
+    *,
+    deferred: bool = False,
 ) -> str:
-    """SHA-256 (hex) of one event's stored columns chained to ``prev_hash``."""
+    """SHA-256 (hex) of one event's stored columns chained to ``prev_hash``.
+
+    Args:
+        token_count: the row's own count (None when it has none).
+        deferred: the row's ``token_count_deferred`` flag as readers take it (set, and no count
+            of its own): the hash then holds ``DEFERRED_COUNT`` in place of a count.
+    """
     return batch_hasher(session_id, created_at)(
-        prev_hash, seq, event_id, type_name, schema_version, token_count, payload
+        prev_hash, seq, event_id, type_name, schema_version, token_count, deferred, payload
     )
 
 
 #: ``event_hash`` with the session and the creation time bound: (prev_hash, seq, event_id,
-#: type, schema_version, token_count, payload) -> hex digest.
-EventHasher = Callable[[str, int, str, str, int, int | None, str], str]
+#: type, schema_version, token_count, deferred, payload) -> hex digest.
+EventHasher = Callable[[str, int, str, str, int, int | None, bool, str], str]
 
 
 def batch_hasher(session_id: str, created_at: datetime) -> EventHasher:
@@ -90,9 +107,10 @@ def batch_hasher(session_id: str, created_at: datetime) -> EventHasher:
         type_name: str,
         schema_version: int,
         token_count: int | None,
+        deferred: bool,
         payload: str,
     ) -> str:
-        tokens = "" if token_count is None else str(token_count)
+        tokens = DEFERRED_COUNT if deferred else "" if token_count is None else str(token_count)
         # \x1f separates fields and cannot occur in ids, types or numbers; the payload comes last.
         header = (
             f"{prev_hash}\x1f{session_id}\x1f{seq}\x1f{event_id}\x1f{type_name}\x1f"
