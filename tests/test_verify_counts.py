@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, text
 
 import sessionstore
@@ -80,6 +80,58 @@ def test_stored_counts_recount_equal_and_an_altered_one_is_named(shared_backend:
     assert full.summary().startswith(f"{sid}: TOKEN COUNT MISMATCH (4 events)")
 
 
+# Edits of ``token_counts`` behind the store's back, and the seqs ``--counts`` must name.
+_COUNT_EDITS = {
+    "a count changed": ("UPDATE token_counts SET token_count = 7 WHERE session_id = :s AND seq = 3", (3,)),
+    "a count set to NULL": (
+        "UPDATE token_counts SET token_count = NULL WHERE session_id = :s AND seq = 4",
+        (4,),
+    ),
+    "every count changed": (
+        "UPDATE token_counts SET token_count = token_count + 1 WHERE session_id = :s",
+        (2, 3, 4),
+    ),
+    # Counted again by the next reader, and agreeing.
+    "a count deleted": ("DELETE FROM token_counts WHERE session_id = :s AND seq = 3", ()),
+    # Never read: seq 1 (session_started) waits for no count.
+    "a count added for an event without one": (
+        "INSERT INTO token_counts (session_id, seq, token_count) VALUES (:s, 1, 5)",
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_COUNT_EDITS))
+def test_an_edited_deferred_count_passes_plain_verify_and_counts_names_its_seq(
+    shared_backend: Backend, case: str
+) -> None:
+    """Deferred counts are outside the chain: plain verify passes whatever the table holds (and
+    says nothing of counts); ``counts=True`` names every seq whose count readers get differs from
+    its text's, and passes an edit no read sees."""
+    sid, counts = _with_stored_counts(shared_backend)
+    statement, altered = _COUNT_EDITS[case]
+    _execute(shared_backend, statement, s=sid)
+    store = shared_backend.open()
+    try:
+        quick = verify_session(store, sid)
+        full = verify_session(store, sid, counts=True)
+        used = {e.seq: e.token_count for e in store.read(sid) if e.token_count_deferred}
+    finally:
+        store.close()
+
+    assert quick.ok
+    assert quick.summary() == f"{sid}: ok (4 events)"
+    check = {c.projection: c for c in full.projections}["token_counts"]
+    assert full.ok is not altered
+    assert [seq for seq in counts if used[seq] != counts[seq]] == list(altered)
+    if altered:
+        assert check.status == "mismatch"
+        named = "; ".join(f"seq {seq}: {used[seq]} used, the text counts {counts[seq]}" for seq in altered)
+        assert check.detail == f"{len(altered)} of 3 deferred counts differ: {named}"
+    else:
+        assert (check.status, check.detail) == ("match", "3 deferred counts recounted")
+
+
 def test_a_store_without_a_counter_or_events_without_deferred_counts_check_nothing(
     shared_backend: Backend,
 ) -> None:
@@ -102,21 +154,24 @@ def test_a_store_without_a_counter_or_events_without_deferred_counts_check_nothi
     ]
 
 
-def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(tmp_path: Path) -> None:
-    db = str(tmp_path / "c.db")
-    store = sessionstore.open_store(db, migrate=True)
+def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(shared_backend: Backend) -> None:
+    """`sessionstore verify` says nothing of deferred counts (an altered one passes it); with
+    `--counts` it names the seq and exits 3."""
+    db = shared_backend.url
+    store = shared_backend.open()
     sid = store.create_session("c-1", events=_conversation()).id
     store.read(sid)
     store.create_session("c-2", events=_conversation()[:2])
     store.close()  # stores the counts the read made
-    engine = create_engine(f"sqlite:///{db}")
-    with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE token_counts SET token_count = token_count + 1 WHERE seq = 2")
-    engine.dispose()
+    _execute(shared_backend, "UPDATE token_counts SET token_count = token_count + 1 WHERE seq = 2")
 
     out = io.StringIO()
     assert main(["verify", "--db", db], out=out) == 0
-    assert out.getvalue().splitlines()[0] == "c-1: ok (4 events)"
+    assert out.getvalue().splitlines() == [  # nothing said of the counts, one of which is altered
+        "c-1: ok (4 events)",
+        "c-2: ok (2 events)",
+        "2 sessions verified: 2 ok, 0 failed",
+    ]
 
     out = io.StringIO()
     assert main(["verify", "--db", db, "--counts"], out=out) == 3
@@ -134,7 +189,7 @@ def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(tmp_path: Path)
     assert (report["ok"], report["chain_ok"]) == (False, True)
     assert [p["status"] for p in report["projections"] if p["projection"] == "token_counts"] == ["mismatch"]
 
-    store = sessionstore.open_store(db)
+    store = shared_backend.open()
     try:
         assert [v.ok for v in verify_all(store, counts=True)] == [False, True]
     finally:
