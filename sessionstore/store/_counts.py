@@ -1,7 +1,7 @@
 """Token counts made after COMMIT: what an append defers, what a read fills in, what is stored.
 
 An append with ``defer_token_counts`` (the default) stores an event with text without its count:
-``token_count`` is NULL in the row and in its hash, and ``token_count_deferred`` is set. The
+``token_count`` is NULL in the row, ``token_count_deferred`` is set (and hashed in its place). The
 first read that returns the event counts it (``fill_counts``) unless ``token_counts`` already
 holds the count; counts this process made wait in a ``CountBacklog`` and are stored by the next
 write transaction of the same session (an append, a snapshot) or when the store closes. A count

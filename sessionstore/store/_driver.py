@@ -64,7 +64,7 @@ class Prepared:
 
     ``packed``: the payload compressed for storage (``_codec.pack_payload``), or None to store
     the text as it is. ``deferred``: the event has text whose tokens are counted after COMMIT
-    (``token_count`` is then None, in the row and in its hash).
+    (``token_count`` is then None in the row; its hash holds that it is deferred).
     """
 
     event_id: str

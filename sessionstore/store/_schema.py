@@ -240,7 +240,8 @@ def _define(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table, Table
         # when ``payload`` holds the text itself (else ``payload`` is ''). See ``_codec.py``.
         Column("payload_packed", LargeBinary, nullable=True),
         # True when the event's tokens are counted after COMMIT (revision 0007): ``token_count`` is
-        # then NULL in the row and in its hash, and the count is in ``token_counts``. NULL otherwise.
+        # then NULL, the count is in ``token_counts``, and the row's hash holds the flag instead of
+        # a count (``_hashing.DEFERRED_COUNT``). NULL otherwise.
         Column("token_count_deferred", Boolean, nullable=True),
         UniqueConstraint("session_id", "seq"),
         UniqueConstraint("event_id"),
