@@ -60,7 +60,7 @@ from sessionstore.projections._api_context import committed_spans, request_bytes
 
 from .messages_api import with_tool_definitions
 from .strategies import examples, turn_logs, turns
-from .test_projections import messy_logs
+from .test_projections import messy_logs, shared_results_session
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -284,6 +284,16 @@ class TestMicrocompact:
         for n in range(results):
             _round(session, n, {f"t{n}": ("Bash" if n != 2 else "CustomTool", _lines(3_000))})
         return session
+
+    def test_tokens_freed_are_each_result_s_share_of_its_message_less_the_placeholder(self) -> None:
+        """Results of 100, 300 and 600 characters in a message of 1,000 tokens and 2,000
+        characters hold 50, 150 and 300 tokens; the placeholder counts 33 (one per character)."""
+        session = shared_results_session()
+
+        report = microcompact(session, tool_use_ids=["t1", "t2", "t3", "t4"])
+
+        assert session.count_text(CLEARED_PLACEHOLDER) == 33
+        assert report.tokens_freed == (50 - 33) + (150 - 33) + (300 - 33) + (1_000 - 33)
 
     def test_time_based_clears_all_but_the_newest_compactable(self) -> None:
         """After a 61-minute gap, every compactable result but the newest 5 becomes the placeholder."""

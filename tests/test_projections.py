@@ -178,6 +178,43 @@ def _result(tool_id: str, text: str = "ok") -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
 
 
+class FixedCounter:
+    """A token counter with known numbers: every message counts 1,000 tokens, text one per character."""
+
+    name = "fixed-1000"
+
+    def count(self, event: Event) -> int | None:
+        return 1_000 if event.type == "message_appended" else None
+
+    def count_text(self, text: str) -> int:
+        return len(text)
+
+
+def shared_results_session() -> Session:
+    """Calls t1-t3 answered in one message (results of 100, 300 and 600 characters around a text
+    block of 1,000), then t4 answered alone: every message stored as 1,000 tokens."""
+    store = sessionstore.open_store(":memory:", token_counter=FixedCounter())
+    events = [
+        SessionStarted(model="claude-sonnet-4-5"),
+        MessageAppended(role="user", content="go"),
+        MessageAppended(
+            role="assistant", content=[_tool_use(t) for t in ("t1", "t2", "t3")], api_message_id="m1"
+        ),
+        MessageAppended(
+            role="user",
+            content=[
+                _result("t1", "a" * 100),
+                {"type": "text", "text": "b" * 1_000},
+                _result("t2", "c" * 300),
+                _result("t3", "d" * 600),
+            ],
+        ),
+        MessageAppended(role="assistant", content=[_tool_use("t4")], api_message_id="m2"),
+        MessageAppended(role="user", content=[_result("t4", "e" * 7)]),
+    ]
+    return Session(store, store.create_session(events=events).id, SessionConfig(snapshot_every=0))
+
+
 class TestNormalization:
     def test_streamed_chunks_of_one_round_form_one_message_even_around_results(self) -> None:
         """Chunks sharing an API id merge, with the results written between them moved after."""
@@ -353,6 +390,45 @@ class TestTokenAccounting:
         )
 
         assert session.used_tokens() == 60
+
+    def test_a_message_s_stored_count_is_shared_among_its_results_by_characters(self) -> None:
+        """Each result gets ``tokens * its characters // the message's characters``, under its own
+        tool_use id: 1,000 tokens over 2,000 characters (a text block's 1,000 included) give
+        t1 50, t2 150 and t3 300; a result alone in its message gets the whole count."""
+        session = shared_results_session()
+
+        assert session.api_state.result_tokens == {"t1": 50, "t2": 150, "t3": 300, "t4": 1_000}
+
+    def test_the_share_is_rounded_down(self) -> None:
+        """Results of 1, 2 and 4 characters in a message of 1,000 tokens: 1000 * 1 // 7 = 142
+        (142.86), 285 (285.71), 571 (571.43)."""
+        store = sessionstore.open_store(":memory:", token_counter=FixedCounter())
+        events = [
+            SessionStarted(model="claude-sonnet-4-5"),
+            MessageAppended(role="user", content="go"),
+            MessageAppended(role="assistant", content=[_tool_use(t) for t in "xyz"], api_message_id="m1"),
+            MessageAppended(
+                role="user", content=[_result("x", "x"), _result("y", "yy"), _result("z", "zzzz")]
+            ),
+        ]
+        session = Session(store, store.create_session(events=events).id, SessionConfig(snapshot_every=0))
+
+        assert session.api_state.result_tokens == {"x": 142, "y": 285, "z": 571}
+
+    def test_a_repeated_result_is_counted_by_the_one_the_view_keeps(self) -> None:
+        """A message answering t1 twice: the view keeps the first result (900 characters), so
+        that one's share is recorded, not the dropped one's (100 characters)."""
+        store = sessionstore.open_store(":memory:", token_counter=FixedCounter())
+        events = [
+            SessionStarted(model="claude-sonnet-4-5"),
+            MessageAppended(role="user", content="go"),
+            MessageAppended(role="assistant", content=[_tool_use("t1")], api_message_id="m1"),
+            MessageAppended(role="user", content=[_result("t1", "e" * 900), _result("t1", "f" * 100)]),
+        ]
+        session = Session(store, store.create_session(events=events).id, SessionConfig(snapshot_every=0))
+
+        assert session.request()["messages"][-1]["content"] == [_result("t1", "e" * 900)]
+        assert session.api_state.result_tokens == {"t1": 900}
 
     def test_token_state_uses_the_model_registry_and_session_limits(self) -> None:
         """SessionStarted's explicit numbers win over the registry; the state has every flag."""

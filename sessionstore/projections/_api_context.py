@@ -380,11 +380,17 @@ def _add_assistant(
 def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int) -> None:
     results: list[Block] = []
     others: list[Block] = []
-    for block in blocks:
+    # The message's stored count is shared among its results by characters (of the content as
+    # stored, before a pending replacement). A result's share is taken with the block the view
+    # keeps: a second result for the same call is dropped, and must not lend it its size.
+    sizes = [len(_block_chars(block)) for block in blocks]
+    kept_sizes: dict[str, int] = {}
+    for block, size in zip(blocks, sizes, strict=True):
         if block.get("type") != "tool_result":
             others.append(block)
         elif block.get("tool_use_id") in state.open_tool_ids:
             tool_id = str(block["tool_use_id"])
+            kept_sizes[tool_id] = size
             state.open_tool_ids.remove(tool_id)
             pending = state.pending.pop(tool_id, None)
             if pending is not None:
@@ -402,12 +408,10 @@ def _add_user(state: ApiContextState, blocks: list[Block], tokens: int, seq: int
     else:
         _new_message(state, "user", results + others, tokens, seq)
     index = len(state.messages) - 1
-    sizes = [len(_block_chars(block)) for block in blocks]
     total = sum(sizes) or 1
-    shares = {str(b.get("tool_use_id")): size for b, size in zip(blocks, sizes, strict=True)}
     for block in results:
         tool_id = str(block["tool_use_id"])
-        state.result_tokens[tool_id] = tokens * shares.get(tool_id, 0) // total
+        state.result_tokens[tool_id] = tokens * kept_sizes[tool_id] // total
         state.result_index[tool_id] = index
         if tool_id not in state.replaced:
             state.fresh_results[tool_id] = index
@@ -861,7 +865,9 @@ class ApiContextProjection(Projection[ApiContextState]):
     #: 5: the compaction summary prepared ahead (``prepared``), the listings and sub-agents a
     #:    compaction tells again (``CompactionRecord.announcements``, listing and sub-agent state).
     #: 6: the view as each boundary and snip found it (``views_at_changes``), for the audit.
-    version: ClassVar[int] = 6
+    #: 7: a result's token share is taken from the result the view keeps (a message answering
+    #:    one call twice gave the kept result the dropped one's share).
+    version: ClassVar[int] = 7
 
     def initial(self) -> ApiContextState:
         """An empty conversation."""
