@@ -330,7 +330,9 @@ NOT_STORABLE = {
 
 
 @pytest.mark.parametrize("content", NOT_STORABLE.values(), ids=NOT_STORABLE.keys())
-def test_content_that_would_not_read_back_is_refused(store: SessionStore, content: object) -> None:
+def test_content_that_would_not_read_back_is_refused(
+    store: SessionStore, content: str | list[dict[str, object]]
+) -> None:
     """A typed error naming the event and field; the session is unchanged (NaN used to be stored
     as null, breaking byte-identical export; the others raised from the serializer)."""
     store.create_session("s")

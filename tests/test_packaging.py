@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -24,7 +25,12 @@ HEAVY = (
 )
 
 
-def _imported_after(code: str, *, env: dict[str, str] | None = None) -> dict[str, object]:
+class _Imported(TypedDict):
+    heavy: list[str]
+    printed: list[str]
+
+
+def _imported_after(code: str, *, env: dict[str, str] | None = None) -> _Imported:
     """Run ``code`` in a fresh interpreter; which HEAVY packages it imported, and what it printed."""
     probe = (
         f"{code}\n"

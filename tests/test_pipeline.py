@@ -674,7 +674,11 @@ class TestStageProtocol:
         """Pipeline(stages=...) runs that list in order; a stage's own events reach the log and the view."""
         session = _open(store)
         _round(session, 1, {"g1": ("Grep", "match\n" * 50), "b1": ("Bash", "ok")})
-        stages = [_ClearGrep(), MicrocompactStage(MicrocompactConfig()), BudgetStage(BudgetConfig())]
+        stages: list[Stage] = [
+            _ClearGrep(),
+            MicrocompactStage(MicrocompactConfig()),
+            BudgetStage(BudgetConfig()),
+        ]
 
         prepared = Pipeline(stages=stages, clock=lambda: T0).prepare(session)
 

@@ -6,7 +6,7 @@ import itertools
 import json
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -452,7 +452,7 @@ class TestSnapshots:
 
         def conversation() -> Session:
             session = Session.create(_store(), system="s")
-            roles = ("user", "assistant")
+            roles: tuple[Literal["user", "assistant"], ...] = ("user", "assistant")
             session.append([MessageAppended(role=roles[i % 2], content=f"m{i} é") for i in range(5)])
             session.append([MessageAppended(role="user", content='data [{"a":1},{"b":2}] end')])
             return session

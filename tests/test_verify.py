@@ -11,6 +11,7 @@ import json
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from sessionstore.audit._verify import verify_all, verify_session
 from sessionstore.checkpoints import FileHistory
 from sessionstore.cli import main
 from sessionstore.projections._api_context import ApiContextProjection
-from sessionstore.projections._base import fold
+from sessionstore.projections._base import Projection, fold
 from sessionstore.projections._digest import TranscriptDigestProjection
 from sessionstore.projections._file_history import FileHistoryProjection
 from sessionstore.projections._transcript import TranscriptProjection
@@ -147,7 +148,8 @@ def test_a_tampered_event_is_reported_with_its_seq(store: sessionstore.SessionSt
 def _put_stale(store: sessionstore.SessionStore, sid: str, tokenizer: str) -> int:
     """A snapshot labelled with the head's seq that holds the state of three events earlier."""
     last = store.last_seq(sid)
-    for projection in (ApiContextProjection(), TranscriptProjection()):
+    projections: tuple[Projection[Any], ...] = (ApiContextProjection(), TranscriptProjection())
+    for projection in projections:
         state = fold(projection, store.read(sid, 1, last - 3))
         record = SnapshotRecord(
             sid, projection.name, projection.version, tokenizer, last, projection.dump(state)
@@ -268,7 +270,8 @@ def _put_beyond_head(store: sessionstore.SessionStore, sid: str, tokenizer: str,
     """Snapshots of today's state, labelled ``ahead`` seqs past the log's last event: what a
     truncated tail, or a row written straight into the snapshots table, leaves behind."""
     last = store.last_seq(sid)
-    for projection in (ApiContextProjection(), TranscriptProjection()):
+    projections: tuple[Projection[Any], ...] = (ApiContextProjection(), TranscriptProjection())
+    for projection in projections:
         state = fold(projection, store.read(sid))
         store.put_snapshot(
             SnapshotRecord(

@@ -13,6 +13,7 @@ that is already at this version reads its version row and never needs Alembic.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 from pathlib import Path
@@ -77,10 +78,17 @@ def migration_tables() -> StoreTables:
 
 def known_revisions() -> list[str]:
     """The revisions of the migration scripts shipped with this version, oldest first."""
+    return list(_shipped_revisions())
+
+
+@functools.cache
+def _shipped_revisions() -> tuple[str, ...]:
+    # Read once per process: the scripts are part of the installed package, and Alembic
+    # compiles every one of them to walk them (a third of a migration's time).
     from alembic.script import ScriptDirectory
 
     scripts = ScriptDirectory.from_config(alembic_config())
-    return [script.revision for script in reversed(list(scripts.walk_revisions()))]
+    return tuple(script.revision for script in reversed(list(scripts.walk_revisions())))
 
 
 #: The sync driver of each async driver ``open_async_store`` uses.
