@@ -43,6 +43,14 @@ settings.register_profile(
     "explore", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker is given COLUMNS=80 and LINES=24 (the size of no terminal: its
+    output is a pipe); the CLI's output off a terminal must be as wide there as in one process."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under ``SESSIONSTORE_EXPECT_INSTALLED`` (a virtualenv's folder), refuse to test any
     sessionstore but the one installed there: .ci/run tests the built wheel that way."""
