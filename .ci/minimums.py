@@ -34,7 +34,8 @@ def lowest(requirement: str) -> str | None:
 
 
 def main(extras: list[str]) -> None:
-    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text())["project"]
     extras_only = "--extras-only" in extras
     extras = [extra for extra in extras if extra != "--extras-only"]
     requirements = [] if extras_only else list(project["dependencies"])
