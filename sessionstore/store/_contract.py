@@ -1257,7 +1257,8 @@ class SessionStore(abc.ABC):
         self, older_than: timedelta, *, now: datetime | None = None, tenant: str | None = None
     ) -> RetentionPlan:
         """Which sessions a retention of ``older_than`` (since their last activity) erases, and
-        which it keeps because a fork or child of theirs is still active."""
+        which it keeps because a fork or child of theirs is still active (or was shredded
+        before and still names them)."""
 
     @abc.abstractmethod
     def purge_expired(

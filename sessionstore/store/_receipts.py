@@ -79,8 +79,8 @@ class RetentionPlan:
     Attributes:
         expired: sessions whose last activity is before the cutoff, in erasure groups: a
             session and every fork or child of it (all expired too) are erased together.
-        kept: expired sessions kept because a fork or child of theirs is still active,
-            mapped to those active descendants.
+        kept: expired sessions kept because a fork or child of theirs is still active, or
+            was shredded before and still names them, mapped to those descendants.
         receipts: the erasures done (empty for a dry run).
     """
 
