@@ -11,11 +11,11 @@ import contextlib
 import io
 import json
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from .._paths import write_beside
 from ..errors import MissingDependencyError, ValidationError
 
 if TYPE_CHECKING:  # the parser is built without them (a fast --help)
@@ -205,8 +205,22 @@ def write_image(timeline: TokenTimeline, path: Path) -> None:
 def _write_whole(path: Path, data: bytes) -> None:
     """``data`` into ``path``, whole or not at all: a fsynced temp file beside it, renamed over
     it. A full disk leaves the file as it was, with no temp beside it, and names ``path``."""
-    temp = write_beside(str(path), [data], "plot-tmp")
+    temp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.plot-tmp")
     try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 through the umask
+    except OSError as e:  # a missing or read-only folder: say so of the target, not of the temp
+        raise type(e)(e.errno, e.strerror, str(path)) from None
+    try:
+        # Unbuffered: a write cut short (a full disk) must fail here, naming the file, not in
+        # the close, whose error would replace the named one.
+        with os.fdopen(fd, "wb", buffering=0) as f:
+            try:
+                unwritten = memoryview(data)
+                while unwritten:
+                    unwritten = unwritten[f.write(unwritten) :]
+                os.fsync(f.fileno())
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, str(path)) from None
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
