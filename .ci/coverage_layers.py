@@ -4,9 +4,10 @@
 (``.coverage``, from ``pytest --cov``) and prints, for each layer (the first folder under
 sessionstore/; the modules at its top are ``(package)``), statements, branches and the
 percentage coverage.py reports (statements and branches together). The floors below are what
-the suite measured when they were set (2026-12), less half a point for the paths concurrency
-tests take differently from run to run, rounded down to a half: a change that leaves more of a
-layer untested fails CI; raise a floor when a layer's tests grow.
+the suite measured when they were set (the lower of two CI runs, 2026-12), less a point for
+the paths concurrency tests take differently from run to run (up to 0.6 seen), rounded down to
+a half: a change that leaves more of a layer untested fails CI; raise a floor when a
+layer's tests grow. A layer with no measured statements fails too (the data is not this tree's).
 
 Only this process's tracing is counted: the command line run in subprocesses (``sessionstore
 ...`` in the CLI tests) is measured where the same code is called in-process.
@@ -24,22 +25,22 @@ import coverage
 
 #: The lowest coverage (percent) each layer may fall to.
 FLOORS = {
-    "(package)": 94.5,
-    "_telemetry": 95.0,
-    "agent": 91.5,
-    "audit": 93.0,
-    "bridges": 93.0,
-    "checkpoints": 94.5,
-    "claude_code": 93.5,
+    "(package)": 94.0,
+    "_telemetry": 94.5,
+    "agent": 91.0,
+    "audit": 92.5,
+    "bridges": 92.0,
+    "checkpoints": 94.0,
+    "claude_code": 92.5,
     "cli": 85.5,
-    "events": 95.5,
-    "pipeline": 94.5,
-    "projections": 84.0,
-    "serve": 96.0,
-    "store": 92.5,
+    "events": 96.0,
+    "pipeline": 94.0,
+    "projections": 94.5,
+    "serve": 95.5,
+    "store": 93.0,
 }
 #: The lowest coverage of the whole package.
-TOTAL_FLOOR = 91.5
+TOTAL_FLOOR = 92.5
 
 
 def _layer(path: Path, package: Path) -> str:
@@ -75,7 +76,7 @@ def main(datafile: str = ".coverage") -> int:
         total = [a + b for a, b in zip(total, (stmts, miss, branches, bmiss), strict=True)]
         percent = _percent(stmts, miss, branches, bmiss)
         floor = FLOORS.get(name)
-        if floor is None or percent < floor:
+        if floor is None or percent < floor or stmts == 0:
             failed.append(name)
         shown = "-" if floor is None else f"{floor:.1f}"
         print(f"{name:<14} {stmts:>7} {miss:>6} {branches:>7} {bmiss:>6} {percent:>6.1f}% {shown:>6}")
