@@ -14,12 +14,13 @@ Without ``pg_dump`` the PostgreSQL schemas are migrated as before.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import os
 import shutil
 import sqlite3
 import subprocess
 import tempfile
-import threading
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -31,27 +32,24 @@ import sessionstore
 
 __all__ = ["copy_migrated_sqlite", "fill_migrated_schema", "schema_is_empty"]
 
-_LOCK = threading.Lock()
-_SQLITE: dict[str, Path] = {}
-_POSTGRES: dict[str, str | None] = {}
 _PLACEHOLDER = "sessionstore_template_schema"
 
 
 def copy_migrated_sqlite(path: Path) -> None:
     """Make ``path`` (which must not exist) a copy of a freshly migrated SQLite file."""
-    with _LOCK:
-        template = _SQLITE.get("file")
-        if template is None:
-            folder = Path(tempfile.mkdtemp(prefix="sessionstore-template-"))
-            atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            template = folder / "migrated.db"
-            sessionstore.open_store(template, migrate=True, token_counter=None).close()
-            # Everything in the main file: the copy needs no -wal beside it.
-            with sqlite3.connect(template) as conn:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            conn.close()
-            _SQLITE["file"] = template
-    shutil.copyfile(template, path)
+    shutil.copyfile(_migrated_sqlite_file(), path)
+
+
+@functools.cache
+def _migrated_sqlite_file() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="sessionstore-template-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    template = folder / "migrated.db"
+    sessionstore.open_store(template, migrate=True, token_counter=None).close()
+    # Everything in the main file: the copy needs no -wal beside it.
+    with contextlib.closing(sqlite3.connect(template)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return template
 
 
 def _pg_dump() -> str | None:
@@ -62,6 +60,7 @@ def _pg_dump() -> str | None:
     return str(installed[-1]) if installed else shutil.which("pg_dump")
 
 
+@functools.cache
 def _migrated_schema_sql(base_url: str) -> str | None:
     """The SQL that rebuilds a migrated schema (named ``_PLACEHOLDER``), or None without pg_dump."""
     dump = _pg_dump()
@@ -107,11 +106,7 @@ def schema_is_empty(admin: Engine, schema: str) -> bool:
 
 def fill_migrated_schema(admin: Engine, schema: str) -> bool:
     """Give the empty ``schema`` a migrated store's tables; False when it must be migrated instead."""
-    base_url = admin.url.render_as_string(hide_password=False)
-    with _LOCK:
-        if base_url not in _POSTGRES:
-            _POSTGRES[base_url] = _migrated_schema_sql(base_url)
-        sql = _POSTGRES[base_url]
+    sql = _migrated_schema_sql(admin.url.render_as_string(hide_password=False))
     if sql is None:
         return False
     raw = admin.raw_connection()
