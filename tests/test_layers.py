@@ -1,8 +1,8 @@
 """The package's folders are its layers, and no module imports from a layer above its own.
 
 errors <- _paths <- events <- store <- projections <- pipeline <- agent, checkpoints, claude_code,
-audit, bridges <- serve <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling
-layers (agent, checkpoints, claude_code, audit, bridges) do not import each other.
+audit <- bridges <- serve <- cli, and the facade (sessionstore/__init__.py) above them all. Sibling
+layers (agent, checkpoints, claude_code, audit) do not import each other.
 docs/architecture.md draws the same picture.
 """
 
@@ -27,11 +27,13 @@ RANK = {
     "checkpoints": 6,
     "claude_code": 6,
     "audit": 6,
-    "bridges": 6,  # other frameworks' session backends; each imports its framework lazily
-    "serve": 7,  # the HTTP JSON API and viewer: a client of the layers, behind the serve extra
-    "cli": 8,  # the command line, which starts the server too
-    "__init__": 9,  # the facade
-    "__main__": 9,  # python -m sessionstore: runs the cli
+    # Other frameworks' session backends; each imports its framework lazily. Above claude_code:
+    # the Claude Agent SDK's store mirrors Claude Code transcripts through it.
+    "bridges": 7,
+    "serve": 8,  # the HTTP JSON API and viewer: a client of the layers, behind the serve extra
+    "cli": 9,  # the command line, which starts the server too
+    "__init__": 10,  # the facade
+    "__main__": 10,  # python -m sessionstore: runs the cli
 }
 
 
@@ -93,7 +95,7 @@ def _violations(source: str, module: str, is_package: bool = False) -> list[str]
 @pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_imports_from_a_layer_above_or_beside_it(path: Path) -> None:
     """errors <- _paths <- events <- store <- projections <- pipeline <- the siblings (agent,
-    checkpoints, claude_code, audit, bridges) <- cli."""
+    checkpoints, claude_code, audit) <- bridges <- serve <- cli."""
     assert _violations(path.read_text(), _module_of(path), path.name == "__init__.py") == []
 
 
@@ -121,6 +123,9 @@ def test_sibling_layers_do_not_import_each_other() -> None:
     assert _violations("from ..checkpoints import FileHistory", "sessionstore.agent._example") != []
     assert _violations("from ..agent import Conversation", "sessionstore.checkpoints._example") != []
     assert _violations("from ..audit import audit", "sessionstore.claude_code._example") != []
+    # The bridges build on claude_code (the Claude Agent SDK's store), never the other way.
+    assert _violations("from ..claude_code import TranscriptMirror", "sessionstore.bridges.x._example") == []
+    assert _violations("from ..bridges import x", "sessionstore.claude_code._example") != []
 
 
 def _private_imports(source: str, module: str, is_package: bool = False) -> list[str]:

@@ -16,17 +16,23 @@ from ._import import (
     SkippedLine,
     import_claude_code,
 )
+from ._mirror import MIRROR_KEY, ClientState, MirroredTranscript, MirrorFamily, TranscriptMirror
 from ._sent import SentComparison, SentRequest, compare_all_sent, compare_sent, sent_requests
 
 __all__ = [
     "ClaudeCodeFollower",
+    "ClientState",
     "ExportedFile",
     "FollowReport",
     "ImportReport",
     "ImportedSession",
+    "MIRROR_KEY",
+    "MirrorFamily",
+    "MirroredTranscript",
     "SentComparison",
     "SentRequest",
     "SkippedLine",
+    "TranscriptMirror",
     "compare_all_sent",
     "compare_sent",
     "export_claude_code",

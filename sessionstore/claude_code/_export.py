@@ -624,6 +624,24 @@ def iter_claude_code(store: SessionStore, session_id: str) -> Iterator[str]:
     return _lines(_index(store, session_id))
 
 
+def imported_lines(store: SessionStore, session_id: str) -> list[str]:
+    """The lines an import wrote to the session, by number (``""`` for a number with no line):
+    ``export_claude_code`` without the lines made for events appended since.
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    index = _index(store, session_id)
+    with _reading_payloads(store, session_id):
+        return list(_source_lines(index))
+
+
+def transcript_line(entry: dict[str, Any]) -> str:
+    """``entry`` as Claude Code writes a transcript line (JSON.stringify: compact, non-ASCII
+    kept, key order kept, JavaScript's numbers), without the newline."""
+    return _dump(entry)
+
+
 def export_claude_code(store: SessionStore, session_id: str) -> list[str]:
     """The session as Claude Code JSONL lines, without newlines.
 

@@ -12,9 +12,11 @@ A line is settled when importing it now gives the same events a later import of 
 would give. The follower holds a line back while:
 
 * it is not complete: no newline yet (Claude Code is still writing it);
-* the file has no assistant line with a real model yet (the session's model comes from it);
+* the file has no settled assistant line with a real model yet (the session's model comes
+  from it);
 * it belongs to an API response that may still grow (no ``stop_reason`` on any of its chunks,
-  and nothing but its own chunks and tool results after it): the usage comes from its last chunk;
+  and nothing but its own chunks and its tools' results and progress after it), or one with a
+  chunk held back: the usage comes from its last chunk;
 * it calls a tool whose result is not in the file yet, unless a sub-agent transcript that this
   call spawned is ready: the sub-agent's link event goes right after the call;
 * it is a ``compact_boundary`` whose summary line (or a message it keeps) is not written yet.
@@ -38,6 +40,7 @@ from .._paths import check_paths, open_regular_file
 from ..errors import ValidationError
 from ..store._contract import SessionStore, check_number, check_waiting
 from ._import import (
+    Identity,
     ImportReport,
     SkippedLine,
     _bad_line,
@@ -105,6 +108,8 @@ class _Scan:
     settled: int = 0  # lines 1..settled may be imported
     tool_uses: dict[str, int] = field(default_factory=dict)  # settled tool calls -> line
     agents_named: set[str] = field(default_factory=set)  # agent ids named by settled results
+    #: Who it is, when the caller says so (lines mirrored, not a file): see ``Identity``.
+    identity: Identity | None = None
 
 
 class ClaudeCodeFollower:
@@ -182,7 +187,7 @@ class ClaudeCodeFollower:
             if scan is not None:
                 scans[path] = scan
                 touched.add(scan.file.session_id)
-        _settle([scan for scan in scans.values() if scan.file.session_id in touched])
+        settle([scan for scan in scans.values() if scan.file.session_id in touched])
         batch = self._batch(scans)
         report = self._import(batch) if batch else None
         # Only now: a poll that failed is tried again by the next one.
@@ -225,15 +230,7 @@ class ClaudeCodeFollower:
         # Reported by the poll that first imports past it, not again by every later one.
         done = self._lines_imported.get(scan.path, 0)
         skipped.extend(line for line in bad if line.line > done)
-        lines = scan.file.lines
-        lines = lines[: bisect.bisect_right(lines, settled, key=lambda line: line.number)]
-        whole = scan.file.index
-        index = _FileIndex(
-            {key: value for key, value in whole.tool_uses.items() if value[0] <= settled},
-            {key: value for key, value in whole.agent_results.items() if value[1] <= settled},
-            [line for line in whole.persisted if line.number <= settled],
-        )
-        return _file_of(scan.path, lines, index, skipped, scan.optional, scan.heads.upto(settled))
+        return settled_file(scan, skipped)
 
     @property
     def held(self) -> int:
@@ -264,28 +261,7 @@ class ClaudeCodeFollower:
         except OSError as e:
             msg = f"{path}: cannot read: {e.strerror or e}"
             raise ValidationError(msg, field="path") from e
-        complete = raw.rfind(b"\n") + 1  # never half a line: the rest is still being written
-        if kept is not None and grown:
-            # The file grew (Claude Code only appends): only the new lines are read.
-            lines, index, ends = list(kept.file.lines), _copy_index(kept.file.index), list(kept.ends)
-            bad, folds, heads = list(kept.bad), kept.folds.copy(), kept.heads.copy()
-        else:  # new, or rewritten: read whole
-            lines, index, ends, bad, folds, heads = [], _FileIndex(), [], [], Folds(), _Heads()
-        at = ends[-1] if ends else 0
-        data = bytes(raw[at:complete])
-        # Read leniently here: a malformed complete line is the import's to report (or skip).
-        added = _read_lines(path, True, bad, index, data, first=len(ends) + 1)
-        folds.add(added)
-        heads.add(added)
-        lines += added
-        for line in data.split(b"\n")[:-1]:
-            at += len(line) + 1
-            ends.append(at)
-        try:
-            file = _file_of(path, lines, index, [], optional, heads.upto(len(ends)))
-        except ValidationError:
-            return None  # a sub-agent manifest being written: the next poll reads it whole
-        return _Scan(path, optional, raw, file, ends, bad, folds, heads)
+        return scan_bytes(path, optional, raw, kept if grown else None)
 
     def _batch(self, scans: dict[Path, _Scan]) -> list[_Scan]:
         """The files whose settled prefix grew, with the main transcript of each sub-agent among them."""
@@ -300,6 +276,50 @@ class ClaudeCodeFollower:
             and id(s) not in map(id, grown)
         ]
         return mains + grown
+
+
+def scan_bytes(
+    path: Path, optional: bool, raw: bytearray, kept: _Scan | None, identity: Identity | None = None
+) -> _Scan | None:
+    """The transcript whose bytes are ``raw`` (the complete lines, then maybe the start of one
+    being written), read: whole, or only past the lines of ``kept`` (a scan of its start, whose
+    buffer ``raw`` grew). None: a sub-agent manifest being written (read it again later).
+    ``identity``: who it is, when the caller says so (its lines are not asked)."""
+    complete = raw.rfind(b"\n") + 1  # never half a line: the rest is still being written
+    if kept is not None:  # the file grew (Claude Code only appends): only the new lines are read
+        lines, index, ends = list(kept.file.lines), _copy_index(kept.file.index), list(kept.ends)
+        bad, folds, heads = list(kept.bad), kept.folds.copy(), kept.heads.copy()
+    else:  # new, or rewritten: read whole
+        lines, index, ends, bad, folds, heads = [], _FileIndex(), [], [], Folds(), _Heads()
+    at = ends[-1] if ends else 0
+    data = bytes(raw[at:complete])
+    # Read leniently here: a malformed complete line is the import's to report (or skip).
+    added = _read_lines(path, True, bad, index, data, first=len(ends) + 1)
+    folds.add(added)
+    heads.add(added)
+    lines += added
+    for line in data.split(b"\n")[:-1]:
+        at += len(line) + 1
+        ends.append(at)
+    try:
+        file = _file_of(path, lines, index, [], optional, heads.upto(len(ends)), identity)
+    except ValidationError:
+        return None  # a sub-agent manifest being written: the next poll reads it whole
+    return _Scan(path, optional, raw, file, ends, bad, folds, heads, identity=identity)
+
+
+def settled_file(scan: _Scan, skipped: list[SkippedLine]) -> _File:
+    """The settled prefix of ``scan`` as the importer reads it, from the lines already parsed."""
+    settled = scan.settled
+    lines = scan.file.lines
+    lines = lines[: bisect.bisect_right(lines, settled, key=lambda line: line.number)]
+    whole = scan.file.index
+    index = _FileIndex(
+        {key: value for key, value in whole.tool_uses.items() if value[0] <= settled},
+        {key: value for key, value in whole.agent_results.items() if value[1] <= settled},
+        [line for line in whole.persisted if line.number <= settled],
+    )
+    return _file_of(scan.path, lines, index, skipped, scan.optional, scan.heads.upto(settled), scan.identity)
 
 
 def _read_grown(path: Path, kept: _Scan | None) -> tuple[bytearray, bool]:
@@ -345,7 +365,7 @@ def _stamp(path: Path) -> tuple[int, int]:
 # --- settling ------------------------------------------------------------------------------
 
 
-def _settle(scans: list[_Scan]) -> None:
+def settle(scans: list[_Scan]) -> None:
     """Set each scan's settled line count (see the module docstring for the rules)."""
     agents = [s for s in scans if s.file.is_agent]
     ready: set[str] = set()  # tool calls and agent ids of sub-agents with settled lines
@@ -439,14 +459,21 @@ def _settle_file(scan: _Scan, ready: set[str]) -> None:
         scan.agents_named = set()
         return
     settled = len(scan.ends)
+    first_chunk: dict[str, int] = {}  # API response -> the line of its first chunk
     for line, facts in zip(scan.file.lines, folds.facts, strict=True):
         if facts is None:
             continue  # nothing in it can hold it back
+        if facts.api_id is not None:
+            first_chunk.setdefault(facts.api_id, line.number)
         if _held(facts, folds, ready):
-            settled = line.number - 1
+            # A response's chunks settle together: its usage is its last chunk's.
+            settled = (first_chunk[facts.api_id] if facts.api_id is not None else line.number) - 1
             break
         for tool, _ in facts.calls:
             scan.tool_uses[tool] = line.number
+    scan.tool_uses = {tool: number for tool, number in scan.tool_uses.items() if number <= settled}
+    if settled < folds.model_line:  # the session's first event names the model of that line
+        settled, scan.tool_uses = 0, {}
     scan.settled = settled
     scan.agents_named = {agent for number, agent in folds.named if number <= settled}
 

@@ -230,6 +230,21 @@ class _FileIndex:
             self.persisted.append(line)
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Which transcript some lines are, when the caller knows it and they are no file on disk
+    (the Claude Agent SDK's mirrored entries): its lines are then not asked who they are, and
+    nothing beside it is read (no manifest, no sidecar)."""
+
+    #: Claude Code's sessionId (of the main transcript, for a sub-agent too).
+    session_id: str
+    #: The store session its events go to.
+    store_id: str
+    #: A sub-agent's id (None: the main transcript) and its manifest.
+    agent_id: str | None = None
+    meta: dict[str, Any] | None = None
+
+
 @dataclass
 class _File:
     path: Path
@@ -240,6 +255,10 @@ class _File:
     meta: dict[str, Any] | None
     optional: bool  # a flat sibling found beside a main file: kept only if it belongs to it
     index: _FileIndex = field(default_factory=_FileIndex)
+    #: The store session it goes to, when the caller chose it (``Identity``); None: derived.
+    store_id: str | None = None
+    #: Lines given by the caller, not read from ``path``: nothing is read beside it.
+    virtual: bool = False
 
 
 def _is_stub(content: object) -> bool:
@@ -334,10 +353,26 @@ def _file_of(
     skipped: list[SkippedLine],
     optional: bool,
     heads: tuple[str | None, str | None, bool, bool] | None = None,
+    identity: Identity | None = None,
 ) -> _File:
     """The transcript made of ``lines`` (read, and indexed into ``index``): which session, which
     sub-agent (``heads``: what ``_Heads.upto`` says of them, gathered as they were read), with
-    its manifest read."""
+    its manifest read; or the one ``identity`` says it is."""
+    if identity is not None:
+        agent_id = identity.agent_id
+        is_agent = agent_id is not None
+        return _File(
+            path,
+            lines,
+            identity.session_id,
+            agent_id,
+            is_agent,
+            identity.meta,
+            optional,
+            index,
+            store_id=identity.store_id,
+            virtual=True,
+        )
     if heads is None:
         gathered = _Heads()
         gathered.add(lines)
@@ -638,6 +673,10 @@ class _Plan:
     last_seq: int = 0
     #: The ids of the events this round writes, in order (they follow ``last_seq``).
     written: list[str] = field(default_factory=list)
+    #: The session's last seq as the caller last saw it (0: not created), checked before
+    #: anything is written: a session another writer moved on raises ``ConcurrencyError``.
+    #: None: not checked (an import is no error when another wrote the same lines first).
+    expected_last: int | None = None
 
 
 @dataclass
@@ -1167,6 +1206,8 @@ def _sidecar(
     the file must be a regular file under the transcript's folder, not a symlink.
     """
     file = plan.file
+    if file.virtual:
+        return None  # no folder beside it: its stub stays a stub
 
     def not_read(sidecar: Path, reason: str) -> None:
         skipped.append(SkippedLine(str(file.path), line.number, f"sidecar {sidecar} not read: {reason}"))
@@ -1337,7 +1378,7 @@ def _plans(files: list[_File], store: SessionStore) -> list[_Plan]:
     for file in files:
         if file.is_agent:
             continue
-        plan = _Plan(file, _main_session_id(file))
+        plan = _Plan(file, file.store_id or _main_session_id(file))
         key = file.session_id or plan.session_id
         if key in mains:
             msg = (
@@ -1360,7 +1401,7 @@ def _plans(files: list[_File], store: SessionStore) -> list[_Plan]:
         if agent_id in agents:
             msg = f"{file.path}: sub-agent {agent_id} of session {main.session_id} appears twice"
             raise ValidationError(msg, field="path")
-        plan = _Plan(file, _child_session_id(main.session_id, agent_id), main.session_id)
+        plan = _Plan(file, file.store_id or _child_session_id(main.session_id, agent_id), main.session_id)
         # The compaction agent re-emits the parent to summarize it (FORMAT.md 6.5): kept, as
         # what it is, so it never counts as a sub-agent's work.
         plan.query_source = "compact" if agent_id.startswith("acompact") else "subagent"
@@ -1539,6 +1580,7 @@ def _session_write(
     except SessionNotFoundError:
         if plan.stored:  # pragma: no cover - checked when planning
             raise
+        _check_expected(plan, 0)
         plan.known, plan.last_seq = {}, 0
         metadata = {"source": SOURCE, "file": str(plan.file.path)}
         write = SessionWrite(
@@ -1568,12 +1610,18 @@ def _session_write(
         known = {}
     known.update((recorded.event_id, recorded.seq) for recorded in stored)
     last = stored[-1].seq if stored else plan.last_seq if plan.resumed else 0
+    _check_expected(plan, last)
     plan.known, plan.last_seq = known, last
     del stored
     # A transcript that grew since (Claude Code appends on resume) adds its new lines only. A
     # listing line stored before listings were read stays what it became (no delta at the end).
     new = _resolve_kept_from(plan, tally.count(events, known, plan.listing_lines), known)
     return SessionWrite(plan.session_id, _written(plan, new), expected_seq=last), tally, False
+
+
+def _check_expected(plan: _Plan, last: int) -> None:
+    if plan.expected_last is not None and last != plan.expected_last:
+        raise ConcurrencyError(plan.session_id, plan.expected_last, last)
 
 
 def _written(plan: _Plan, events: Iterable[Event]) -> Iterator[Event]:
@@ -1595,6 +1643,7 @@ def _write(
     owner: _Owner,
     convert: Callable[[_Plan, list[SkippedLine]], Iterator[Event]],
     skipped: list[SkippedLine],
+    also: Sequence[SessionWrite] = (),
 ) -> list[tuple[int, int, bool]]:
     """Write every session of the import in ONE transaction; per plan (its events, events
     written, created).
@@ -1603,7 +1652,8 @@ def _write(
     (``SessionStore.write_streamed``): all or nothing, so a line that fails to convert, or a
     sub-agent that cannot be written, leaves no main session behind linking to it. Another
     import of the same files that commits first is no error: the next round finds its sessions
-    stored (and converts the files again).
+    stored (and converts the files again). ``also``: writes of the caller's own that go in the
+    same transaction.
     """
     for plan in plans:
         if not plan.stored:
@@ -1615,7 +1665,7 @@ def _write(
             # Every line was checked by the first pass (strict decoder, depth, surrogates): the
             # store need not walk the events' values again.
             store.write_streamed(
-                [write for write, _, _ in planned], batch_size=_WRITE_BATCH, json_checked=True
+                [write for write, _, _ in planned] + list(also), batch_size=_WRITE_BATCH, json_checked=True
             )
         except (SessionExistsError, ConcurrencyError):
             if round_ == _WRITE_ROUNDS:
@@ -1795,16 +1845,22 @@ def _import_files(
     owner: _Owner,
     snapshot: bool = True,
     resume: dict[Path, _Resume] | None = None,
+    expected: Mapping[str, int] | None = None,
+    also: Sequence[SessionWrite] = (),
 ) -> ImportReport:
     """Convert and write files already read (the follower passes the settled prefix of each,
     and no ``snapshot``: it writes a little at a time, and readers snapshot as they go).
 
     ``resume``: where an earlier import of each file left off (taken), and where this one does
     (put back once written): a file grown since converts only the lines it gained.
+    ``expected``: store session -> its last seq as the caller saw it (see
+    ``_Plan.expected_last``). ``also``: the caller's writes, in the same transaction.
     """
     read = sum(len(f.lines) for f in files)
     shown = _Progress(progress, read, 2 * read)
     plans = _plans(files, store)
+    for plan in plans:
+        plan.expected_last = None if expected is None else expected.get(plan.session_id)
     if resume is not None:
         for plan in plans:
             kept = resume.pop(plan.file.path, None)
@@ -1815,7 +1871,7 @@ def _import_files(
     def convert(plan: _Plan, converted: list[SkippedLine]) -> Iterator[Event]:
         return _plan_events(plan, count_text, skip_bad_lines, converted, shown.add)
 
-    written = _write(store, plans, owner, convert, skipped)
+    written = _write(store, plans, owner, convert, skipped, also)
     if resume is not None:
         resume.update((plan.file.path, _resume_of(plan)) for plan in plans if plan.converter is not None)
     imported = [

@@ -98,7 +98,7 @@ class Folds:
     #: API message id -> the place of its last chunk; those with a stop_reason on a chunk.
     last_chunk: dict[str, int] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)
-    #: The place of the last line that is not tool results only (-1: none).
+    #: The place of the last line that is neither tool results only nor written mid-response.
     last_other: int = -1
     #: (agentId, status) of every line's ``toolUseResult`` that is an object.
     agent_results: list[tuple[object, object]] = field(default_factory=list)
@@ -106,6 +106,8 @@ class Folds:
     task_texts: list[str] = field(default_factory=list)
     #: Each line's facts (None: nothing in it can hold it back), by place.
     facts: list[LineFacts | None] = field(default_factory=list)
+    #: The first line whose assistant message names a real model (0: none yet).
+    model_line: int = 0
 
     def copy(self) -> Folds:
         """A copy to add lines to, leaving this one as it was (a poll that fails keeps it)."""
@@ -122,6 +124,7 @@ class Folds:
             list(self.agent_results),
             list(self.task_texts),
             list(self.facts),
+            self.model_line,
         )
 
     def add(self, lines: list[Line]) -> None:
@@ -134,7 +137,8 @@ class Folds:
             kind = entry.get("type")
             if message is not None and kind == "assistant":
                 model = message.get("model")
-                self.has_model = self.has_model or (isinstance(model, str) and model != _SYNTHETIC_MODEL)
+                if isinstance(model, str) and model != _SYNTHETIC_MODEL and not self.has_model:
+                    self.has_model, self.model_line = True, line.number
                 if isinstance(message.get("id"), str):
                     self.last_chunk[message["id"]] = place
                     if message.get("stop_reason") is not None:
@@ -146,7 +150,7 @@ class Folds:
                 and bool(content)
                 and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
             )
-            if not only_results:
+            if not only_results and not self._written_mid_response(entry):
                 self.last_other = place
             for block in blocks(entry, "tool_result"):
                 agent = agent_named_by(entry, block)
@@ -169,6 +173,16 @@ class Folds:
                 text = _text_of(message.get("content"))
                 if _TASK_ID in text:
                     self.task_texts.append(text)
+
+    def _written_mid_response(self, entry: dict[str, Any]) -> bool:
+        """Whether Claude Code writes such a line while a response's chunks still come (its
+        tool calls run as they stream): a tool's progress, a file-history snapshot before an
+        edit. Like a tool result, it does not say the response is complete; a Stop hook's
+        progress (no tool's) does."""
+        kind = entry.get("type")
+        if kind == "file-history-snapshot":
+            return True
+        return kind == "progress" and entry.get("parentToolUseID") in self.calls
 
     def complete(self, api_id: str) -> bool:
         """True when every chunk of the API response is written: one carries a stop_reason, or

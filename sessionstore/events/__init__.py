@@ -67,6 +67,7 @@ from ._langgraph import (
     LangGraphWrite,
     LangGraphWritesSaved,
 )
+from ._mirror import TranscriptLinesMirrored
 from ._openai_agents import (
     OpenAIAgentsItemPopped,
     OpenAIAgentsItemsAdded,
@@ -141,6 +142,7 @@ __all__ = [
     "SubagentStarted",
     "SubagentStatusRestored",
     "ToolResultPersisted",
+    "TranscriptLinesMirrored",
     "UsageRecorded",
     "line_uuid",
     "parse_event",
