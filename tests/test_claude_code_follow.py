@@ -326,7 +326,7 @@ def test_a_projects_root_followed_picks_up_project_folders_and_sessions_created_
         _append(path, line)
         follower.poll()
 
-    assert follower.waiting == ()
+    assert not follower.waiting
     assert _exists(store, SESSION) and _exists(store, AGENT_SESSION)
 
     billing = root / "-home-ada-billing"

@@ -482,3 +482,19 @@ def test_special_files_in_a_root_are_skipped_not_waited_on(tmp_path: Path, mem_s
         ("-home-ada-orders/agent-zero.jsonl", "a symlink leading out of the folder: skipped"),
         ("stray.jsonl", "not a regular file: skipped"),
     ]
+
+
+def test_a_root_that_cannot_be_listed_is_a_validation_error(
+    tmp_path: Path, mem_store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Permission denied on the root: an error naming it, not an OSError from deep inside."""
+    root = tmp_path / "projects"
+    root.mkdir()
+
+    def denied(self: Path) -> Iterator[Path]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "iterdir", denied)
+
+    with pytest.raises(ValidationError, match=rf"{root}: cannot list the folder: Permission denied"):
+        import_claude_code(mem_store, [root])

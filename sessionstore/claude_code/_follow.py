@@ -1,12 +1,12 @@
 """Follow Claude Code transcripts live: import each line once, as soon as it is settled.
 
-The follower polls the transcripts (files or project folders) and imports, through the importer
-itself, the *settled prefix* of each file. Event ids are derived from (session, line, part), so
-what the store already holds is never written again: the follower keeps nothing on disk, and a
-restarted follower (or one started late) resumes from the store. In memory it keeps, between
-polls, each file's parsed lines, what settling reads of them (``_settling``) and where the
-import's conversion left off (``_Resume``): a poll of a file that only grew reads, settles and
-converts its new lines only.
+The follower polls the transcripts (files, project folders or projects roots, whose new project
+folders it follows too) and imports, through the importer itself, the *settled prefix* of each
+file. Event ids are derived from (session, line, part), so what the store already holds is
+never written again: the follower keeps nothing on disk, and a restarted follower (or one
+started late) resumes from the store. In memory it keeps, between polls, each file's parsed
+lines, what settling reads of them (``_settling``) and where the import's conversion left off
+(``_Resume``): a poll of a file that only grew reads, settles and converts its new lines only.
 
 A line is settled when importing it now gives the same events a later import of the whole file
 would give. The follower holds a line back while:

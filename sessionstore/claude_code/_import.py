@@ -24,9 +24,12 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
   the same files is no error: whichever commits second finds the sessions stored. Each session
   written with at least ``snapshot_every`` events gets a snapshot of its API context after the
   commit (a snapshot that fails is logged, not an import error: the sessions are committed).
+* A path is a transcript file, a project folder, or a projects root (``~/.claude/projects``: a
+  folder holding no transcript, whose folders are project folders, each read as if named alone).
 * Only regular files are read, never through a FIFO or a device. In a folder, a special file or
-  a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
-  only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
+  a symlink leading out of the folder is skipped and reported (in a root, so is a project folder
+  linking out of it); a sidecar or manifest is read only under the transcript's folder, never
+  through a symlink (see ``docs/import-export.md``).
 """
 
 from __future__ import annotations
@@ -412,8 +415,13 @@ def _project_folders(root: Path, skipped: list[SkippedLine]) -> list[Path]:
     """The folders of a projects root (``~/.claude/projects``: one per working directory); a
     symlink leading out of the root is reported as skipped, and not looked into."""
     real_root = os.path.realpath(root)
+    try:
+        listed = sorted(root.iterdir())
+    except OSError as e:  # unlike glob, which sees nothing in a folder it cannot list
+        msg = f"{root}: cannot list the folder: {e.strerror or e}"
+        raise ValidationError(msg, field="path") from e
     folders = []
-    for folder in sorted(root.iterdir()):
+    for folder in listed:
         if not folder.is_dir():
             continue  # a stray file beside the project folders: no project
         if inside(os.path.realpath(folder), real_root):
@@ -1742,7 +1750,8 @@ def import_claude_code(
     user: str | None = None,
     on_file_read: FileReadCallback | None = None,
 ) -> ImportReport:
-    """Import Claude Code transcripts: files, or project folders (``~/.claude/projects/<dir>``).
+    """Import Claude Code transcripts: files, project folders (``~/.claude/projects/<dir>``), or
+    projects roots (``~/.claude/projects``: every project folder in it, as if each were named).
 
     A main transcript brings its sub-agents along (flat ``agent-*.jsonl`` siblings with the same
     ``sessionId``, and ``<sessionId>/subagents/**/agent-*.jsonl``). Every file is read and
@@ -1754,7 +1763,7 @@ def import_claude_code(
 
     Args:
         store: where the sessions go.
-        paths: transcript files and/or folders.
+        paths: transcript files, project folders and/or projects roots.
         skip_bad_lines: skip lines that are not JSON objects (and keep lines that cannot be
             modelled as opaque entries) instead of failing; each is reported in ``skipped``.
         progress: called with (lines done, lines in total) as the import advances.
@@ -1766,10 +1775,11 @@ def import_claude_code(
         What each file became, and every line skipped.
 
     Raises:
-        ValidationError: a path does not exist, a line is malformed (naming file and line;
-            nothing is written), a sub-agent's main session is missing, a session with the
-            same id exists that was not imported from Claude Code or belongs to another tenant
-            or user, or a bad tenant or user.
+        ValidationError: a path does not exist, a folder holds no transcript (nor does any
+            folder in it), two main transcripts have the same sessionId, a line is malformed
+            (naming file and line; nothing is written), a sub-agent's main session is missing,
+            a session with the same id exists that was not imported from Claude Code or belongs
+            to another tenant or user, or a bad tenant or user.
     """
     # Reading builds millions of small objects that all stay alive until written: the cyclic
     # collector would rescan them over and over (about a quarter of a large import's time).
