@@ -856,6 +856,25 @@ class TestCommandLine:
         assert f"skipped {path}:3: invalid JSON" in err
         assert "importing: 100%" in err
 
+    def test_a_root_imports_and_an_empty_folder_fails_saying_why(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``import ~/.claude/projects`` takes every project; a folder with no transcript exits 1."""
+        db = str(tmp_path / "cli.db")
+        self._run("db", "upgrade", "--db", db)
+        root, _ = _projects_root(tmp_path)
+        (tmp_path / "empty").mkdir()
+
+        code, out = self._run("import", "--db", db, str(root), "--json")
+        failed = self._run("import", "--db", db, str(tmp_path / "empty"))[0]
+
+        assert code == 0
+        assert len(json.loads(out)["sessions"]) == 6
+        assert failed == 1
+        assert f"sessionstore: {tmp_path / 'empty'}: no Claude Code transcripts in this folder" in (
+            capsys.readouterr().err
+        )
+
     def test_counts_by_kind(self, tmp_path: Path, mem_store: SessionStore) -> None:
         """Sanity: the event mix of the compaction transcript."""
         name = "entireio__cli__98-78b713483d-0-full.jsonl"
