@@ -43,6 +43,7 @@ from ._claude_cli import (
     run_claude,
     work_folder,
 )
+from ._claude_code_corpus import MAIN_FILES, corpus_file
 from .messages_api import MessagesAPIServer, Reply, prompt_too_long, text_message, tool_use_message
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude-code-2.1.332-agent"
@@ -301,6 +302,62 @@ def test_the_cli_follows_until_idle(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert sum(line["written"] for line in lines[:-1]) == lines[-1]["follow"]["written"] > 0
     with sessionstore.open_store(f"sqlite:///{db}") as store:
         _assert_as_imported_whole(store, folder)
+
+
+def _copy_corpus_main(name: str, folder: Path) -> str:
+    """A finished corpus session written into ``folder`` at once (as Claude Code names it); its id."""
+    _append(folder / f"{MAIN_FILES[name]}.jsonl", corpus_file(name).read_bytes())
+    return MAIN_FILES[name]
+
+
+def test_a_projects_root_followed_picks_up_project_folders_and_sessions_created_later(
+    store: SessionStore, tmp_path: Path
+) -> None:
+    """A daemon started before the first session: it waits, then follows each new project folder."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    follower = ClaudeCodeFollower(store, [root])
+
+    assert follower.poll() is None
+    assert follower.waiting == (root,)
+
+    orders = root / "-home-ada-orders"  # Claude Code's first session in a new working directory
+    for path, line in _writes(orders):
+        _append(path, line)
+        follower.poll()
+
+    assert not follower.waiting
+    assert _exists(store, SESSION) and _exists(store, AGENT_SESSION)
+
+    billing = root / "-home-ada-billing"
+    first_there = _copy_corpus_main("entireio__entire-graph__13-a55a80ec0f-2-full.jsonl", billing)
+    second_here = _copy_corpus_main("entireio__cli__9b-04c3d92e38-1-full.jsonl", orders)
+    follower.poll()
+
+    assert follower.held == 0
+    imported = _assert_as_imported_whole(store, root)
+    assert sorted(imported) == sorted([SESSION, AGENT_SESSION, first_there, second_here])
+
+
+def test_the_cli_says_what_it_waits_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder with no transcript yet, or a file not written yet, is followed, and said so on
+    stderr; a folder with transcripts is not."""
+    empty, later, project = tmp_path / "projects", tmp_path / f"{SESSION}.jsonl", tmp_path / "project"
+    empty.mkdir()
+    _write_whole(project, Path(f"{SESSION}.jsonl"))
+    db = tmp_path / "store.db"
+    assert main(["db", "upgrade", "--db", str(db)]) == 0
+    capsys.readouterr()
+
+    argv = [str(empty), str(later), str(project), "--until-idle", "0.05", "--poll-interval", "0.01"]
+    status = main(["import", "--db", str(db), "--follow", *argv])
+
+    assert status == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"sessionstore: no Claude Code transcript in {empty} yet (nor in a project folder in it): "
+        "waiting for it",
+        f"sessionstore: {later} does not exist yet: waiting for it",
+    ]
 
 
 # --- the real CLI, followed while it works ---------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -516,6 +517,83 @@ class TestSubagents:
         assert [(x["parent_tool_use_id"], x["agent_type"]) for x in links] == [("toolu_spawn", "Explore")]
 
 
+def _stored_events(store: SessionStore) -> dict[str, list[tuple[str, str, dict[str, Any]]]]:
+    """Every session's events, (event id, type, payload), by session id."""
+    return {
+        info.id: [(e.event_id, e.type, e.payload_dict()) for e in store.read(info.id)]
+        for info in store.list_sessions(limit=100)
+    }
+
+
+def _projects_root(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """``~/.claude/projects`` as Claude Code lays it out, and its project folders: one folder per
+    working directory, one with a session whose sub-agents are under ``<sessionId>/subagents/``."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    with_agents = modern_project(tmp_path).rename(root / "-home-ada-orders")
+    two_sessions = root / "-home-ada-billing"
+    two_sessions.mkdir()
+    for name in sorted(FIRST_FILES):
+        if MAIN_FILES[name] != PARENT_SESSION:
+            shutil.copyfile(corpus_file(name), two_sessions / f"{MAIN_FILES[name]}.jsonl")
+    return root, [with_agents, two_sessions]
+
+
+class TestProjectsRoot:
+    """``~/.claude/projects``: every project folder in it, each as if imported alone."""
+
+    def test_a_root_imports_every_project_as_importing_each_folder_would(
+        self, tmp_path: Path, store: SessionStore
+    ) -> None:
+        """The same sessions, sub-agents linked to their parents, event for event."""
+        root, projects = _projects_root(tmp_path)
+        report = import_claude_code(store, [root])
+        each = sessionstore.open_store(":memory:")
+        for project in projects:
+            import_claude_code(each, [project])
+
+        assert len(report.sessions) == 6
+        assert store.get_session(f"{PARENT_SESSION}.agent-1698e3ad").parent_session_id == PARENT_SESSION
+        assert _stored_events(store) == _stored_events(each)
+        assert report.skipped == ()
+        each.close()
+
+    def test_the_same_session_in_two_project_folders_is_refused_naming_both(
+        self, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """A transcript copied into another project folder: which copy to keep is the user's call."""
+        root, (orders, billing) = _projects_root(tmp_path)
+        copy = shutil.copyfile(orders / f"{PARENT_SESSION}.jsonl", billing / f"{PARENT_SESSION}.jsonl")
+
+        with pytest.raises(ValidationError) as refused:
+            import_claude_code(mem_store, [root])
+
+        assert str(orders / f"{PARENT_SESSION}.jsonl") in str(refused.value)
+        assert str(copy) in str(refused.value)
+        assert f"both main transcripts of session {PARENT_SESSION}: nothing imported" in str(refused.value)
+        assert mem_store.list_sessions() == []
+
+    @pytest.mark.parametrize("layout", ["empty", "empty project folders", "the folder above the root"])
+    def test_a_folder_with_no_transcript_is_refused_saying_where_it_looked(
+        self, layout: str, tmp_path: Path, mem_store: SessionStore
+    ) -> None:
+        """Never a silent import of nothing: the error names the folder and what was looked for."""
+        named = tmp_path / "named"
+        named.mkdir()
+        if layout == "empty project folders":
+            (named / "-home-ada-orders" / PARENT_SESSION / "tool-results").mkdir(parents=True)
+        elif layout == "the folder above the root":  # ~/.claude: the root is one level down
+            (named / "projects").mkdir()
+            modern_project(tmp_path).rename(named / "projects" / "-home-ada-orders")
+
+        with pytest.raises(ValidationError, match="no Claude Code transcripts in this folder") as refused:
+            import_claude_code(mem_store, [named])
+
+        assert str(refused.value).startswith(f"{named}: ")
+        assert "nor in any folder in it (a projects root, such as ~/.claude/projects)" in str(refused.value)
+        assert mem_store.list_sessions() == []
+
+
 class TestWhatLinesBecome:
     """Compaction, micro-compaction, file history, persisted outputs, streaming, unknown types."""
 
@@ -777,6 +855,25 @@ class TestCommandLine:
         err = capsys.readouterr().err
         assert f"skipped {path}:3: invalid JSON" in err
         assert "importing: 100%" in err
+
+    def test_a_root_imports_and_an_empty_folder_fails_saying_why(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``import ~/.claude/projects`` takes every project; a folder with no transcript exits 1."""
+        db = str(tmp_path / "cli.db")
+        self._run("db", "upgrade", "--db", db)
+        root, _ = _projects_root(tmp_path)
+        (tmp_path / "empty").mkdir()
+
+        code, out = self._run("import", "--db", db, str(root), "--json")
+        failed = self._run("import", "--db", db, str(tmp_path / "empty"))[0]
+
+        assert code == 0
+        assert len(json.loads(out)["sessions"]) == 6
+        assert failed == 1
+        assert f"sessionstore: {tmp_path / 'empty'}: no Claude Code transcripts in this folder" in (
+            capsys.readouterr().err
+        )
 
     def test_counts_by_kind(self, tmp_path: Path, mem_store: SessionStore) -> None:
         """Sanity: the event mix of the compaction transcript."""

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import sessionstore
 from sessionstore import SessionStore, ValidationError
 from sessionstore._paths import name_problem, read_regular_file
-from sessionstore.claude_code import import_claude_code, write_claude_code
+from sessionstore.claude_code import ImportReport, import_claude_code, write_claude_code
 from sessionstore.cli import main
 from sessionstore.errors import PathRefusedError
 
@@ -437,3 +437,64 @@ def test_read_regular_file_refuses_what_is_not_one(tmp_path: Path) -> None:
             read_regular_file(tmp_path / name, **options)  # type: ignore[arg-type]
 
     assert read_regular_file(tmp_path / "link", max_bytes=11) == b"x" * 11
+
+
+# --- import: a projects root (~/.claude/projects) -----------------------------------------------
+
+OTHER_SESSION = "0d6b1f3a-8c2e-4a5d-b7f9-3e1c0a9d2b4f"
+
+
+def _skips(report: ImportReport, root: Path) -> list[tuple[str, str]]:
+    return sorted((str(Path(s.path).relative_to(root)), s.reason) for s in report.skipped)
+
+
+def test_a_project_folder_linked_out_of_the_root_is_skipped(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A project folder is read only if it resolves under the root; a link inside it is one folder."""
+    root = tmp_path / "projects"
+    _main(root / "-home-ada-orders", SESSION)
+    _main(tmp_path / "elsewhere", OTHER_SESSION)
+    (root / "-home-ada-elsewhere").symlink_to(tmp_path / "elsewhere")
+    (root / "-home-ada-orders-again").symlink_to(root / "-home-ada-orders")
+
+    report = import_claude_code(mem_store, [root])
+
+    assert [(s.session_id, s.path) for s in report.sessions] == [
+        (SESSION, str(root / "-home-ada-orders" / "main.jsonl"))
+    ]
+    assert _skips(report, root) == [("-home-ada-elsewhere", "a symlink leading out of the folder: skipped")]
+
+
+@pytest.mark.timeout(30)
+def test_special_files_in_a_root_are_skipped_not_waited_on(tmp_path: Path, mem_store: SessionStore) -> None:
+    """A FIFO beside the project folders neither blocks nor hides them; those in a project are
+    skipped as in a project folder imported alone."""
+    root = tmp_path / "projects"
+    _main(root / "-home-ada-orders", SESSION)
+    os.mkfifo(root / "stray.jsonl")
+    os.mkfifo(root / "-home-ada-orders" / "agent-fifo.jsonl")
+    (root / "-home-ada-orders" / "agent-zero.jsonl").symlink_to("/dev/null")
+
+    report = import_claude_code(mem_store, [root])
+
+    assert [s.session_id for s in report.sessions] == [SESSION]
+    assert _skips(report, root) == [
+        ("-home-ada-orders/agent-fifo.jsonl", "not a regular file: skipped"),
+        ("-home-ada-orders/agent-zero.jsonl", "a symlink leading out of the folder: skipped"),
+        ("stray.jsonl", "not a regular file: skipped"),
+    ]
+
+
+def test_a_root_that_cannot_be_listed_is_a_validation_error(
+    tmp_path: Path, mem_store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Permission denied on the root: an error naming it, not an OSError from deep inside."""
+    root = tmp_path / "projects"
+    root.mkdir()
+
+    def denied(self: Path) -> Iterator[Path]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "iterdir", denied)
+
+    with pytest.raises(ValidationError, match=rf"{root}: cannot list the folder: Permission denied"):
+        import_claude_code(mem_store, [root])

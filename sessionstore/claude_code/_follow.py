@@ -1,12 +1,12 @@
 """Follow Claude Code transcripts live: import each line once, as soon as it is settled.
 
-The follower polls the transcripts (files or project folders) and imports, through the importer
-itself, the *settled prefix* of each file. Event ids are derived from (session, line, part), so
-what the store already holds is never written again: the follower keeps nothing on disk, and a
-restarted follower (or one started late) resumes from the store. In memory it keeps, between
-polls, each file's parsed lines, what settling reads of them (``_settling``) and where the
-import's conversion left off (``_Resume``): a poll of a file that only grew reads, settles and
-converts its new lines only.
+The follower polls the transcripts (files, project folders or projects roots, whose new project
+folders it follows too) and imports, through the importer itself, the *settled prefix* of each
+file. Event ids are derived from (session, line, part), so what the store already holds is
+never written again: the follower keeps nothing on disk, and a restarted follower (or one
+started late) resumes from the store. In memory it keeps, between polls, each file's parsed
+lines, what settling reads of them (``_settling``) and where the import's conversion left off
+(``_Resume``): a poll of a file that only grew reads, settles and converts its new lines only.
 
 A line is settled when importing it now gives the same events a later import of the whole file
 would give. The follower holds a line back while:
@@ -44,15 +44,16 @@ from ._import import (
     ImportReport,
     SkippedLine,
     _bad_line,
-    _discover,
     _File,
     _file_of,
     _FileIndex,
     _Heads,
     _import_files,
+    _named,
     _Owner,
     _read_lines,
     _Resume,
+    _unique,
 )
 from ._settling import Folds, LineFacts
 
@@ -117,8 +118,10 @@ class ClaudeCodeFollower:
 
     Args:
         store: where the sessions go.
-        paths: transcript files and/or project folders; a file or folder that does not exist
-            yet is waited for, as long as its parent folder exists.
+        paths: transcript files, project folders and/or projects roots (``~/.claude/projects``,
+            whose project folders may appear later); a file or folder that does not exist yet, or
+            a folder with no transcript yet, is waited for (``waiting``), as long as its parent
+            folder exists.
         skip_bad_lines, tenant, user: as for ``import_claude_code``.
     """
 
@@ -147,6 +150,9 @@ class ClaudeCodeFollower:
         self._resume: dict[Path, _Resume] = {}
         #: Whether the last poll found any transcript changed (a partial line growing counts).
         self.changed = False
+        #: The paths that named no transcript at the last poll: a folder with none in it yet (nor
+        #: in a project folder in it), a file not written yet.
+        self.waiting: tuple[Path, ...] = ()
         self.polls = 0
         self.imports = 0
         self.written = 0
@@ -242,15 +248,11 @@ class ClaudeCodeFollower:
         return FollowReport(self.polls, self.imports, self.written, tuple(self.sessions), self.held)
 
     def _found(self) -> list[tuple[Path, bool]]:
-        """Every transcript the paths name now (a folder may gain files at any time)."""
-        present = [path for path in self.paths if path.exists()]
-        found: list[tuple[Path, bool]] = []
-        for path in present:
-            try:
-                found.extend(_discover([path], []))
-            except ValidationError:
-                continue  # a folder with no transcript yet
-        return found
+        """Every transcript the paths name now: a folder may gain files, and a projects root
+        project folders, at any time."""
+        named = {path: _named(path, []) for path in self.paths}
+        self.waiting = tuple(path for path, files in named.items() if not files)
+        return _unique(file for files in named.values() for file in files)
 
     def _scan(self, path: Path, optional: bool) -> _Scan | None:
         kept = self._scans.get(path)
@@ -515,12 +517,14 @@ def follow_claude_code(
     tenant: str | None = None,
     user: str | None = None,
     on_import: Callable[[ImportReport], None] | None = None,
+    on_waiting: Callable[[Path], None] | None = None,
 ) -> FollowReport:
     """Import Claude Code transcripts as they are written, until stopped.
 
-    Polls ``paths`` (files and/or project folders, as for ``import_claude_code``) every
-    ``poll_interval`` seconds and imports each settled line exactly once (see
-    ``docs/import-export.md``, "Following live"). Stops after a last poll when ``stop`` is set,
+    Polls ``paths`` (files, project folders and/or projects roots, as for ``import_claude_code``;
+    a root's project folders created later are followed too) every ``poll_interval`` seconds
+    and imports each settled line exactly once (see ``docs/import-export.md``, "Following
+    live"). Stops after a last poll when ``stop`` is set,
     or when no transcript changed for ``until_idle`` seconds; without either it runs until
     interrupted (KeyboardInterrupt: every poll writes in one transaction, so nothing is half
     written).
@@ -530,6 +534,9 @@ def follow_claude_code(
         on_import: called with the report of every poll that wrote events; its ``skipped``
             names each skipped line once, except when a poll converts the file whole again (a
             rewrite, the parentUuid fallback, a retried write).
+        on_waiting: called, after the first poll, with each path that names no transcript yet
+            (a folder with none, a file not written yet): following it waits for them, which
+            the caller should say, since nothing else would.
 
     Raises:
         ValidationError: as ``import_claude_code`` (a malformed complete line), or a path whose
@@ -547,6 +554,9 @@ def follow_claude_code(
     last_change = time.monotonic()
     while True:
         report = follower.poll()
+        if follower.polls == 1 and on_waiting is not None:
+            for path in follower.waiting:
+                on_waiting(path)
         if follower.changed:
             last_change = time.monotonic()
         if report is not None and report.written and on_import is not None:

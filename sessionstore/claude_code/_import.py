@@ -24,9 +24,12 @@ mapping and its reasons are in ``docs/import-export.md``. In short:
   the same files is no error: whichever commits second finds the sessions stored. Each session
   written with at least ``snapshot_every`` events gets a snapshot of its API context after the
   commit (a snapshot that fails is logged, not an import error: the sessions are committed).
+* A path is a transcript file, a project folder, or a projects root (``~/.claude/projects``: a
+  folder holding no transcript, whose folders are project folders, each read as if named alone).
 * Only regular files are read, never through a FIFO or a device. In a folder, a special file or
-  a symlink leading out of the folder is skipped and reported; a sidecar or manifest is read
-  only under the transcript's folder, never through a symlink (see ``docs/import-export.md``).
+  a symlink leading out of the folder is skipped and reported (in a root, so is a project folder
+  linking out of it); a sidecar or manifest is read only under the transcript's folder, never
+  through a symlink (see ``docs/import-export.md``).
 """
 
 from __future__ import annotations
@@ -437,43 +440,109 @@ def _found_in(folder: Path, files: Iterable[Path], skipped: list[SkippedLine]) -
     return kept
 
 
-def _discover(paths: Iterable[str | Path], skipped: list[SkippedLine]) -> list[tuple[Path, bool]]:
-    """(file, optional) for every transcript named by ``paths``: files, or project folders.
+def _project_transcripts(folder: Path) -> list[Path]:
+    """What a project folder holds: ``<sessionId>.jsonl`` (and flat ``agent-*.jsonl``) files, and
+    ``<sessionId>/subagents/**/agent-*.jsonl``."""
+    return sorted(folder.glob("*.jsonl")) + sorted(folder.glob("*/subagents/**/agent-*.jsonl"))
+
+
+def _project_folders(root: Path, skipped: list[SkippedLine]) -> list[Path]:
+    """The folders of a projects root (``~/.claude/projects``: one per working directory); a
+    symlink leading out of the root is reported as skipped, and not looked into."""
+    real_root = os.path.realpath(root)
+    try:
+        listed = sorted(root.iterdir())
+    except OSError as e:  # unlike glob, which sees nothing in a folder it cannot list
+        msg = f"{root}: cannot list the folder: {e.strerror or e}"
+        raise ValidationError(msg, field="path") from e
+    folders = []
+    for folder in listed:
+        if not folder.is_dir():
+            continue  # a stray file beside the project folders: no project
+        if inside(os.path.realpath(folder), real_root):
+            folders.append(folder)
+        else:
+            skipped.append(SkippedLine(str(folder), 0, "a symlink leading out of the folder: skipped"))
+    return folders
+
+
+def _in_folder(folder: Path, skipped: list[SkippedLine]) -> list[Path]:
+    """The transcripts of ``folder`` that may be read (the others reported in ``skipped``).
+
+    A folder holding a transcript it may read is a project folder. One that does not is taken for
+    a projects root (``~/.claude/projects``), and each folder in it for a project folder: the
+    transcripts are those each project folder, imported alone, would give.
+    """
+    own = _found_in(folder, _project_transcripts(folder), skipped)
+    if own:
+        return own
+    return [
+        file
+        for project in _project_folders(folder, skipped)
+        for file in _found_in(project, _project_transcripts(project), skipped)
+    ]
+
+
+def _named(path: Path, skipped: list[SkippedLine]) -> list[tuple[Path, bool]]:
+    """(file, optional) for every transcript ``path`` names now: none for a folder that holds none
+    (yet) or a path that does not exist (yet).
 
     A file the user named is read even if it is not a regular file (``_read_lines`` refuses
     it); a file found in a folder is skipped, and reported, unless it is a regular file there.
     """
-    found: dict[Path, bool] = {}
-    for given in paths:
-        path = Path(given)
-        if path.is_dir():
-            files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*/subagents/**/agent-*.jsonl"))
-            if not files:
-                msg = f"{path}: no Claude Code transcripts (*.jsonl) in this folder"
-                raise ValidationError(msg, field="path")
-            for file in _found_in(path, files, skipped):
-                found[file] = False
-        elif path.exists():
-            found[path] = False
-            if not _AGENT_NAME.search(path.name):
-                # Its sub-agents: the companion folder (2.1+) and, in the legacy flat layout, the
-                # agent-*.jsonl siblings that carry the same sessionId (checked after reading).
-                companion = sorted((path.parent / path.stem / "subagents").glob("**/agent-*.jsonl"))
-                for file in _found_in(path.parent, companion, skipped):
-                    found.setdefault(file, False)
-                for file in _found_in(path.parent, sorted(path.parent.glob("agent-*.jsonl")), skipped):
-                    found.setdefault(file, True)
-        else:
-            msg = f"{path}: no such file or folder"
-            raise ValidationError(msg, field="path")
+    if path.is_dir():
+        return [(file, False) for file in _in_folder(path, skipped)]
+    if not path.exists():
+        return []
+    named = [(path, False)]
+    if not _AGENT_NAME.search(path.name):
+        # Its sub-agents: the companion folder (2.1+) and, in the legacy flat layout, the
+        # agent-*.jsonl siblings that carry the same sessionId (checked after reading).
+        companion = sorted((path.parent / path.stem / "subagents").glob("**/agent-*.jsonl"))
+        named += [(file, False) for file in _found_in(path.parent, companion, skipped)]
+        flat = sorted(path.parent.glob("agent-*.jsonl"))
+        named += [(file, True) for file in _found_in(path.parent, flat, skipped)]
+    return named
+
+
+def _unique(found: Iterable[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
+    """``found`` with each file once (by its resolved path), in order: optional only if every
+    path that named it found it as a flat sibling."""
     unique: dict[Path, tuple[Path, bool]] = {}
-    for file, optional in found.items():
+    for file, optional in found:
         key = file.resolve()
         if key in unique:
-            optional = optional and unique[key][1]
-            file = unique[key][0]
-        unique[key] = (file, optional)
+            first, was_optional = unique[key]
+            unique[key] = (first, optional and was_optional)
+        else:
+            unique[key] = (file, optional)
     return list(unique.values())
+
+
+def _discover(paths: Iterable[str | Path], skipped: list[SkippedLine]) -> list[tuple[Path, bool]]:
+    """(file, optional) for every transcript named by ``paths``: files, project folders, or
+    projects roots.
+
+    Raises:
+        ValidationError: a path that does not exist, or a folder with no transcript at all
+            (none found, none skipped): importing it would be a silent no-op.
+    """
+    found: list[tuple[Path, bool]] = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            msg = f"{path}: no such file or folder"
+            raise ValidationError(msg, field="path")
+        reported = len(skipped)
+        named = _named(path, skipped)
+        if not named and len(skipped) == reported:
+            msg = (
+                f"{path}: no Claude Code transcripts in this folder: no *.jsonl in it (a project folder) "
+                "nor in any folder in it (a projects root, such as ~/.claude/projects)"
+            )
+            raise ValidationError(msg, field="path")
+        found += named
+    return _unique(found)
 
 
 # --- ordering ------------------------------------------------------------------------------
@@ -1381,9 +1450,11 @@ def _plans(files: list[_File], store: SessionStore) -> list[_Plan]:
         plan = _Plan(file, file.store_id or _main_session_id(file))
         key = file.session_id or plan.session_id
         if key in mains:
+            # Two copies of one session (a transcript copied into another project folder to
+            # resume it there): their lines share event ids, so which one to keep is the user's call.
             msg = (
-                f"{file.path} and {mains[key].file.path} are both main transcripts of session {key}: "
-                "import them separately"
+                f"{mains[key].file.path} and {file.path} are both main transcripts of session {key}: "
+                "nothing imported; import one of them, or each in an import of its own"
             )
             raise ValidationError(msg, field="path")
         mains[key] = plan
@@ -1729,7 +1800,8 @@ def import_claude_code(
     user: str | None = None,
     on_file_read: FileReadCallback | None = None,
 ) -> ImportReport:
-    """Import Claude Code transcripts: files, or project folders (``~/.claude/projects/<dir>``).
+    """Import Claude Code transcripts: files, project folders (``~/.claude/projects/<dir>``), or
+    projects roots (``~/.claude/projects``: every project folder in it, as if each were named).
 
     A main transcript brings its sub-agents along (flat ``agent-*.jsonl`` siblings with the same
     ``sessionId``, and ``<sessionId>/subagents/**/agent-*.jsonl``). Every file is read and
@@ -1741,7 +1813,7 @@ def import_claude_code(
 
     Args:
         store: where the sessions go.
-        paths: transcript files and/or folders.
+        paths: transcript files, project folders and/or projects roots.
         skip_bad_lines: skip lines that are not JSON objects (and keep lines that cannot be
             modelled as opaque entries) instead of failing; each is reported in ``skipped``.
         progress: called with (lines done, lines in total) as the import advances.
@@ -1753,10 +1825,11 @@ def import_claude_code(
         What each file became, and every line skipped.
 
     Raises:
-        ValidationError: a path does not exist, a line is malformed (naming file and line;
-            nothing is written), a sub-agent's main session is missing, a session with the
-            same id exists that was not imported from Claude Code or belongs to another tenant
-            or user, or a bad tenant or user.
+        ValidationError: a path does not exist, a folder holds no transcript (nor does any
+            folder in it), two main transcripts have the same sessionId, a line is malformed
+            (naming file and line; nothing is written), a sub-agent's main session is missing,
+            a session with the same id exists that was not imported from Claude Code or belongs
+            to another tenant or user, or a bad tenant or user.
     """
     # Reading builds millions of small objects that all stay alive until written: the cyclic
     # collector would rescan them over and over (about a quarter of a large import's time).

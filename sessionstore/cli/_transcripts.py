@@ -18,6 +18,8 @@ from ..errors import SessionStoreError, ValidationError
 from ._progress import ImportBars, on_terminal, spinner
 
 if TYPE_CHECKING:  # the parser is built without them (a fast --help); the commands import them
+    from pathlib import Path
+
     from ..claude_code import ImportReport
     from ..store import SessionStore
 
@@ -31,9 +33,16 @@ def add_commands(
     add_db: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """Register ``import`` and ``export`` on the CLI's sub-command parser."""
-    imp = commands.add_parser("import", help="import Claude Code transcripts (files or project folders)")
+    imp = commands.add_parser(
+        "import", help="import Claude Code transcripts (files, project folders, ~/.claude/projects)"
+    )
     add_db(imp)
-    imp.add_argument("paths", nargs="+", metavar="PATH", help="transcript .jsonl files or project folders")
+    imp.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="transcript .jsonl files, project folders, or ~/.claude/projects (all its projects)",
+    )
     imp.add_argument("--format", choices=FORMATS, default="claude-code")
     imp.add_argument(
         "--skip-bad-lines",
@@ -184,6 +193,7 @@ def _run_follow(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
         tenant=args.tenant,
         user=args.user,
         on_import=show,
+        on_waiting=_say_waiting,
     )
     if args.json:
         print(json.dumps({"follow": summary.to_dict()}, ensure_ascii=False), file=out)
@@ -195,6 +205,15 @@ def _run_follow(args: argparse.Namespace, store: SessionStore, out: TextIO) -> i
             file=out,
         )
     return 0
+
+
+def _say_waiting(path: Path) -> None:
+    """Say on stderr that ``path`` names no transcript yet: following it is no silent no-op."""
+    if path.is_dir():
+        what = f"no Claude Code transcript in {path} yet (nor in a project folder in it)"
+    else:
+        what = f"{path} does not exist yet"
+    print(f"sessionstore: {what}: waiting for it", file=sys.stderr, flush=True)
 
 
 def _run_export(args: argparse.Namespace, store: SessionStore, out: TextIO) -> int:
