@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytest
 
 import sessionstore
 from sessionstore import Session, SessionStore, audit, validate_request
-from sessionstore.claude_code import export_claude_code, import_claude_code
+from sessionstore.claude_code import export_claude_code, follow_claude_code, import_claude_code
 from sessionstore.cli import main
 
 from ._claude_cli import project_folder, run_claude
@@ -180,4 +181,171 @@ def test_the_real_clis_manual_compact_imports_with_its_summary(tmp_path: Path) -
     assert compaction["keep_from_seq"] == 0
     assert _texts(request["messages"][0])[0] == summary["message"]["content"]
     assert "first question about apples" not in json.dumps(request)
+    store.close()
+
+
+# --- preservedMessages as the boundary's only record of what it kept -------------------------
+
+SID = "5e55c0de-0000-4000-8000-000000000001"
+
+
+def _line(kind: str, key: str | None, parent: str | None, **fields: Any) -> dict[str, Any]:
+    return {"parentUuid": parent, "type": kind, "uuid": key, "sessionId": SID, "version": "2.1.332", **fields}
+
+
+def say(role: str, content: object) -> dict[str, Any]:
+    return {"role": role, "content": content}
+
+
+def _kept_transcript(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """A prompt, its answer, a second prompt kept across an automatic compaction: the boundary,
+    an attachment, the summary (the kept messages' anchor), then the answer after it."""
+    return [
+        _line("user", "u1", None, message=say("user", "first question")),
+        _line(
+            "assistant",
+            "a1",
+            "u1",
+            message={
+                **say("assistant", [{"type": "text", "text": "first answer"}]),
+                "id": "msg_a1",
+                "model": "claude-opus-5-5",
+                "stop_reason": "end_turn",
+            },
+        ),
+        _line("user", "u2", "a1", message=say("user", "second question")),
+        _line(
+            "system",
+            "b",
+            None,
+            subtype="compact_boundary",
+            logicalParentUuid="u2",
+            content="Conversation compacted",
+            compactMetadata={"trigger": "auto", "preTokens": 900, **metadata},
+        ),
+        _line("attachment", "t", "b", attachment={"type": "date", "date": "2026-12-02"}),
+        _line("user", "s", "t", isCompactSummary=True, message=say("user", "Summary: we talked.")),
+        _line(
+            "assistant",
+            "a2",
+            "s",
+            message={
+                **say("assistant", [{"type": "text", "text": "second answer"}]),
+                "id": "msg_a2",
+                "model": "claude-opus-5-5",
+                "stop_reason": "end_turn",
+            },
+        ),
+    ]
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_text(
+        "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines), encoding="utf-8"
+    )
+    return path
+
+
+def _imported(path: Path) -> tuple[SessionStore, str, dict[str, Any], dict[str, int]]:
+    """The store, the session, its compaction and each message uuid's seq."""
+    store = sessionstore.open_store(":memory:")
+    session_id = import_claude_code(store, [path]).sessions[0].session_id
+    events = store.read(session_id)
+    (compaction,) = [e.payload_dict() for e in events if e.type == "compact_boundary"]
+    seqs = {e.payload_dict()["message_uuid"]: e.seq for e in events if e.type == "message_appended"}
+    return store, session_id, compaction, seqs
+
+
+SEGMENT = {"headUuid": "u2", "anchorUuid": "s", "tailUuid": "u2"}
+
+
+def test_preserved_messages_alone_name_the_summary_and_the_kept_messages(tmp_path: Path) -> None:
+    """No preservedSegment (Claude Code leaves it out when no kept message is on disk, or an
+    older writer): the anchor and uuids of preservedMessages are enough."""
+    path = _write(
+        tmp_path / f"{SID}.jsonl",
+        _kept_transcript({"preservedMessages": {"anchorUuid": "s", "uuids": ["u2"]}}),
+    )
+    store, session_id, compaction, seqs = _imported(path)
+    request = Session(store, session_id).request()
+
+    assert compaction["summary"] == "Summary: we talked."
+    assert compaction["keep_from_seq"] == seqs["u2"]
+    validate_request(request)
+    assert [_texts(m) for m in request["messages"]] == [
+        ["Summary: we talked.", "second question"],
+        ["second answer"],
+    ]
+    assert "\n".join(export_claude_code(store, session_id)) == path.read_text(encoding="utf-8").rstrip("\n")
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    [
+        "u2",
+        {"anchorUuid": "s", "uuids": "u2"},
+        {"anchorUuid": "s", "uuids": [["u2"]]},
+        {"anchorUuid": "s", "uuids": [{"u2": 1}, "u2"]},
+        {"anchorUuid": ["s"], "uuids": None},
+    ],
+)
+def test_a_malformed_preserved_messages_falls_back_to_the_segment(tmp_path: Path, malformed: object) -> None:
+    """Not an object, or uuids not a list of strings: ignored, the segment read instead."""
+    metadata = {"preservedSegment": SEGMENT, "preservedMessages": malformed}
+    path = _write(tmp_path / f"{SID}.jsonl", _kept_transcript(metadata))
+    store, session_id, compaction, seqs = _imported(path)
+
+    assert compaction["summary"] == "Summary: we talked."
+    assert compaction["keep_from_seq"] == seqs["u2"]
+    assert "\n".join(export_claude_code(store, session_id)) == path.read_text(encoding="utf-8").rstrip("\n")
+    store.close()
+
+
+def test_a_huge_kept_list_is_read_as_claude_code_reads_it_back_its_last_1536(tmp_path: Path) -> None:
+    """Claude Code keeps the last 1,536 uuids of a longer list: u1, before them, is not kept."""
+    uuids = ["u1", *(f"gone-{i}" for i in range(1_536)), "u2"]
+    path = _write(
+        tmp_path / f"{SID}.jsonl",
+        _kept_transcript({"preservedMessages": {"anchorUuid": "s", "uuids": uuids}}),
+    )
+    store, _, compaction, seqs = _imported(path)
+
+    assert compaction["keep_from_seq"] == seqs["u2"]
+    store.close()
+
+
+def test_audit_shows_tokens_after_and_duration_only_when_recorded_as_counts(tmp_path: Path) -> None:
+    kept = {"preservedMessages": {"anchorUuid": "s", "uuids": ["u2"]}}
+    what = []
+    for name, recorded in (
+        ("counted", {"postTokens": 52, "durationMs": 7}),
+        ("hostile", {"postTokens": "52; DROP", "durationMs": -1}),
+    ):
+        (tmp_path / name).mkdir()
+        path = _write(tmp_path / name / f"{SID}.jsonl", _kept_transcript({**kept, **recorded}))
+        store, session_id, _, _ = _imported(path)
+        (entry,) = [e for e in audit(Session(store, session_id)).entries if e.kind == "compact_boundary"]
+        what.append(entry.what)
+        store.close()
+
+    assert what[0].endswith("[Claude Code: 1 messages kept verbatim from seq 7; 52 tokens after; took 7 ms]")
+    assert what[1].endswith("[Claude Code: 1 messages kept verbatim from seq 7]")
+
+
+def test_the_follower_settles_a_boundary_whose_summary_only_preserved_messages_names(tmp_path: Path) -> None:
+    """Its summary hangs off an attachment, not the boundary: the anchor says it is written."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    _write(
+        folder / f"{SID}.jsonl", _kept_transcript({"preservedMessages": {"anchorUuid": "s", "uuids": ["u2"]}})
+    )
+    store = sessionstore.open_store(":memory:")
+    stop = threading.Event()
+    stop.set()  # one poll, then stop
+    report = follow_claude_code(store, [folder], stop=stop, poll_interval=0.01)
+    (compaction,) = [e.payload_dict() for e in store.read(SID) if e.type == "compact_boundary"]
+
+    assert report.held == 0
+    assert compaction["summary"] == "Summary: we talked."
     store.close()

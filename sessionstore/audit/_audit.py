@@ -469,6 +469,32 @@ def _source_metadata(transcript: list[TranscriptEntry]) -> dict[str, dict[str, A
     return found
 
 
+def _count(value: object) -> int | None:
+    """A count Claude Code recorded (None: absent, or not a non-negative int)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _source_notes(source: dict[str, Any], keep_from_seq: object) -> list[str]:
+    """What an imported boundary's ``compactMetadata`` adds to its line: the messages kept, the
+    tokens after it, how long it took, what compactions dropped so far (each only when recorded
+    as a count)."""
+    kept = source.get("preservedMessages")
+    uuids = kept.get("uuids") if isinstance(kept, dict) else None
+    notes = []
+    if isinstance(uuids, list) and uuids:
+        notes.append(f"{len(uuids)} messages kept verbatim from seq {keep_from_seq}")
+    after, took, dropped = (
+        _count(source.get(k)) for k in ("postTokens", "durationMs", "cumulativeDroppedTokens")
+    )
+    if after is not None:
+        notes.append(f"{after} tokens after")
+    if took is not None:
+        notes.append(f"took {took} ms")
+    if dropped:
+        notes.append(f"{dropped} dropped so far")
+    return notes
+
+
 def _with_source_metadata(transcript: list[TranscriptEntry], timeline: list[AuditEntry]) -> list[AuditEntry]:
     """An imported compaction also shows what its source recorded: kept messages, token counts."""
     metadata = _source_metadata(transcript)
@@ -476,15 +502,7 @@ def _with_source_metadata(transcript: list[TranscriptEntry], timeline: list[Audi
     for entry in timeline:
         source = metadata.get(entry.event_id) if entry.kind == "compact_boundary" else None
         if source is not None:
-            kept = source.get("preservedMessages")
-            uuids = kept.get("uuids") if isinstance(kept, dict) else None
-            notes = []
-            if isinstance(uuids, list) and uuids:
-                notes.append(f"{len(uuids)} messages kept verbatim from seq {entry.details['keep_from_seq']}")
-            if "postTokens" in source:
-                notes.append(f"{source['postTokens']} tokens after")
-            if source.get("cumulativeDroppedTokens"):
-                notes.append(f"{source['cumulativeDroppedTokens']} dropped so far")
+            notes = _source_notes(source, entry.details["keep_from_seq"])
             what = entry.what + (f" [Claude Code: {'; '.join(notes)}]" if notes else "")
             entry = dataclasses.replace(
                 entry, what=what, details={**entry.details, "source_metadata": source}

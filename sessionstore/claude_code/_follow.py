@@ -498,7 +498,7 @@ def _held(facts: LineFacts, folds: Folds, ready: set[str]) -> bool:
         uuid, anchor, kept = facts.boundary
         if uuid not in folds.summaries and anchor not in folds.summaries:
             return True
-        if kept is not None and not all(u in folds.uuids for u in kept):
+        if not all(u in folds.uuids for u in kept):
             return True
     return False
 

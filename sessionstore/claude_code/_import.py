@@ -110,6 +110,9 @@ _AGENT_TAIL = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
 _PERSISTED_PATH = re.compile(r"saved to:?\s*<?([^\s<>]+)")
 _MESSAGE_TYPES = frozenset({"user", "assistant"})
 _SYNTHETIC_MODEL = "<synthetic>"
+#: The most kept uuids a boundary is read with: Claude Code 2.1.332 keeps the last 1,536 of a
+#: longer ``preservedMessages.uuids`` (and moves ``preservedSegment.headUuid`` to the first of them).
+_MAX_KEPT_UUIDS = 1_536
 #: A sub-agent manifest is a few hundred bytes; anything near this is not one.
 _MAX_MANIFEST_BYTES = 1 << 20
 
@@ -560,6 +563,17 @@ def _dag_order(lines: list[_Line]) -> list[_Line]:
     return _DagWalk(lines).order
 
 
+def _logical_parent(head: dict[str, Any]) -> object:
+    """The line a line without a parent hangs off: its ``logicalParentUuid`` (a compact boundary's
+    last message before it), unless the boundary kept that message. A session forked from a
+    compacted one writes the kept messages again after the boundary, under its summary: hanging
+    the boundary off one of them would make a cycle."""
+    logical = head.get("logicalParentUuid")
+    if head.get("subtype") == "compact_boundary" and logical in _kept_record(head)[1]:
+        return None
+    return logical
+
+
 class _DagWalk:
     """``_dag_order`` of some lines, with what tells whether lines added after them simply follow.
 
@@ -581,7 +595,7 @@ class _DagWalk:
         #: Parents named by these lines but not among them.
         self.unresolved: set[str] = set()
         for i, line in enumerate(lines):
-            parent = line.head.get("parentUuid") or line.head.get("logicalParentUuid")
+            parent = line.head.get("parentUuid") or _logical_parent(line.head)
             at = position.get(parent) if isinstance(parent, str) else None
             if at is None or at == i:
                 ready.append(i)
@@ -900,24 +914,19 @@ class _Converter:
         """The ``isCompactSummary`` line of a compact boundary.
 
         Usually it is the boundary's child. An automatic compaction that keeps messages (Claude
-        Code 2.1.3xx) writes attachment lines between them and names its summary instead:
-        ``compactMetadata.preservedSegment.anchorUuid``.
+        Code 2.1.3xx) writes attachment lines between them and names its summary instead: the
+        anchor of its kept messages (``_kept_record``).
         """
-        anchor = _preserved(boundary).get("anchorUuid")
-        line = self.by_uuid.get(anchor) if isinstance(anchor, str) else None
+        anchor, _ = _kept_record(boundary)
+        line = self.by_uuid.get(anchor) if anchor is not None else None
         if line is not None and line.head.get("isCompactSummary") is True:
             return line
         return self.summary_children.get(boundary["uuid"])
 
     def _kept_lines(self, boundary: dict[str, Any]) -> list[_Line]:
         """The message lines a compaction kept verbatim after its summary, in log order."""
-        metadata = boundary.get("compactMetadata")
-        kept = metadata.get("preservedMessages") if isinstance(metadata, dict) else None
-        uuids = kept.get("uuids") if isinstance(kept, dict) else None
-        if not isinstance(uuids, list):
-            head = _preserved(boundary).get("headUuid")
-            uuids = [head] if isinstance(head, str) else []
-        lines = [self.by_uuid[u] for u in dict.fromkeys(uuids) if isinstance(u, str) and u in self.by_uuid]
+        _, uuids = _kept_record(boundary)
+        lines = [self.by_uuid[u] for u in uuids if u in self.by_uuid]
         kept = [
             ln
             for ln in lines
@@ -1308,6 +1317,32 @@ def _preserved(boundary: dict[str, Any]) -> dict[str, Any]:
     metadata = boundary.get("compactMetadata")
     segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
     return segment if isinstance(segment, dict) else {}
+
+
+def _kept_record(boundary: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """Where a compaction's kept messages hang (their anchor: the summary line) and their uuids,
+    as a ``compact_boundary`` line records them (``(None, [])``: nothing kept, or not recorded).
+
+    Claude Code 2.1.3xx writes ``compactMetadata.preservedMessages`` {anchorUuid, uuids[,
+    allUuids]} and, only when ``uuids`` is not empty, ``preservedSegment`` {headUuid, anchorUuid,
+    tailUuid}. A ``preservedMessages`` that is not an object whose ``uuids`` is a list of strings
+    is ignored, as a malformed ``preservedSegment`` is: the segment is read instead, its head the
+    one kept uuid. The importer and the follower's settling both read a boundary through this.
+    """
+    metadata = boundary.get("compactMetadata")
+    messages = metadata.get("preservedMessages") if isinstance(metadata, dict) else None
+    segment = _preserved(boundary)
+    anchor = segment.get("anchorUuid")
+    uuids = messages.get("uuids") if isinstance(messages, dict) else None
+    if isinstance(uuids, list) and all(isinstance(u, str) for u in uuids):
+        recorded = messages.get("anchorUuid") if isinstance(messages, dict) else None
+        anchor = recorded if isinstance(recorded, str) else anchor
+        # Claude Code cuts a longer list to its last _MAX_KEPT_UUIDS when it reads one back.
+        kept = list(dict.fromkeys(uuids))[-_MAX_KEPT_UUIDS:]
+    else:
+        head = segment.get("headUuid")
+        kept = [head] if isinstance(head, str) else []
+    return (anchor if isinstance(anchor, str) else None), kept
 
 
 def _segment(boundary: dict[str, Any]) -> PreservedSegment | None:

@@ -16,11 +16,19 @@ The importer keeps these lines whole as opaque entries (export gives them back b
 this module reads them back from the log, so ``served --as-sent`` can show what Claude Code sent
 at turn N and what the log alone rebuilds for the same point. Everything read is checked: a
 missing blob, base or shape, or a malformed field, is a ``ValidationError`` naming the line.
+
+With ``--system-prompt-snapshot on`` (the default outside ``--bare``) Claude Code also records the
+system prompt it rendered on a conversation's first request, as ``prompt_snapshot`` attachment
+lines (``systemPrompt``: its parts; ``cliPrefix``: the line it puts before them), and sends that
+record as-is on every later request until the conversation is compacted. The log's rebuild of a
+request uses the record of the request's conversation, the stretch between two compactions (the
+record follows the first request it was sent with), and is compared with what was sent.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -56,6 +64,8 @@ class SentRequest:
             Not recorded, so not here: ``stream``, ``metadata`` and the billing-header text
             block Claude Code puts first in ``system``.
         query_source: Claude Code's ``querySource`` (``sdk``, ``repl_main_thread``, ...).
+        recorded_system: the system prompt the transcript recorded for the request's
+            conversation (``prompt_snapshot``), as text blocks; None when none was recorded.
     """
 
     turn: int
@@ -64,15 +74,17 @@ class SentRequest:
     seq: int
     request: dict[str, Any]
     query_source: str | None
+    recorded_system: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
 class SentComparison:
     """What Claude Code sent at a turn next to what the log rebuilds for the same point.
 
-    ``differences`` lists, in order, each message of one side that the other side lacks,
-    described as ``"sent only: user message 1: <system-reminder> ..."``; system reminders
-    and rendered attachments are what Claude Code adds that the transcript does not carry.
+    ``differences`` lists, in order, each system prompt block (when the transcript recorded the
+    system prompt) and each message of one side that the other side lacks, described as
+    ``"sent only: user message 1: <system-reminder> ..."``; system reminders and rendered
+    attachments are what Claude Code adds that the transcript does not carry.
     """
 
     sent: SentRequest
@@ -81,7 +93,8 @@ class SentComparison:
 
     @property
     def same_messages(self) -> bool:
-        """True when both sides hold the same messages (text, tool calls and results)."""
+        """True when both sides hold the same messages (text, tool calls and results), and the same
+        system prompt where the transcript recorded one."""
         return not self.differences
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,8 +130,8 @@ def sent_requests(session: Session) -> list[SentRequest]:
     """Every request the session's ``api-request`` lines record, in log order (none before 2.1.3xx).
 
     The transcript's digest says which lines there are and which blobs and shapes their requests
-    name; the log is then read a page at a time, keeping only those (none is read when no
-    request was recorded).
+    name; the log is then read a page at a time, keeping only those and the recorded system
+    prompts (none is read when no request was recorded).
     """
     lines = [e for e in session.transcript_digest if e.type in ("opaque_entry", "imported_entry")]
     requests = [e.payload["entry"] for e in lines if e.payload.get("entry_type") == "api-request"]
@@ -130,10 +143,8 @@ def sent_requests(session: Session) -> list[SentRequest]:
         needed.update(_str_list(request.get("tail")) or [])
         if isinstance(request.get("shapeHash"), str):
             needed.add(request["shapeHash"])
-    last = max(e.seq for e in lines if e.payload.get("entry_type") == "api-request")
-    sent = _read_requests(read_pages(session.log.read, 1, last), needed)
-    _check_blobs([e for e in lines if e.seq > last])
-    return sent
+    # To the end: a conversation's system prompt is recorded after its first request.
+    return _read_requests(read_pages(session.log.read, 1, None), needed)
 
 
 def _check_blobs(lines: list[TranscriptEntry]) -> None:
@@ -152,7 +163,14 @@ def _read_requests(events: Iterator[RecordedEvent], needed: set[str]) -> list[Se
     messages_of: dict[str, list[dict[str, Any]]] = {}
     sent: list[SentRequest] = []
     responses: dict[str, list[Any]] = {}  # an API response's blocks so far (one line per block)
+    # The conversation (0, then one more after each compaction) of each request, and each
+    # conversation's recorded system prompt.
+    conversation, conversation_of = 0, []
+    prompts: dict[int, _RecordedPrompt] = {}
     for event in events:
+        if event.type == "compact_boundary":
+            conversation += 1
+            continue
         if event.type == "message_appended":
             payload = event.payload_dict()
             # A message the transcript holds is not written again as a blob: the request
@@ -175,6 +193,9 @@ def _read_requests(events: Iterator[RecordedEvent], needed: set[str]) -> list[Se
         if event.type not in ("opaque_entry", "imported_entry") or not _may_be_sent(event.payload):
             continue
         payload = event.payload_dict()
+        if payload.get("entry_type") == "attachment":
+            prompts.setdefault(conversation, _RecordedPrompt()).add(payload.get("entry"))
+            continue
         entry = payload.get("entry")
         if payload.get("entry_type") not in _KINDS or not isinstance(entry, dict):
             continue
@@ -203,7 +224,42 @@ def _read_requests(events: Iterator[RecordedEvent], needed: set[str]) -> list[Se
                     query_source if isinstance(query_source, str) else None,
                 )
             )
-    return sent
+            conversation_of.append(conversation)
+    return [
+        dataclasses.replace(request, recorded_system=prompts[at].blocks() if at in prompts else None)
+        for request, at in zip(sent, conversation_of, strict=True)
+    ]
+
+
+@dataclass
+class _RecordedPrompt:
+    """A conversation's system prompt as its ``prompt_snapshot`` lines record it.
+
+    Claude Code records it once and sends the record as-is: the first line gives the parts
+    (``systemPrompt``), and a later one of the same conversation adds ``cliPrefix``, the line
+    sent before them. A line whose fields are not those shapes records nothing.
+    """
+
+    parts: list[str] | None = None
+    prefix: str | None = None
+
+    def add(self, entry: object) -> None:
+        """Fold in one attachment line (any other attachment than a prompt snapshot is passed over)."""
+        attachment = entry.get("attachment") if isinstance(entry, dict) else None
+        if not isinstance(attachment, dict) or attachment.get("type") != "prompt_snapshot":
+            return
+        parts, prefix = _str_list(attachment.get("systemPrompt")), attachment.get("cliPrefix")
+        if self.parts is None and parts is not None:
+            self.parts = parts
+        if self.prefix is None and isinstance(prefix, str):
+            self.prefix = prefix
+
+    def blocks(self) -> list[dict[str, Any]] | None:
+        """The system prompt as the text blocks sent (None: no parts were recorded)."""
+        if self.parts is None:
+            return None
+        texts = ([self.prefix] if self.prefix is not None else []) + self.parts
+        return [{"type": "text", "text": text} for text in texts]
 
 
 def _keep(
@@ -216,9 +272,10 @@ def _keep(
 
 
 def _may_be_sent(text: str) -> bool:
-    """Whether a line's payload text can be an ``api-request*`` line: canonical JSON escapes no
-    letter, so its entry type appears verbatim (most lines are passed over unparsed)."""
-    return '"api-request' in text
+    """Whether a line's payload text can be an ``api-request*`` line or a recorded system prompt:
+    canonical JSON escapes no letter, so its type appears verbatim (most lines are passed over
+    unparsed)."""
+    return '"api-request' in text or '"prompt_snapshot"' in text
 
 
 def _rebuild(
@@ -338,7 +395,11 @@ def _comparisons(session: Session, sent: list[SentRequest]) -> Iterator[SentComp
             state = fold(projection, read_pages(session.log.read, folded + 1, request.seq - 1), state)
             folded = request.seq - 1
         rebuilt = materialize(state)
-        differences = _differences(request.request.get("messages", []), rebuilt.get("messages", []))
+        differences = []
+        if request.recorded_system is not None:
+            rebuilt = {"system": request.recorded_system, **rebuilt}
+            differences = _system_differences(request.request.get("system"), request.recorded_system)
+        differences += _differences(request.request.get("messages", []), rebuilt.get("messages", []))
         yield SentComparison(request, rebuilt, tuple(differences))
 
 
@@ -365,6 +426,28 @@ def _describe(side: str, role: str, index: int, block: str) -> str:
         preview = " ".join(text.split())[:80]
         return f"{side} only: {role} message {index}: {what}: {preview}"
     return f"{side} only: {role} message {index}: {kind} block"
+
+
+def _system_differences(sent: object, recorded: list[dict[str, Any]]) -> list[str]:
+    """Blocks of the system prompt one side has and the other lacks, compared by text."""
+
+    def texts(system: object) -> list[str]:
+        blocks = [{"type": "text", "text": system}] if isinstance(system, str) else system
+        if not isinstance(blocks, list):
+            return []
+        return [str(b.get("text")) if isinstance(b, dict) else json.dumps(b) for b in blocks]
+
+    a, b = texts(sent), texts(recorded)
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out += [f"sent only: system prompt block {i + 1}: {_preview(a[i])}" for i in range(i1, i2)]
+            out += [f"rebuilt only: system prompt block {j + 1}: {_preview(b[j])}" for j in range(j1, j2)]
+    return out
+
+
+def _preview(text: str) -> str:
+    return " ".join(text.split())[:80]
 
 
 def _differences(sent: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> list[str]:

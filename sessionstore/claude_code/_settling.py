@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._import import _AGENT_TAIL, _SYNTHETIC_MODEL, _text_of
+from ._import import _AGENT_TAIL, _SYNTHETIC_MODEL, _kept_record, _text_of
 from ._lines import Line
 
 __all__ = ["Folds", "LineFacts", "message_of"]
@@ -53,7 +53,7 @@ class LineFacts:
 
     api_id: str | None  # an assistant line's message id
     calls: tuple[tuple[str, object], ...]  # (tool_use id, tool name) of each call with a string id
-    boundary: tuple[object, object, tuple[str, ...] | None] | None  # (uuid, anchor, kept uuids)
+    boundary: tuple[object, str | None, tuple[str, ...]] | None  # (uuid, anchor, kept uuids)
 
     @staticmethod
     def of(entry: dict[str, Any]) -> LineFacts | None:
@@ -67,14 +67,8 @@ class LineFacts:
         )
         boundary = None
         if entry.get("type") == "system" and entry.get("subtype") == "compact_boundary":
-            metadata = entry.get("compactMetadata")
-            metadata = metadata if isinstance(metadata, dict) else {}
-            segment = metadata.get("preservedSegment")
-            anchor = segment.get("anchorUuid") if isinstance(segment, dict) else None
-            kept = metadata.get("preservedMessages")
-            uuids = kept.get("uuids") if isinstance(kept, dict) else None
-            needed = tuple(u for u in uuids if isinstance(u, str)) if isinstance(uuids, list) else None
-            boundary = (entry.get("uuid"), anchor, needed)
+            anchor, kept = _kept_record(entry)  # read as the importer reads it
+            boundary = (entry.get("uuid"), anchor, tuple(kept))
         if api_id is None and not calls and boundary is None:
             return None
         return LineFacts(api_id, calls, boundary)
