@@ -33,7 +33,8 @@ from ._claude_code_corpus import JOINED_LINE_FILE, MAIN_FILES, corpus_file, entr
 from .conftest import SHARED_BACKENDS, Backend, _make_backend, _need_pg
 
 AnyStore = SessionStore | AsyncSessionStore
-KEY = {"project_key": "-work-app", "session_id": "3f2b9c1e-0000-4000-8000-000000000001"}
+#: The SDK's SessionKey (a TypedDict); entries are its SessionStoreEntry dicts.
+KEY: Any = {"project_key": "-work-app", "session_id": "3f2b9c1e-0000-4000-8000-000000000001"}
 
 
 @pytest.fixture(params=SHARED_BACKENDS)
@@ -198,7 +199,7 @@ def test_a_fresh_mirror_goes_on_where_another_left_off(tmp_path: Path, opened: l
 # --- what a batch may hold -------------------------------------------------------------------
 
 
-def _entry(uuid: str | None, n: int, **more: Any) -> dict[str, Any]:
+def _entry(uuid: str | None, n: int, **more: Any) -> Any:
     entry: dict[str, Any] = {"type": "user", "n": n, **more}
     if uuid is not None:
         entry["uuid"] = uuid
@@ -263,7 +264,7 @@ def test_a_uuid_stored_before_with_other_content_refuses_the_batch(store: Sessio
 
 def test_an_entry_claiming_another_sessions_uuid_stays_in_its_own_session(store: SessionStore) -> None:
     adapter = SessionStoreClaudeStore(store)
-    other = {**KEY, "session_id": "another"}
+    other: Any = {**KEY, "session_id": "another"}
 
     async def body() -> Any:
         await adapter.append(KEY, [_entry("a", 1)])
@@ -294,7 +295,7 @@ def test_two_writers_with_their_own_caches_lose_nothing(store: SessionStore) -> 
 
 def test_delete_erases_the_transcript_and_its_sub_agents_with_receipts(store: SessionStore) -> None:
     adapter = SessionStoreClaudeStore(store)
-    sub = {**KEY, "subpath": "subagents/agent-a1"}
+    sub: Any = {**KEY, "subpath": "subagents/agent-a1"}
 
     async def body() -> Any:
         await adapter.append(KEY, [_entry("m", 1)])

@@ -24,12 +24,21 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ...claude_code import MirroredTranscript, MirrorFamily, TranscriptMirror
 from ...errors import ValidationError
 from ...store import AsyncSessionStore, ErasureReceipt, SessionStore
 from ...store._contract import check_owner_key
+
+if TYPE_CHECKING:  # the SDK's own types: what its type checker sees of this store
+    from claude_agent_sdk.types import (
+        SessionKey,
+        SessionListSubkeysKey,
+        SessionStoreEntry,
+        SessionStoreListEntry,
+        SessionSummaryEntry,
+    )
 
 __all__ = ["ERASE_REASON", "SESSION_PREFIX", "SessionStoreClaudeStore", "transcript_session_id"]
 
@@ -110,7 +119,7 @@ class SessionStoreClaudeStore:
 
     # -- the SDK's protocol --
 
-    async def append(self, key: Any, entries: list[Any]) -> None:
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Mirror a batch of transcript entries: all of it is stored, or nothing (a malformed
         entry, or a uuid stored before with other content, refuses the batch with a
         ``ValidationError`` naming the entry). An entry whose uuid is stored already, with the
@@ -119,15 +128,17 @@ class SessionStoreClaudeStore:
         family = _family(project, session)
         fold = _summary_fold(project, session) if subpath is None else None
         async with self._lock(family):
-            await self._run(self._mirror.append, family, subpath, entries, client_state=fold)
+            batch = cast("list[dict[str, Any]]", entries)
+            await self._run(self._mirror.append, family, subpath, batch, client_state=fold)
 
-    async def load(self, key: Any) -> list[dict[str, Any]] | None:
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """The entries of the transcript, deep-equal to those appended, in order; None when none
         were (or the transcript was deleted)."""
         project, session, subpath = _key_parts(key)
-        return await self._run(self._mirror.entries, _family(project, session), subpath)
+        found = await self._run(self._mirror.entries, _family(project, session), subpath)
+        return cast("list[SessionStoreEntry] | None", found)
 
-    async def list_sessions(self, project_key: str) -> list[dict[str, Any]]:
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """Every main transcript of the project with entries: its session id and the time its
         last batch was stored (Unix epoch milliseconds)."""
         return [
@@ -135,7 +146,7 @@ class SessionStoreClaudeStore:
             for session, main in await self._run(self._mains, check_owner_key("project_key", project_key))
         ]
 
-    async def list_session_summaries(self, project_key: str) -> list[dict[str, Any]]:
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """The SDK's summary of every main transcript of the project, as ``fold_session_summary``
         left it with its last batch (stored with that batch, in its transaction); ``mtime`` is
         that batch's store time, the clock ``list_sessions`` reads."""
@@ -144,11 +155,11 @@ class SessionStoreClaudeStore:
             for session, main in await self._run(self._mains, check_owner_key("project_key", project_key))
         ]
 
-    async def delete(self, key: Any) -> None:
+    async def delete(self, key: SessionKey) -> None:
         """Erase the transcript (a main one with its sub-agents'): see ``erase``."""
         await self.erase(key)
 
-    async def list_subkeys(self, key: Any) -> list[str]:
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         """The subpaths of the session's sub-agent transcripts that hold entries."""
         project, session, _ = _key_parts(key)
         found = await self._run(self._mirror.transcripts, _family(project, session))
@@ -156,7 +167,7 @@ class SessionStoreClaudeStore:
 
     # -- what the store adds --
 
-    async def erase(self, key: Any, reason: str = ERASE_REASON) -> list[ErasureReceipt]:
+    async def erase(self, key: SessionKey, reason: str = ERASE_REASON) -> list[ErasureReceipt]:
         """Erase the transcript for good: its session and mirror log (a main transcript's with
         every sub-agent's) are purged, or in an encrypting store shredded, and a receipt of
         each stays (``store.erasure``). [] for a transcript never written."""
@@ -165,7 +176,7 @@ class SessionStoreClaudeStore:
         async with self._lock(family):
             return await self._run(self._mirror.erase, family, subpath, reason=reason)
 
-    def session_id(self, key: Any) -> str:
+    def session_id(self, key: SessionKey) -> str:
         """The store session that holds the transcript's events (for ``sessionstore context``,
         ``show``, ``audit``, the viewer)."""
         project, session, subpath = _key_parts(key)
