@@ -21,6 +21,7 @@ session are serialized (the SDK serializes its appends anyway).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Callable
 from datetime import datetime
@@ -192,7 +193,11 @@ class SessionStoreClaudeStore:
                 found.append((session, transcripts[0]))
         return found
 
-    def _lock(self, family: MirrorFamily) -> asyncio.Lock:
+    def _lock(self, family: MirrorFamily) -> contextlib.AbstractAsyncContextManager[object]:
+        """One call of the family's at a time. On an async store the mirror's own lock cannot:
+        its calls share the event loop's thread (a second would wait on the first's thread)."""
+        if not isinstance(self.store, AsyncSessionStore):
+            return contextlib.nullcontext()  # worker threads: the mirror's lock serializes them
         return self._locks.setdefault(family.main_id, asyncio.Lock())
 
     async def _run(
