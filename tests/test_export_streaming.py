@@ -34,6 +34,8 @@ from sessionstore.claude_code._export import _dump_as_javascript
 from sessionstore.cli import main
 from sessionstore.errors import PathRefusedError
 
+from .test_tamper import _recompute_chain
+
 SESSION = "3b7e9c1d-4a2f-4e6b-8d0c-5f1a2b3c4d5e"
 
 
@@ -427,6 +429,10 @@ def test_standard_output_cut_by_an_error_says_how_many_lines_it_holds(
 ) -> None:
     db = tmp_path / "t.db"
     _tampered_native_session(db)
+    # The chain recomputed over the edit: the command line's read checks pass, so the event
+    # fails only when it is decoded, after 588 lines went out.
+    with sessionstore.open_store(db) as store:
+        _recompute_chain(store, "s-1", 590)
     out = io.StringIO()
     assert main(["export", "--db", str(db), "s-1"], out=out) == 3
     assert len(out.getvalue().splitlines()) == 588

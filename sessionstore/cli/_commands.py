@@ -588,4 +588,5 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
         **options,
     ) as store:
+        store.check_reads = True  # docs/cli.md: a command that read an altered event exits 3
         return _run_with_store(args, store, out)

@@ -687,6 +687,11 @@ class SessionStore(abc.ABC):
     token_counter: TokenCounter | None = None
     #: Encrypts the sessions this store creates (``open_store(..., encryption=...)``); None: plaintext.
     encryption: KeyProvider | None = None
+    #: True: every event ``read`` and ``read_all`` return is checked against its hash and its
+    #: link to the event before it in the same read (``DataCorruptionError`` otherwise), so a
+    #: reader never hands out an altered event as intact. The command line sets it; ``verify``
+    #: walks the whole chain and anchors heads.
+    check_reads: bool = False
 
     def visible_log(self, session_id: str) -> SessionLog:
         """The session's visible history in the numbering users see (a fork's seqs count

@@ -281,6 +281,18 @@ def _batches(events: Iterable[_T], size: int) -> Iterator[list[_T]]:
         yield batch
 
 
+def _check_read(session_id: str, events: Sequence[RecordedEvent]) -> None:
+    """``SqlSessionStore.check_reads``: each event matches its hash and links to the one before."""
+    problem = chain_problem(events, None)
+    if problem is not None:
+        seq, reason = problem
+        msg = (
+            f"session {session_id!r}, seq {seq}: the event read does not match its hash ({reason}); "
+            f"`sessionstore verify {session_id}` checks the whole chain"
+        )
+        raise DataCorruptionError(msg, session_id=session_id, seq=seq)
+
+
 def _check_event_sequence(events: object) -> None:
     if isinstance(events, Event | dict | str | bytes) or not isinstance(events, Iterable):
         kind = type(events).__name__
@@ -1278,6 +1290,8 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 seq, reason = problem
                 msg = f"session {session_id!r}: integrity check failed at seq {seq}: {reason}"
                 raise DataCorruptionError(msg, session_id=session_id, seq=seq)
+        elif self.check_reads and result:
+            _check_read(session_id, result)
         return result
 
     def _session_events(
@@ -1365,6 +1379,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             found, uncounted = self._retrying("read_all", attempt)
             self._count(uncounted)
             done(len(found))
+        if self.check_reads:
+            for recorded in found:
+                if not recorded.erased:
+                    _check_read(recorded.session_id, [recorded])
         return found
 
     def read_stored(
