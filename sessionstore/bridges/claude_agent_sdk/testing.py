@@ -122,7 +122,8 @@ async def run_session_store_resilience(
       right away or after other batches, or a part of it, writes nothing new.
     * ``writers``: ``writers`` processes append ``entries`` entries each, ``10`` at a time, to one
       session at once (a quarter of them without a uuid), and as many to a session of their own:
-      every entry is stored exactly once and each process's entries keep their order.
+      every entry is stored exactly once and each process's entries keep their order. The
+      processes start each batch together (a barrier), so every batch races the others.
     * ``kill``: a child process appends a batch of ``entries`` entries and is killed with SIGKILL
       while inside ``append`` (right after it says it entered the call, then at increasing
       delays up to the time such an append takes here, one process per attempt): ``load`` then
@@ -417,24 +418,30 @@ def _writer_child(
     own: Key,
     writer: int,
     count: int,
-    start: Barrier,
+    rounds: Barrier,
+    timeout: float,
     errors: multiprocessing.Queue[str],
 ) -> None:
     """A writer process: its entries to the shared session and to its own, in small batches."""
     try:
-        asyncio.run(_write(factory, shared, own, writer, count, start))
+        asyncio.run(_write(factory, shared, own, writer, count, rounds, timeout))
     except BaseException:
         _report_failure(errors, f"writer {writer}")
         raise
 
 
-async def _write(factory: str, shared: Key, own: Key, writer: int, count: int, start: Barrier) -> None:
+async def _write(
+    factory: str, shared: Key, own: Key, writer: int, count: int, rounds: Barrier, timeout: float
+) -> None:
     adapter = await open_adapter(factory)
     try:
         to_shared = _writer_entries(shared, writer, count)
         to_own = _writer_entries(own, writer, count)
-        start.wait()  # all writers begin together
         for first in range(0, count, _WRITER_BATCH):
+            # Every writer's next batch starts together: each round is a race for the session,
+            # whatever the machine's scheduling (left free, one writer may finish before another
+            # starts: a SQLite writer waiting for its lock can be starved).
+            rounds.wait(timeout)
             await adapter.append(shared, to_shared[first : first + _WRITER_BATCH])
             await adapter.append(own, to_own[first : first + _WRITER_BATCH])
     finally:
@@ -529,9 +536,9 @@ async def _check_writers(run: _Run) -> str:
     ctx = _context()
     shared = run.key()
     owns = [run.key() for _ in range(run.writers)]
-    start, errors = ctx.Barrier(run.writers), ctx.Queue()
+    rounds, errors = ctx.Barrier(run.writers), ctx.Queue()
     processes = [
-        _spawn(ctx, _writer_child, run.factory, shared, own, w, run.entries, start, errors)
+        _spawn(ctx, _writer_child, run.factory, shared, own, w, run.entries, rounds, run.timeout, errors)
         for w, own in enumerate(owns)
     ]
     try:
