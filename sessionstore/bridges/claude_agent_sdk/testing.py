@@ -489,8 +489,6 @@ async def _append_until_killed(
     signals.inside.set()
     await adapter.append(key, batch)
     signals.returned.set()
-    signals.go.clear()
-    signals.go.wait(timeout)  # never set again: the suite kills this process first
 
 
 def _spawn(ctx: SpawnContext, target: Callable[..., None], *args: Any) -> SpawnProcess:
@@ -532,6 +530,27 @@ def _stop(processes: Sequence[SpawnProcess]) -> None:
 # --- the writers check -------------------------------------------------------------------------
 
 
+async def _join_writers(
+    processes: Sequence[SpawnProcess], rounds: Barrier, run: _Run, errors: multiprocessing.Queue[str]
+) -> None:
+    """Wait for every writer to finish; the first that fails breaks the barrier (so the others
+    stop at once rather than wait for it) and fails the check."""
+    deadline = time.monotonic() + run.timeout
+    while any(process.is_alive() for process in processes):
+        failed = [p for p in processes if p.exitcode not in (None, 0)]
+        if failed:
+            rounds.abort()
+            raise AssertionError(f"a writer failed (exit code {failed[0].exitcode}):\n{_errors_of(errors)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the writers did not finish their {run.entries} entries in {run.timeout:.0f} s"
+            )
+        await asyncio.to_thread(processes[0].join, 0.2)
+    failed = [p for p in processes if p.exitcode != 0]
+    if failed:
+        raise AssertionError(f"a writer failed (exit code {failed[0].exitcode}):\n{_errors_of(errors)}")
+
+
 async def _check_writers(run: _Run) -> str:
     ctx = _context()
     shared = run.key()
@@ -542,14 +561,7 @@ async def _check_writers(run: _Run) -> str:
         for w, own in enumerate(owns)
     ]
     try:
-        for process in processes:
-            await asyncio.to_thread(process.join, run.timeout)
-            if process.exitcode is None:
-                raise AssertionError(
-                    f"a writer did not finish its {run.entries} entries within {run.timeout:.0f} s"
-                )
-            if process.exitcode != 0:
-                raise AssertionError(f"a writer failed (exit code {process.exitcode}):\n{_errors_of(errors)}")
+        await _join_writers(processes, rounds, run, errors)
     finally:
         _stop(processes)
     run.appended += 2 * run.writers * run.entries
