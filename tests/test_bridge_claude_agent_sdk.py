@@ -338,3 +338,25 @@ def test_a_bad_key_is_refused(key: Any, tmp_path: Path, opened: list[SessionStor
     adapter = SessionStoreClaudeStore(opened[-1])
     with pytest.raises(ValidationError):
         _run(adapter.append(key, [_entry("a", 1)]))
+
+
+def test_delete_shreds_an_encrypted_transcript(backend: Backend, opened: list[SessionStore]) -> None:
+    """In an encrypting store every session of the transcript is shredded: its key destroyed."""
+    from sessionstore.store import LocalKeyProvider
+
+    opened.append(backend.open(encryption=LocalKeyProvider(bytes(range(32)))))
+    adapter = SessionStoreClaudeStore(opened[-1])
+    lines = _lines(_MIRRORED[0])
+
+    async def body() -> Any:
+        await adapter.append(KEY, lines)
+        assert await adapter.load(KEY) == lines
+        return await adapter.erase(KEY)
+
+    receipts = _run(body())
+    assert {receipt.method for receipt in receipts} == {"shredded"}
+    assert {receipt.session_id for receipt in receipts} >= {
+        adapter.session_id(KEY),
+        f"{adapter.session_id(KEY)}.mirror",
+    }
+    assert _run(adapter.load(KEY)) is None
