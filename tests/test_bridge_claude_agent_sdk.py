@@ -346,7 +346,7 @@ def test_delete_shreds_an_encrypted_transcript(backend: Backend, opened: list[Se
 
     opened.append(backend.open(encryption=LocalKeyProvider(bytes(range(32)))))
     adapter = SessionStoreClaudeStore(opened[-1])
-    lines = _lines(_MIRRORED[0])
+    lines: Any = _lines(_MIRRORED[0])
 
     async def body() -> Any:
         await adapter.append(KEY, lines)
