@@ -303,7 +303,8 @@ def test_an_altered_count_is_reported_as_corruption(tmp_path: Path) -> None:
         sid = store.create_session(events=_conversation()).id
         store.read(sid)
     engine = create_engine(url)
-    with engine.begin() as conn:
+    with engine.begin() as conn:  # as the owner, past the append-only trigger (revision 0008)
+        conn.execute(text("DROP TRIGGER token_counts_append_only_update"))
         conn.execute(text("UPDATE token_counts SET token_count = 'abc' WHERE seq = 2"))
     engine.dispose()
     with sessionstore.open_store(url) as store:

@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,9 @@ from sessionstore.errors import (
 )
 from sessionstore.events import MessageAppended, SessionStarted, ToolResultPersisted
 from sessionstore.projections import Session, SessionConfig
+from sessionstore.store import SnapshotRecord
 from sessionstore.store._crypto import LocalKeyProvider
+from sessionstore.store._schema import ERASED_GUARDED
 from sessionstore.store._sql import translate_errors
 
 from .conftest import PG_URL, Backend
@@ -293,6 +295,186 @@ def test_ordinary_updates_and_deletes_are_still_refused(backend: Backend, statem
                 conn.execute(text("INSERT INTO erasure_guard (target) VALUES ('session:other')"))
                 conn.execute(text(statement))
         assert store.verify("s").ok and len(store.read("s")) == 5
+    finally:
+        store.close()
+
+
+# --- an erased id stays erased ----------------------------------------------------------------
+
+
+def _snapshot_of(sid: str, seq: int = 1) -> SnapshotRecord:
+    return SnapshotRecord(sid, "api_context", 1, "cl100k_base", seq, b'{"forged": true}')
+
+
+def test_no_store_writes_a_snapshot_or_blob_of_an_erased_session(backend: Backend, mode: str) -> None:
+    """After an erasure, a store with the key provider and one without both refuse a snapshot and
+    a blob of the session: nothing of it is written again, and verify still shows the receipt."""
+    keyed = backend.open(encryption=MASTER if mode == "encrypted" else None)
+    try:
+        _conversation(keyed, "s1", "MARK-A")
+        (receipt,) = keyed.erase("s1", reason="user request")
+        stores = [keyed] if backend.name == "sqlite-memory" else [keyed, backend.open()]
+        try:
+            for store in stores:
+                with pytest.raises(SessionErasedError, match=r"'s1' was erased") as caught:
+                    store.put_snapshot(_snapshot_of("s1"))
+                assert (caught.value.session_id, caught.value.method) == ("s1", receipt.method)
+                with pytest.raises(SessionErasedError):
+                    store.put_blob(b"new bytes", session_id="s1")
+                assert store.latest_snapshot("s1", "api_context", 1, "cl100k_base") is None
+                report = store.verify("s1")
+                assert report.ok and report.erasure == receipt
+        finally:
+            for store in stores[1:]:
+                store.close()
+    finally:
+        keyed.close()
+
+
+def test_a_store_without_the_key_writes_no_plaintext_snapshot_or_blob_of_an_encrypted_session(
+    shared_backend: Backend,
+) -> None:
+    """A snapshot or blob written in the clear beside sealed events would be read back as the
+    session's own by the keyed store: a store without the key provider refuses both."""
+    with shared_backend.open(encryption=MASTER) as keyed:
+        keyed.create_session("s", events=[SessionStarted(), MessageAppended(role="user", content="hi")])
+    with shared_backend.open() as plain:
+        with pytest.raises(EncryptionKeyError, match=r"'s' is encrypted: a snapshot"):
+            plain.put_snapshot(_snapshot_of("s", 2))
+        with pytest.raises(EncryptionKeyError, match=r"'s' is encrypted: a blob"):
+            plain.put_blob(b"in the clear", session_id="s")
+    with shared_backend.open(encryption=MASTER) as keyed:
+        assert keyed.latest_snapshot("s", "api_context", 1, "cl100k_base") is None
+        with translate_errors(), keyed.engine.connect() as conn:  # type: ignore[attr-defined]
+            refs = conn.execute(text("SELECT count(*) FROM blob_refs")).scalar()
+            blobs = conn.execute(text("SELECT count(*) FROM blobs")).scalar()
+    assert (refs, blobs) == (0, 0)
+
+
+def _erased_row(table: str, sid: str) -> tuple[str, dict[str, Any]]:
+    """An INSERT of a row naming ``sid`` into ``table``, and its parameters."""
+    now: dict[str, Any] = {"at": datetime.now(UTC)}
+    statements: dict[str, tuple[str, dict[str, Any]]] = {
+        "sessions": ("INSERT INTO sessions (id, created_at, metadata) VALUES (:s, :at, '{}')", now),
+        "events": (
+            "INSERT INTO events (session_id, seq, event_id, type, schema_version, payload, prev_hash, "
+            "hash, created_at) VALUES (:s, 99, :id, 'message_appended', 1, '{}', :h, :h, :at)",
+            {**now, "id": str(uuid.uuid4()), "h": "0" * 64},
+        ),
+        "snapshots": (
+            "INSERT INTO snapshots (session_id, projection, projection_version, tokenizer, seq, state, "
+            "created_at) VALUES (:s, 'api_context', 1, 'cl100k_base', 1, :state, :at)",
+            {**now, "state": b"{}"},
+        ),
+        "session_keys": (
+            "INSERT INTO session_keys (session_id, key_id, wrapped_key, created_at) "
+            "VALUES (:s, 'k', :w, :at)",
+            {**now, "w": b"key"},
+        ),
+        "blob_refs": ("INSERT INTO blob_refs (session_id, sha256) VALUES (:s, :h)", {"h": "a" * 64}),
+        "token_counts": ("INSERT INTO token_counts (session_id, seq, token_count) VALUES (:s, 2, 5)", {}),
+    }
+    statement, params = statements[table]
+    return statement, {**params, "s": sid}
+
+
+_MOVES = {
+    "snapshots": "UPDATE snapshots SET session_id = :s WHERE session_id = 'live'",
+    "blob_refs": "UPDATE blob_refs SET session_id = :s WHERE session_id = 'live'",
+}
+
+
+@pytest.mark.parametrize("case", [*(f"insert {t}" for t in ERASED_GUARDED), *(f"move {t}" for t in _MOVES)])
+def test_the_database_refuses_every_row_naming_an_erased_session(
+    backend: Backend, mode: str, case: str
+) -> None:
+    """Past the store, with every trigger in place: a row naming an erased session (shredded or
+    purged), inserted or moved there, is refused by the database as SessionErasedError."""
+    kind, table = case.split()
+    store = backend.open(encryption=MASTER if mode == "encrypted" else None)
+    try:
+        _conversation(store, "s1", "MARK-A")
+        _conversation(store, "live", "MARK-LIVE", metadata={})
+        (receipt,) = store.erase("s1", reason="user request")
+        engine = store.engine  # type: ignore[attr-defined]
+        with translate_errors(), engine.begin() as conn:  # a live session's row to move
+            conn.execute(
+                text("INSERT INTO blob_refs (session_id, sha256) VALUES ('live', :h)"), {"h": "b" * 64}
+            )
+        statement, params = _erased_row(table, "s1") if kind == "insert" else (_MOVES[table], {"s": "s1"})
+        with pytest.raises(SessionErasedError) as caught, translate_errors(), engine.begin() as conn:
+            conn.execute(text(statement), params)
+        if backend.is_postgres:  # SQLite's trigger can raise a literal only: the store names it
+            assert (caught.value.session_id, caught.value.method) == ("s1", receipt.method)
+        assert "session erased" in str(caught.value) or "'s1' was erased" in str(caught.value)
+        assert store.latest_snapshot("s1", "api_context", 1, "cl100k_base") is None
+        assert store.verify("s1").ok
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("store_api", ["sync"], indirect=True)  # patches this process's store module
+def test_the_database_refusal_names_the_session_when_the_stores_check_is_skipped(
+    backend: Backend, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that does not check for the receipt (an older version, a race) is refused by the
+    database; the store raises the session's full SessionErasedError on both backends."""
+    from sessionstore.store import _sql
+
+    store = backend.open(encryption=MASTER if mode == "encrypted" else None)
+    try:
+        _conversation(store, "s1", "MARK-A")
+        (receipt,) = store.erase("s1", reason="user request")
+        monkeypatch.setattr(_sql, "erased_error", lambda *args: None)
+        monkeypatch.setattr(type(store), "_sealing", lambda self, sid: _sql._PLAINTEXT)
+        monkeypatch.setattr(type(store), "_refuse_plaintext", lambda self, conn, sid, what: None)
+        with pytest.raises(SessionErasedError) as caught:
+            store.put_snapshot(_snapshot_of("s1"))
+        erased_at = receipt.erased_at.isoformat()
+        assert (caught.value.session_id, caught.value.method, caught.value.erased_at) == (
+            "s1",
+            receipt.method,
+            erased_at,
+        )
+        assert store.latest_snapshot("s1", "api_context", 1, "cl100k_base") is None
+    finally:
+        store.close()
+
+
+def _counts_of(store: SessionStore, sid: str) -> int:
+    with translate_errors(), store.engine.connect() as conn:  # type: ignore[attr-defined]
+        query = text("SELECT count(*) FROM token_counts WHERE session_id = :s")
+        return int(conn.execute(query, {"s": sid}).scalar_one())
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE token_counts SET token_count = token_count + 168900",
+        "DELETE FROM token_counts WHERE session_id = 's'",
+        "TRUNCATE token_counts",
+    ],
+)
+def test_deferred_token_counts_are_append_only_and_go_only_with_an_erasure(
+    backend: Backend, mode: str, statement: str
+) -> None:
+    """token_counts refuses UPDATE, DELETE (and TRUNCATE on PostgreSQL) like the log, with every
+    trigger in place; an erasure still removes the session's counts."""
+    if statement.startswith("TRUNCATE") and not backend.is_postgres:
+        pytest.skip("SQLite has no TRUNCATE")
+    store = backend.open(encryption=MASTER if mode == "encrypted" else None)
+    try:
+        _conversation(store, "s", "M")
+        store.read("s")
+        store.store_token_counts()
+        stored = _counts_of(store, "s")
+        assert stored > 0
+
+        with pytest.raises(AppendOnlyViolation, match="append-only"):
+            _raw(store, statement)
+        assert _counts_of(store, "s") == stored
+        store.erase("s", reason="user request")
+        assert _counts_of(store, "s") == 0
     finally:
         store.close()
 

@@ -326,3 +326,44 @@ def test_a_downgrade_below_0007_loses_the_deferred_flag_its_rows_hash(
         2,
         "stored content does not match its hash",
     )
+
+
+def test_erased_ids_and_token_counts_are_guarded_from_0008_and_free_again_below(engine: Any) -> None:
+    """0007 -> 0008: a row naming an erased session is refused, and so is an edit of a deferred
+    count; down to 0007 both are possible again (the triggers and the function are gone)."""
+
+    def write_for_the_erased_session() -> None:
+        with translate_errors(), engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO token_counts (session_id, seq, token_count) VALUES ('gone', 1, 5)")
+            )
+
+    def edit_a_count() -> None:
+        with translate_errors(), engine.begin() as conn:
+            conn.execute(text("UPDATE token_counts SET token_count = 169349 WHERE session_id = 'live'"))
+
+    upgrade(engine, "0007")
+    with translate_errors(), engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO erasures (session_id, method, reason, erased_at, head_hash, event_count, "
+                "snapshots_dropped, blobs_removed) "
+                "VALUES ('gone', 'purged', 'r', CURRENT_TIMESTAMP, :h, 0, 0, 0)"
+            ),
+            {"h": "0" * 64},
+        )
+        conn.execute(text("INSERT INTO token_counts (session_id, seq, token_count) VALUES ('live', 2, 449)"))
+
+    upgrade(engine, "0008")
+    with pytest.raises(sessionstore.errors.SessionErasedError):
+        write_for_the_erased_session()
+    with pytest.raises(sessionstore.errors.AppendOnlyViolation, match="append-only"):
+        edit_a_count()
+
+    downgrade(engine, "0007")
+    write_for_the_erased_session()
+    edit_a_count()
+    with engine.connect() as conn:
+        assert current_revision(conn) == "0007"
+        counts = conn.execute(text("SELECT session_id, token_count FROM token_counts ORDER BY session_id"))
+        assert counts.all() == [("gone", 5), ("live", 169349)]

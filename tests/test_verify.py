@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 import sessionstore
 from sessionstore import MessageAppended, Pipeline, PipelineConfig, Session, SessionConfig
@@ -104,8 +105,10 @@ def test_a_clean_session_verifies_with_every_snapshot_matching(
     assert result.ok, result.to_dict()
     assert result.chain.events_checked == last
     checks = {c.projection: c for c in result.projections}
+    blobs = checks.pop("blobs")  # the session's backups and persisted tool results, read back
     assert set(checks) == {"api_context", "transcript", "file_history", "transcript_digest"}
     assert all(c.status == "match" for c in checks.values())
+    assert (blobs.status, blobs.detail) == ("match", "3 blobs read")
     # Every snapshot is behind the head: the check folds it forward, it does not just reload it.
     assert all(seq is not None and seq < last for seq in seqs.values()), seqs
     assert {name: c.snapshot_seq for name, c in checks.items()} == seqs
@@ -218,7 +221,8 @@ def test_the_cli_verifies_one_session_or_all(tmp_path: Path) -> None:
     assert code == 0
     assert out.splitlines() == [
         f"busy: ok ({busy_events} events); snapshots: "
-        + ", ".join(f"{name}@{seq} ok" for name, seq in sorted(snapshot_seqs.items())),
+        + ", ".join(f"{name}@{seq} ok" for name, seq in sorted(snapshot_seqs.items()))
+        + "; blobs: ok (3 blobs read)",
         "calm: ok (1 events)",
         "2 sessions verified: 2 ok, 0 failed",
     ]
@@ -320,3 +324,45 @@ def test_verify_fails_on_a_snapshot_past_the_head(store: sessionstore.SessionSto
     assert f"api_context@{beyond} BEYOND_HEAD (snapshot seq {beyond} is past the log's last seq 2" in (
         result.summary()
     )
+
+
+@pytest.mark.parametrize("change", ["deleted", "replaced"])
+def test_a_blob_deleted_or_replaced_behind_the_store_fails_plain_verify_at_its_seq(
+    store: sessionstore.SessionStore, change: str
+) -> None:
+    """Blobs are outside the hash chain: plain verify reads back every blob the session's events
+    name, so one deleted (through a guard row, every trigger in place) or replaced (triggers off)
+    fails it, naming the seq and the blob; a blob no event names is not the session's to check."""
+    sid = store.create_session("s", events=[sessionstore.SessionStarted()]).id
+    ref = store.put_blob(b"full tool output " * 100, session_id=sid)
+    persisted = sessionstore.ToolResultPersisted(
+        tool_use_id="t1", blob_sha256=ref.sha256, original_chars=ref.size,
+        preview="p", reason="size", location="l",
+    )  # fmt: skip
+    store.append(sid, [persisted], expected_seq=1)
+    store.put_blob(b"named by no event", session_id=sid)
+    clean = verify_session(store, sid)
+    assert clean.ok and clean.summary() == "s: ok (2 events); blobs: ok (1 blob read)"
+
+    if change == "deleted":
+        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.execute(text("INSERT INTO erasure_guard (target) VALUES (:t)"), {"t": f"blob:{ref.sha256}"})
+            conn.execute(text("DELETE FROM blobs WHERE sha256 = :h"), {"h": ref.sha256})
+            conn.execute(text("DELETE FROM erasure_guard"))
+    else:
+        _bypass_triggers_and_run(
+            store,
+            "UPDATE blobs SET data = :d, compression = 'none' WHERE sha256 = :h",
+            d=b"other",
+            h=ref.sha256,
+        )
+    result = verify_session(store, sid)
+
+    assert result.chain.ok  # the event still names the blob: the chain proves no more
+    assert not result.ok
+    what = "missing" if change == "deleted" else "does not match its hash"
+    assert result.summary().startswith(
+        "s: BLOB MISMATCH (2 events); blobs: MISMATCH "
+        f"(1 of 1 blobs missing or altered: seq 2: blob {ref.sha256} "
+    )
+    assert what in result.summary()

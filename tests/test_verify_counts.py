@@ -28,11 +28,26 @@ def _conversation() -> list[Any]:
 
 
 def _execute(backend: Backend, sql: str, **params: Any) -> None:
-    """Run ``sql`` on the backend's database past the store: the tamper a verify must catch."""
+    """Run ``sql`` on the backend's database past the store, as its owner with the append-only
+    triggers of ``token_counts`` off (with them on, an edit is refused: tests/test_erasure.py):
+    the tamper a verify must catch."""
     engine = create_engine(sessionstore.store.resolve_url(backend.url))
     try:
         with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL session_replication_role = replica"))  # no triggers
+                conn.execute(text(sql), params)
+                return
+            triggers = conn.execute(
+                text(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'token_counts'"
+                )
+            ).all()
+            for name, _ in triggers:
+                conn.exec_driver_sql(f"DROP TRIGGER {name}")
             conn.execute(text(sql), params)
+            for _, create in triggers:
+                conn.exec_driver_sql(create)
     finally:
         engine.dispose()
 
@@ -73,6 +88,7 @@ def test_stored_counts_recount_equal_and_an_altered_one_is_named(shared_backend:
     assert used == 7  # readers take the stored count: what the altered row changes
     assert quick.ok  # the chain does not cover it: only the recount finds it
     assert "token_counts" not in {c.projection for c in quick.projections}
+    assert (quick.counts_checked, full.counts_checked) == (False, True)  # said in --json too
     altered = {c.projection: c for c in full.projections}["token_counts"]
     assert not full.ok
     assert altered.status == "mismatch"
@@ -154,9 +170,11 @@ def test_a_store_without_a_counter_or_events_without_deferred_counts_check_nothi
     ]
 
 
-def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(shared_backend: Backend) -> None:
-    """`sessionstore verify` says nothing of deferred counts (an altered one passes it); with
-    `--counts` it names the seq and exits 3."""
+def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(
+    shared_backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sessionstore verify` does not recount deferred counts (an altered one passes it) and says
+    so on stderr; with `--counts` it names the seq and exits 3."""
     db = shared_backend.url
     store = shared_backend.open()
     sid = store.create_session("c-1", events=_conversation()).id
@@ -165,16 +183,25 @@ def test_the_cli_recounts_with_counts_and_exits_3_naming_the_seq(shared_backend:
     store.close()  # stores the counts the read made
     _execute(shared_backend, "UPDATE token_counts SET token_count = token_count + 1 WHERE seq = 2")
 
+    capsys.readouterr()
     out = io.StringIO()
     assert main(["verify", "--db", db], out=out) == 0
-    assert out.getvalue().splitlines() == [  # nothing said of the counts, one of which is altered
+    assert out.getvalue().splitlines() == [  # the counts not recounted, one of which is altered
         "c-1: ok (4 events)",
         "c-2: ok (2 events)",
         "2 sessions verified: 2 ok, 0 failed",
     ]
+    assert "token counts made after COMMIT (outside the hash chain) were not recounted" in (
+        capsys.readouterr().err
+    )
+    out = io.StringIO()
+    assert main(["verify", "--db", db, "c-1", "--json"], out=out) == 0
+    assert json.loads(out.getvalue())["token_counts_checked"] is False
+    assert "verify --counts" in capsys.readouterr().err
 
     out = io.StringIO()
     assert main(["verify", "--db", db, "--counts"], out=out) == 3
+    assert "not recounted" not in capsys.readouterr().err
     lines = out.getvalue().splitlines()
     assert lines[0].startswith(
         "c-1: TOKEN COUNT MISMATCH (4 events); token counts: MISMATCH (1 of 3 deferred"

@@ -21,9 +21,16 @@ Outcomes per projection:
   ignore it (they fold from seq 1), but it means events were removed from the end of the log or
   the row was written by something other than sessionstore: a failure.
 
+Every blob the session's own events name is read back (``blobs``, ``_blobs.py``): blobs are
+outside the chain, so one deleted or replaced behind the store is ``mismatch`` (a failure, naming
+the seq and the blob); sessions that name no blob get no such entry.
+
 With ``counts=True`` (``verify --counts``) one more check, ``token_counts``, recounts every count
 deferred past COMMIT (outside the chain: ``_recount.py``): ``match``, ``mismatch`` (a failure:
 the seqs, the count readers use and the text's), or ``none`` (no deferred counts, or no counter).
+It is a tokenizer pass over the session's text (on a 5,000-event, 10 MB session: 1.7 s, where
+everything else takes 0.2 s), so it is not run by default: ``counts_checked`` is then False and
+the command line says what it skipped.
 
 Only snapshots a reader of *this* store would use are checked: the current version of each
 registered projection, keyed by this store's tokenizer. Everything here only reads, and returns
@@ -46,6 +53,7 @@ from ..projections._base import Projection, rebuild
 from ..projections._session import NO_TOKENIZER, Session, SessionConfig
 from ..store._contract import ChainHead, SessionStore, VerifyReport, check_int
 from ..store._lineage import SessionLog
+from ._blobs import check_blobs
 from ._recount import recount_token_counts
 
 __all__ = [
@@ -110,6 +118,8 @@ class SessionVerification:
     chain: VerifyReport
     checked_seq: int
     projections: tuple[ProjectionCheck, ...] = field(default_factory=tuple)
+    #: True when the deferred token counts were recounted (``counts=True``).
+    counts_checked: bool = False
 
     @property
     def session_id(self) -> str:
@@ -135,6 +145,7 @@ class SessionVerification:
             "checked_seq": self.checked_seq,
             "projections": [check.to_dict() for check in self.projections],
             "erasure": None if chain.erasure is None else chain.erasure.to_dict(),
+            "token_counts_checked": self.counts_checked,
             "ok": self.ok,
         }
 
@@ -152,12 +163,18 @@ class SessionVerification:
             failed = [c for c in self.projections if not c.ok]
             if all(c.projection == COUNTS_CHECK for c in failed):
                 failure = f"TOKEN COUNT {failed[0].status.upper()}"  # MISMATCH, or ERROR
+            elif all(c.projection == BLOBS_CHECK for c in failed):
+                failure = f"BLOB {failed[0].status.upper()}"
             else:
                 failure = "SNAPSHOT MISMATCH"
             head = f"{chain.session_id}: {failure} ({chain.events_checked} events{unbound})"
-        checked = [c for c in self.projections if c.status != "none" and c.projection != COUNTS_CHECK]
+        checked = [c for c in self.projections if c.status != "none" and c.projection not in _NOT_SNAPSHOTS]
         if checked:
             head += "; snapshots: " + ", ".join(_describe(c) for c in checked)
+        for blobs in self.projections:
+            if blobs.projection == BLOBS_CHECK:
+                verdict = "ok" if blobs.status == "match" else blobs.status.upper()
+                head += f"; blobs: {verdict} ({blobs.detail})"
         for counts in self.projections:
             if counts.projection == COUNTS_CHECK and counts.status != "none":
                 verdict = "ok" if counts.status == "match" else counts.status.upper()
@@ -336,16 +353,46 @@ def verify_session(
             checks.append(_check_generic(store, session_id, projection, tokenizer, to_seq))
         except Exception as e:
             checks.append(ProjectionCheck(projection.name, "error", None, f"{type(e).__name__}: {e}"))
+    if chain.erasure is None:  # an erased session's blobs went with it (or with its key)
+        blobs = _check_blobs(store, session_id)
+        if blobs is not None:
+            checks.append(blobs)
     if counts:
         if chain.erasure is not None:  # its counts went with it
             checks.append(ProjectionCheck(COUNTS_CHECK, "none", None, "erased: its counts were deleted"))
         else:
             checks.append(_check_counts(store, session_id))
-    return SessionVerification(chain, to_seq, tuple(checks))
+    return SessionVerification(chain, to_seq, tuple(checks), counts_checked=counts)
 
 
 #: What the ``token_counts`` check is named in reports.
 COUNTS_CHECK = "token_counts"
+#: What the blob check is named in reports.
+BLOBS_CHECK = "blobs"
+#: Checks reported beside the snapshots that are not snapshots.
+_NOT_SNAPSHOTS = (COUNTS_CHECK, BLOBS_CHECK)
+#: Blobs named in a mismatch's detail; the rest are only counted.
+_NAMED_BLOBS = 3
+
+
+def _check_blobs(store: SessionStore, session_id: str) -> ProjectionCheck | None:
+    """The ``blobs`` check: None when the session's events name no blob."""
+    try:
+        found = check_blobs(store, session_id)
+    except Exception as e:  # an undecodable event: the chain check or a fold reports it too
+        return ProjectionCheck(BLOBS_CHECK, "error", None, f"{type(e).__name__}: {e}")
+    if not found.checked:
+        return None
+    if found.problems:
+        named = "; ".join(f"seq {seq}: blob {sha} {what}" for seq, sha, what in found.problems[:_NAMED_BLOBS])
+        rest = len(found.problems) - _NAMED_BLOBS
+        more = f" (and {rest} more)" if rest > 0 else ""
+        detail = f"{len(found.problems)} of {found.checked} blobs missing or altered: {named}{more}"
+        return ProjectionCheck(BLOBS_CHECK, "mismatch", None, detail)
+    plural = "s" if found.checked != 1 else ""
+    return ProjectionCheck(BLOBS_CHECK, "match", None, f"{found.checked} blob{plural} read")
+
+
 #: Differing counts named in a mismatch's detail; the rest are only counted.
 _NAMED_COUNTS = 3
 

@@ -10,6 +10,10 @@ Two ways to erase, chosen per session:
   goes). The append-only triggers refuse every DELETE unless an ``erasure_guard`` row names
   the session (or blob); the purge writes those rows, deletes, and removes them inside
   one transaction, so no other transaction ever sees a guard. UPDATE stays refused.
+  ``token_counts`` is guarded the same way (``counts:<id>``), for both methods.
+
+Once its receipt is written, the database refuses every row naming an erased session
+(revision 0008): its id is never reused, and nothing of it is written again.
 
 Either way an ``erasures`` receipt (append-only) records what went, when, why, and the chain's
 head and event count, and ``verify`` / ``audit`` show it.
@@ -442,11 +446,14 @@ def _erase_in(
         raise ErasureRefusedError(session_id, stranded, why=why)
     purged = [sid for sid in targets if methods[sid] == "purged"]
     removable = _blobs_only_in(conn, t, purged)
-    guards = [f"session:{sid}" for sid in purged] + [
-        f"blob:{sha}" for sha in sorted({s for s, _ in removable})
-    ]
-    if guards:
-        conn.execute(insert(t.erasure_guard), [{"target": target} for target in guards])
+    # Deferred counts go either way (a shredded session's text can no longer be counted): the
+    # append-only triggers of token_counts let a DELETE through under ``counts:<id>``.
+    guards = (
+        [f"session:{sid}" for sid in purged]
+        + [f"counts:{sid}" for sid in targets]
+        + [f"blob:{sha}" for sha in sorted({s for s, _ in removable})]
+    )
+    conn.execute(insert(t.erasure_guard), [{"target": target} for target in guards])
     now = datetime.now(UTC)
     receipts = []
     for sid in reversed(targets):  # children first: their rows point at their parents'
@@ -463,8 +470,8 @@ def _erase_in(
                     t.blobs.c.sha256.in_(chunk), t.blobs.c.tenant_id.is_not_distinct_from(tenant)
                 )
             )
-    if guards:
-        conn.execute(delete(t.erasure_guard).where(t.erasure_guard.c.target.in_(guards)))
+    for chunk in _chunks(guards):
+        conn.execute(delete(t.erasure_guard).where(t.erasure_guard.c.target.in_(chunk)))
     receipts.reverse()
     # Blobs are counted on the receipt of the session named in the request.
     if removable:

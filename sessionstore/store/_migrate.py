@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: The Alembic head this code expects. A test asserts it equals the scripts' head.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 # Serializes concurrent first-use migrations on PostgreSQL (SQLite uses BEGIN IMMEDIATE).
 _MIGRATION_LOCK_KEY = 0x5E55_0001

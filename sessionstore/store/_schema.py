@@ -47,6 +47,9 @@ __all__ = [
     "APPEND_ONLY_MESSAGE",
     "APPEND_ONLY_TABLES",
     "DEFAULT_TABLES",
+    "ERASED_ERRCODE",
+    "ERASED_GUARDED",
+    "ERASED_MESSAGE",
     "LEGACY_VERSION_TABLE",
     "MAX_PREFIX_LENGTH",
     "StoreTables",
@@ -373,14 +376,29 @@ DEFAULT_TABLES = store_tables()
 
 # --- append-only enforcement -------------------------------------------------------------
 
-#: Tables whose rows may never change or disappear once written (sessions since revision 0003),
-#: by their unprefixed names.
-APPEND_ONLY_TABLES = ("events", "blobs", "sessions")
+#: Tables whose rows may never change or disappear once written (sessions since revision 0003,
+#: token_counts since 0008), by their unprefixed names.
+APPEND_ONLY_TABLES = ("events", "blobs", "sessions", "token_counts")
 #: Text every rejection carries; error translation recognises it on SQLite.
 APPEND_ONLY_MESSAGE = "sessionstore: append-only table"
 #: SQLSTATE raised by the PostgreSQL trigger function (a class of its own, so it can
 #: never be confused with a constraint violation or a serialization failure).
 APPEND_ONLY_ERRCODE = "SSAO1"
+
+#: Tables whose rows name a session, and the column that does (revision 0008): the database
+#: refuses a row naming a session that has an erasure receipt, so an erased id stays erased.
+ERASED_GUARDED = {
+    "sessions": "id",
+    "events": "session_id",
+    "snapshots": "session_id",
+    "session_keys": "session_id",
+    "blob_refs": "session_id",
+    "token_counts": "session_id",
+}
+#: Text every refusal of an erased session's row carries; error translation recognises it.
+ERASED_MESSAGE = "sessionstore: session erased"
+#: SQLSTATE of that refusal on PostgreSQL (a class of its own, like ``APPEND_ONLY_ERRCODE``).
+ERASED_ERRCODE = "SSER1"
 
 
 def sqlite_append_only_ddl(table: str) -> tuple[list[str], list[str]]:

@@ -43,6 +43,7 @@ from ..errors import (
     IntegrityError,
     OperationalError,
     ProgrammingError,
+    SessionErasedError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStoreError,
@@ -82,7 +83,14 @@ from ._hashing import SessionIdentity, as_utc
 from ._observed import STORE_LOG, log_append, observe_append, observe_read
 from ._owners import Owner, check_owner, inherit_owner
 from ._retry import DEFAULT_RETRY, RetryPolicy
-from ._schema import APPEND_ONLY_ERRCODE, APPEND_ONLY_MESSAGE, DEFAULT_TABLES, StoreTables
+from ._schema import (
+    APPEND_ONLY_ERRCODE,
+    APPEND_ONLY_MESSAGE,
+    DEFAULT_TABLES,
+    ERASED_ERRCODE,
+    ERASED_MESSAGE,
+    StoreTables,
+)
 from ._tokens import TokenCounter, check_token_counter
 
 if TYPE_CHECKING:
@@ -203,6 +211,8 @@ def _translate(error: BaseException, tables: StoreTables = DEFAULT_TABLES) -> Se
     kinds = _pep249_kind(orig)
     if getattr(orig, "sqlstate", None) == APPEND_ONLY_ERRCODE or APPEND_ONLY_MESSAGE in message:
         return AppendOnlyViolation(message)
+    if getattr(orig, "sqlstate", None) == ERASED_ERRCODE or ERASED_MESSAGE in message:
+        return _erased_refusal(message)
     if "IntegrityError" in kinds:
         return IntegrityError(message, constraint=_constraint_of(orig, tables))
     if "DataError" in kinds and ("NUL (0x00)" in message or getattr(orig, "sqlstate", None) == "22021"):
@@ -218,6 +228,27 @@ def _translate(error: BaseException, tables: StoreTables = DEFAULT_TABLES) -> Se
     if "ProgrammingError" in kinds:
         return ProgrammingError(message)
     return DatabaseError(message)
+
+
+#: PostgreSQL's refusal names the session and its receipt (migration 0008's trigger function).
+_ERASED_DETAIL = re.compile(
+    re.escape(ERASED_MESSAGE) + r": ([A-Za-z0-9][A-Za-z0-9._:-]{0,63}) \((shredded|purged) at ([^)]+)\)"
+)
+
+
+def _erased_refusal(message: str) -> SessionErasedError:
+    """The database refused a row naming an erased session (revision 0008's triggers).
+
+    PostgreSQL's message names the session and its receipt; SQLite's trigger can raise a literal
+    only, so its error names no session (``session_id`` is ``""``): the store, which knows
+    which session it wrote, reads the receipt and raises the full error (``_retrying``).
+    """
+    found = _ERASED_DETAIL.search(message)
+    if found is not None:
+        return SessionErasedError(found.group(1), method=found.group(2), erased_at=found.group(3))
+    error = SessionErasedError("", method="unknown", erased_at="unknown")
+    error.args = (message,)
+    return error
 
 
 @contextlib.contextmanager
@@ -429,8 +460,21 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         return f"uq_{self.tables.events.name}_{'_'.join(columns)}"
 
     def _retrying(self, what: str, operation: Callable[[], _T], session_id: str | None = None) -> _T:
-        """``operation()`` (one whole transaction) retried per the store's retry policy."""
-        return self.retry.run(operation, what=what, session_id=session_id, sleep=self._sleep)
+        """``operation()`` (one whole transaction) retried per the store's retry policy.
+
+        A refusal of the database's erasure guard that names no session (SQLite's) is raised
+        again as the full ``SessionErasedError`` of ``session_id``, from its receipt.
+        """
+        try:
+            return self.retry.run(operation, what=what, session_id=session_id, sleep=self._sleep)
+        except SessionErasedError as e:
+            if e.session_id or session_id is None:
+                raise
+            receipt = self.erasure(session_id)
+            if receipt is None:  # pragma: no cover - the guard refused only because a receipt exists
+                raise
+            erased_at = receipt.erased_at.isoformat()
+            raise SessionErasedError(session_id, method=receipt.method, erased_at=erased_at) from e
 
     @property
     def db_system(self) -> str:
@@ -565,6 +609,17 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 plain = cipher.open_payload(r.event_id, r.payload)
                 opened.append(dataclasses.replace(r, payload=plain, stored_payload=r.payload))
         return opened
+
+    def _refuse_plaintext(self, conn: Connection, session_id: str, what: str) -> None:
+        """Raise ``EncryptionKeyError`` when the session is encrypted: ``what`` (a snapshot, a
+        blob) would be written in the clear beside its sealed events, and read back as its own."""
+        if self._key_row(conn, session_id) is not None:
+            msg = (
+                f"session {session_id!r} is encrypted: {what} of it is written sealed, so open the "
+                "store with its key provider (open_store(..., encryption=...), or "
+                "SESSIONSTORE_MASTER_KEY for the command line)"
+            )
+            raise EncryptionKeyError(msg)
 
     def _lineage(self, conn: Connection, session_id: str) -> list[str]:
         """The session and its ancestors, nearest first."""
@@ -1474,14 +1529,18 @@ class SqlSessionStore(ErasureMixin, SessionStore):
             with self._write() as conn:
                 # Never a blob for an erased session (a plaintext store may take one before the
                 # session exists: an import stores blobs first, then the events naming them).
+                # The database refuses its reference too (revision 0008); a sealed blob has none,
+                # and needs the session's key, which an erasure destroyed.
                 erased = None if session_id is None else erased_error(conn, self.tables, session_id)
                 if erased is not None:
                     raise erased
+                if session_id is not None and cipher is None:
+                    self._refuse_plaintext(conn, session_id, "a blob")
                 conn.execute(statement)
                 if reference is not None:
                     conn.execute(reference)
 
-        self._retrying("put_blob", attempt)  # content-addressed: a repeat is a no-op
+        self._retrying("put_blob", attempt, session_id)  # content-addressed: a repeat is a no-op
         return BlobRef(digest, len(raw))
 
     def get_blob(self, sha256: str, *, session_id: str | None = None) -> bytes:
@@ -1539,8 +1598,10 @@ class SqlSessionStore(ErasureMixin, SessionStore):
         if self.encryption is not None:
             try:
                 sealing = self._sealing(snapshot.session_id)
+            except SessionErasedError:
+                raise
             except SessionNotFoundError:
-                return  # erased (or gone): a cache of it is never written
+                return  # gone: a cache of it is never written
         if sealing.cipher is not None:
             state = sealing.cipher.seal_snapshot(_snapshot_label(snapshot), snapshot.state)
         else:  # compressed, as payloads are: not under a seal (its length would tell what repeats)
@@ -1572,6 +1633,12 @@ class SqlSessionStore(ErasureMixin, SessionStore):
 
         def attempt() -> None:
             with self._write() as conn:
+                # Checked in the write transaction; the database refuses the row too (0008).
+                erased = erased_error(conn, self.tables, snapshot.session_id)
+                if erased is not None:
+                    raise erased
+                if sealing.cipher is None:
+                    self._refuse_plaintext(conn, snapshot.session_id, "a snapshot")
                 conn.execute(statement)
                 if counts:
                     cursor = conn.connection.cursor()
@@ -1585,7 +1652,8 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                 if floor is not None:
                     conn.execute(delete(snapshots).where(*same_key, snapshots.c.seq < floor))
 
-        self._retrying("put_snapshot", attempt)  # keyed and ON CONFLICT DO NOTHING: a repeat is a no-op
+        # Keyed and ON CONFLICT DO NOTHING: a repeat is a no-op.
+        self._retrying("put_snapshot", attempt, snapshot.session_id)
         self._counts.stored(snapshot.session_id, counts)
 
     def latest_snapshot(
