@@ -353,7 +353,7 @@ def verify_session(
             checks.append(_check_generic(store, session_id, projection, tokenizer, to_seq))
         except Exception as e:
             checks.append(ProjectionCheck(projection.name, "error", None, f"{type(e).__name__}: {e}"))
-    if chain.erasure is None:  # an erased session's blobs went with it (or with its key)
+    if chain.erasure is None and chain.ok:  # erased: its blobs went too; broken: reported already
         blobs = _check_blobs(store, session_id)
         if blobs is not None:
             checks.append(blobs)
