@@ -32,7 +32,7 @@ The tree::
     ├── MissingDependencyError (ImportError) an optional extra is not installed; names it
     └── DatabaseError                        PEP 249 names for storage failures
         ├── OperationalError                 lost connection, lock timeout, disk full ...
-        │   ├── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
+        │   ├── StoreUnavailableError        still failing when the retry budget ran out (_retry)
         │   └── DatabaseFileGoneError        the SQLite file was deleted or replaced while open
         ├── IntegrityError                   a database constraint the store did not expect (PEP 249)
         └── ProgrammingError                 broken SQL, missing table
