@@ -140,6 +140,17 @@ def test_metadata_nested_too_deeply_is_a_usage_error(db: str, capsys: pytest.Cap
     assert "Traceback" not in err
 
 
+def test_metadata_with_a_key_twice_is_a_usage_error(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`new --metadata '{"a": 1, "a": 2}'`: refused naming the key, not stored as {"a": 2}."""
+    with pytest.raises(SystemExit) as exited:
+        main(["new", "--db", db, "--id", "s-2", "--metadata", '{"who": "ada", "who": "bob"}'])
+
+    assert exited.value.code == 2
+    assert "--metadata: the key 'who' occurs twice in one JSON object" in capsys.readouterr().err
+    with sessionstore.open_store(db) as store:
+        assert [info.id for info in store.list_sessions()] == ["s-1"]
+
+
 def test_a_tampered_log_exits_with_the_integrity_status(tmp_path: Path) -> None:
     """verify and served exit 3 on tampering: distinct from an error (1) and a usage error (2)."""
     db = str(tmp_path / "t.db")
@@ -739,6 +750,12 @@ CLI_BAD_INPUT = {
         ["append", "s-1"],
         '{"type": "message_appended", "role": "user", "content": "x", "n": ' + "9" * 5000 + "}\n",
         "stdin line 1: invalid JSON: Exceeds the limit (4300 digits) for integer string conversion",
+    ),
+    "stdin with a key twice in one object": (
+        ["append", "s-1"],
+        '{"type": "message_appended", "role": "user", "content": "x"}\n'
+        '{"type": "message_appended", "role": "user", "content": "a", "content": "b"}\n',
+        "stdin line 2: the key 'content' occurs twice in one JSON object",
     ),
     "stdin nested 100,000 deep": (
         ["append", "s-1"],

@@ -42,6 +42,7 @@ __all__ = [
     "encode_event",
     "event_class",
     "json_problem",
+    "load_json",
     "nested_deeper_than",
     "parse_event",
     "register_event",
@@ -450,6 +451,41 @@ def json_problem(
             if problem is not None:
                 return f"{_dotted((*_path(where), str(key)))}: {problem}"
     return None
+
+
+def _shown_key(key: str) -> str:
+    return repr(key) if len(key) <= 64 else f"{key[:64]!r}... ({len(key)} characters)"
+
+
+def load_json(text: str | bytes, *, where: str) -> Any:
+    """``json.loads(text)``, refusing an object that holds a key twice.
+
+    ``json.loads`` keeps the last value of a repeated key and drops the others without a word,
+    so what was sent and what is stored would differ; the command line's ``append`` and the HTTP
+    API read their JSON through this instead.
+
+    Args:
+        where: what holds the text, for the message (``"stdin line 3"``, ``"the request body"``).
+
+    Raises:
+        ValidationError: a key repeated in one object; names it and ``where`` (``field`` is the key).
+        ValueError: the text is not JSON (``json.JSONDecodeError``), or an integer in it is too long.
+        RecursionError: nested too deeply for the parser.
+    """
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        loaded = dict(pairs)
+        if len(loaded) == len(pairs):
+            return loaded
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                msg = f"{where}: the key {_shown_key(key)} occurs twice in one JSON object (each key once)"
+                raise ValidationError(msg, field=key[:64])
+            seen.add(key)
+        return loaded  # not reached: a dict shorter than its pairs repeats a key
+
+    return json.loads(text, object_pairs_hook=unique_keys)
 
 
 #: Where a container sits in the value ``json_problem`` walks: (its parent's, its key), or None.
