@@ -32,7 +32,7 @@ The tree::
     ├── MissingDependencyError (ImportError) an optional extra is not installed; names it
     └── DatabaseError                        PEP 249 names for storage failures
         ├── OperationalError                 lost connection, lock timeout, disk full ...
-        │   ├── StoreUnavailableError        still failing after the retry policy's attempts (_retry)
+        │   ├── StoreUnavailableError        still failing when the retry budget ran out (_retry)
         │   └── DatabaseFileGoneError        the SQLite file was deleted or replaced while open
         ├── IntegrityError                   a database constraint the store did not expect (PEP 249)
         └── ProgrammingError                 broken SQL, missing table
@@ -120,8 +120,30 @@ class StageOutcome(Protocol):
     def tokens_freed(self) -> int: ...
 
 
+def _rebuilt(cls: type[SessionStoreError], args: tuple[object, ...]) -> SessionStoreError:
+    """An error of ``cls`` holding ``args`` (its message), made without calling its ``__init__``.
+
+    Unpickling calls this; pickle then restores the instance's attributes (its fields).
+    """
+    error = cls.__new__(cls, *args)
+    # The builtin base sets what it keeps beside ``args`` (``ImportError.msg``).
+    builtin: type[BaseException] = next(base for base in cls.__mro__ if base.__module__ == "builtins")
+    builtin.__init__(error, *args)
+    return error
+
+
 class SessionStoreError(Exception):
-    """Root of every error raised by sessionstore."""
+    """Root of every error raised by sessionstore.
+
+    Every error survives ``pickle`` (a multiprocessing pool, Celery or Ray sends it back to the
+    caller) with its type, message and attributes. Unpickling does not call the class's own
+    ``__init__``, whose arguments differ from the ``args`` the message is kept in.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from the message and the attributes, not from the constructor's arguments."""
+        reduced = super().__reduce__()  # (class, args) or (class, args, state): a tuple, never a str
+        return (_rebuilt, (type(self), self.args), *reduced[2:])
 
 
 class ValidationError(SessionStoreError, ValueError):

@@ -140,6 +140,17 @@ def test_metadata_nested_too_deeply_is_a_usage_error(db: str, capsys: pytest.Cap
     assert "Traceback" not in err
 
 
+def test_metadata_with_a_key_twice_is_a_usage_error(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`new --metadata '{"a": 1, "a": 2}'`: refused naming the key, not stored as {"a": 2}."""
+    with pytest.raises(SystemExit) as exited:
+        main(["new", "--db", db, "--id", "s-2", "--metadata", '{"who": "ada", "who": "bob"}'])
+
+    assert exited.value.code == 2
+    assert "--metadata: the key 'who' occurs twice in one JSON object" in capsys.readouterr().err
+    with sessionstore.open_store(db) as store:
+        assert [info.id for info in store.list_sessions()] == ["s-1"]
+
+
 def test_a_tampered_log_exits_with_the_integrity_status(tmp_path: Path) -> None:
     """verify and served exit 3 on tampering: distinct from an error (1) and a usage error (2)."""
     db = str(tmp_path / "t.db")
@@ -347,6 +358,137 @@ def test_content_that_would_not_read_back_is_refused(
         assert str(refused.value.field).startswith("content")
 
     assert store.last_seq("s") == 0
+
+
+#: Input pydantic would coerce or the API would refuse later: (event, the field named, what is said).
+COERCED_OR_REFUSED_LATER = {
+    "content given as bytes": (
+        {"type": "message_appended", "role": "user", "content": b"hi"},
+        "content",
+        "bytes is not text",
+    ),
+    "bytes inside a content block": (
+        {"type": "message_appended", "role": "user", "content": [{"type": "text", "text": b"hi"}]},
+        "content.0.text",
+        "bytes, which JSON has not",
+    ),
+    "a content block type the API does not take": (
+        {"type": "message_appended", "role": "user", "content": [{"type": "txet", "text": "hi"}]},
+        "content",
+        "content block 0 has type 'txet', which the Messages API does not take",
+    ),
+    "a usage count of True": (
+        {"type": "usage_recorded", "input_tokens": True, "output_tokens": 1},
+        "input_tokens",
+        "an integer count, not the bool True",
+    ),
+    "a usage count of 2**70": (
+        {"type": "usage_recorded", "input_tokens": 1, "output_tokens": 1, "cache_read_input_tokens": 2**70},
+        "cache_read_input_tokens",
+        "at most 9223372036854775807",
+    ),
+    "a message_uuid of a million characters": (
+        {"type": "message_appended", "role": "user", "content": "x", "message_uuid": "u" * 1_000_000},
+        "message_uuid",
+        "an id of at most 256 characters, got 1000000",
+    ),
+    "an api_message_id of a million characters": (
+        {"type": "usage_recorded", "input_tokens": 1, "output_tokens": 1, "api_message_id": "m" * 1_000_000},
+        "api_message_id",
+        "an id of at most 256 characters",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("event", "field", "says"), COERCED_OR_REFUSED_LATER.values(), ids=COERCED_OR_REFUSED_LATER.keys()
+)
+def test_input_that_would_be_coerced_or_refused_by_the_api_is_refused_at_append(
+    store: SessionStore, event: dict[str, object], field: str, says: str
+) -> None:
+    """A typed error naming the event, the field and what is wrong, without repeating a huge value;
+    nothing written (bytes used to be decoded, True stored as 1, an unknown block type sent on)."""
+    store.create_session("s")
+
+    with pytest.raises(ValidationError) as refused:
+        store.append("s", [{"type": "message_appended", "role": "user", "content": "fine"}, event], ANY)
+
+    assert refused.value.index == 1
+    assert refused.value.event_type == event["type"]
+    assert refused.value.field == field
+    assert says in str(refused.value)
+    assert len(str(refused.value)) < 1000
+    assert store.last_seq("s") == 0
+
+
+def test_every_content_block_type_of_the_installed_sdk_is_taken() -> None:
+    """The known block types are the Messages API's: each type a block of the installed SDK's
+    unions (stable and beta, request and response) may have is appended without complaint."""
+    import types
+    import typing
+
+    import anthropic.types
+    import anthropic.types.beta
+    import pydantic
+
+    from sessionstore.events._base import CONTENT_BLOCK_TYPES
+
+    def literal_types(union: object) -> set[str]:
+        while typing.get_origin(union) is typing.Annotated:
+            union = typing.get_args(union)[0]
+        found: set[str] = set()
+        for member in typing.get_args(union):
+            if typing.get_origin(member) in (typing.Annotated, typing.Union, types.UnionType):
+                found |= literal_types(member)
+                continue
+            if isinstance(member, type) and issubclass(member, pydantic.BaseModel):
+                annotation = member.model_fields["type"].annotation
+            else:
+                annotation = typing.get_type_hints(member)["type"]
+            while typing.get_origin(annotation) is not typing.Literal:
+                annotation = typing.get_args(annotation)[0]
+            found |= set(typing.get_args(annotation))
+        return found
+
+    sdk = set().union(
+        *(
+            literal_types(union)
+            for union in (
+                anthropic.types.ContentBlock,
+                anthropic.types.ContentBlockParam,
+                anthropic.types.beta.BetaContentBlock,
+                anthropic.types.beta.BetaContentBlockParam,
+            )
+        )
+    )
+
+    assert {"text", "tool_use", "tool_result", "compaction"} <= sdk
+    assert sdk - CONTENT_BLOCK_TYPES == set()
+    for kind in sorted(CONTENT_BLOCK_TYPES):
+        MessageAppended(role="assistant", content=[{"type": kind}])
+
+
+def test_a_stored_event_from_before_the_checks_still_reads_back_as_stored() -> None:
+    """The append checks do not make the log unreadable: an event stored before them (a block type
+    since refused, a long id, a count past 64 bits) decodes to exactly what was stored."""
+    from sessionstore.events._base import decode_event
+
+    message = decode_event(
+        "message_appended",
+        1,
+        json.dumps({"role": "user", "content": [{"type": "txet"}], "message_uuid": "u" * 300}),
+        "00000000-0000-4000-8000-000000000001",
+    )
+    usage = decode_event(
+        "usage_recorded",
+        1,
+        json.dumps({"input_tokens": 2**70, "output_tokens": 1}),
+        "00000000-0000-4000-8000-000000000002",
+    )
+
+    assert message.content == [{"type": "txet"}]  # type: ignore[attr-defined]
+    assert len(message.message_uuid) == 300  # type: ignore[attr-defined]
+    assert usage.input_tokens == 2**70  # type: ignore[attr-defined]
 
 
 BAD_METADATA = {
@@ -608,6 +750,12 @@ CLI_BAD_INPUT = {
         ["append", "s-1"],
         '{"type": "message_appended", "role": "user", "content": "x", "n": ' + "9" * 5000 + "}\n",
         "stdin line 1: invalid JSON: Exceeds the limit (4300 digits) for integer string conversion",
+    ),
+    "stdin with a key twice in one object": (
+        ["append", "s-1"],
+        '{"type": "message_appended", "role": "user", "content": "x"}\n'
+        '{"type": "message_appended", "role": "user", "content": "a", "content": "b"}\n',
+        "stdin line 2: the key 'content' occurs twice in one JSON object",
     ),
     "stdin nested 100,000 deep": (
         ["append", "s-1"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -83,6 +84,66 @@ def test_open_store_with_create_false_raises_and_leaves_nothing(tmp_path: Path) 
     assert raised.value.path == str(typo)
     assert isinstance(raised.value, LookupError)
     assert not typo.parent.exists()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize("given", ["a path", "a sqlite URL"])
+def test_opening_a_new_path_without_migrate_leaves_nothing_behind(
+    tmp_path: Path, api: str, given: str
+) -> None:
+    """The schema check fails (nothing to check): neither the file SQLite began (4 KB in WAL mode)
+    nor the folders made for it stay behind."""
+    fresh = tmp_path / "new-dir" / "deeper" / "store.db"
+    url = str(fresh) if given == "a path" else f"sqlite:///{fresh}"
+
+    with pytest.raises(sessionstore.SchemaOutOfDateError):
+        if api == "sync":
+            sessionstore.open_store(url, migrate=False)
+        else:
+            asyncio.run(sessionstore.open_async_store(url, migrate=False))
+
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_open_keeps_a_database_that_was_there(tmp_path: Path) -> None:
+    """Only a file the failed open made is removed: one that existed (here, unmigrated) stays."""
+    existing = tmp_path / "kept.db"
+    with contextlib.closing(sqlite3.connect(existing)) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+
+    with pytest.raises(sessionstore.SchemaOutOfDateError):
+        sessionstore.open_store(existing, migrate=False)
+
+    assert existing.is_file()
+
+
+@pytest.mark.parametrize("given", ["a path", "a sqlite URL"])
+def test_a_symbolic_link_to_nothing_is_refused_and_creates_nothing(tmp_path: Path, given: str) -> None:
+    """SQLite would create the file the link points at, somewhere the caller did not name."""
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "elsewhere" / "target.db")
+    url = str(link) if given == "a path" else f"sqlite:///{link}"
+
+    with pytest.raises(OperationalError) as refused:
+        sessionstore.open_store(url, migrate=True)
+
+    assert "is a symbolic link to" in str(refused.value)
+    assert "which does not exist: nothing was created" in str(refused.value)
+    assert sorted(os.listdir(tmp_path)) == ["link.db"]
+
+
+def test_a_path_too_long_for_the_system_is_one_short_error(tmp_path: Path) -> None:
+    """Named, shortened (its start, its end, its length), never echoed whole, and nothing made."""
+    long = tmp_path.joinpath(*["d" * 250] * 20, "x.db")
+
+    with pytest.raises(OperationalError) as refused:
+        sessionstore.open_store(long, migrate=True)
+
+    message = str(refused.value)
+    assert message.startswith(f"cannot open the database {str(long)[:64]}...")
+    assert f"...{str(long)[-64:]} ({len(str(long))} characters)" in message
+    assert len(message) < 300
+    assert os.listdir(tmp_path) == []
 
 
 def test_the_embedded_default_is_not_created_by_a_reader(tmp_path: Path) -> None:

@@ -569,6 +569,23 @@ def test_encrypted_sessions_need_their_master_key(shared_backend: Backend) -> No
         assert plain.erase("s", reason="r")[0].method == "shredded"
 
 
+def test_a_sealed_blob_read_without_the_key_says_the_session_is_encrypted(shared_backend: Backend) -> None:
+    """Not a KeyError (no such blob): the blob is there, sealed; the error says the session is
+    encrypted and what reads it, for the session and for its fork."""
+    backend = shared_backend  # several stores open one database
+    with backend.open(encryption=MASTER) as store:
+        store.create_session("s", events=[SessionStarted()])
+        ref = store.put_blob(b"tool output " * 40, session_id="s")
+        store.create_session("fork", parent_session_id="s", fork_seq=1)
+
+    for session_id in ("s", "fork"):
+        refused = pytest.raises(EncryptionKeyError, match="is encrypted: open the store with its key")
+        with backend.open() as plain, refused:
+            plain.get_blob(ref.sha256, session_id=session_id)
+    with backend.open(encryption=MASTER) as store:
+        assert store.get_blob(ref.sha256, session_id="fork") == b"tool output " * 40
+
+
 # --- retention -------------------------------------------------------------------------------
 
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pickle
 import pkgutil
 import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import pytest
 
 import sessionstore
 from sessionstore import errors
@@ -117,3 +123,75 @@ def test_every_sessionstore_error_is_defined_in_errors_module() -> None:
     )
 
     assert elsewhere == []
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """A pipeline stage's report as ``BlockingLimitError`` reads it (``errors.StageOutcome``)."""
+
+    stage: str
+    tokens_freed: int
+
+
+def _argument(annotation: object, name: str) -> object:
+    """A real value of the annotated type, distinct per parameter so a swapped field shows."""
+    origin, parts = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return _argument(next(part for part in parts if part is not type(None)), name)
+    plain: dict[object, object] = {
+        str: f"{name}-value",
+        int: 7 + len(name),
+        float: 1.5 + len(name),
+        bool: True,
+        errors.OperationalError: errors.OperationalError("connection refused", transient=True),
+        BaseException: OSError("disk full"),
+        errors.StageOutcome: _Stage("snip", 120),
+    }
+    if annotation in plain:
+        return plain[annotation]
+    if origin is tuple:
+        return tuple(_argument(part, f"{name}{i}") for i, part in enumerate(parts))
+    if origin in (list, Sequence):
+        return [_argument(parts[0], f"{name}{i}") for i in range(2)]
+    if origin is Mapping:
+        return {_argument(parts[0], f"{name}{i}"): _argument(parts[1], f"{name}{i}") for i in range(2)}
+    raise AssertionError(f"no test value for a {annotation!r} ({name}): teach _argument the type")
+
+
+def _built(cls: type[BaseException]) -> BaseException:
+    """``cls`` made through its real constructor, every parameter given (defaults too)."""
+    hints = typing.get_type_hints(cls.__init__, vars(errors))
+    positional: list[object] = []
+    keywords: dict[str, object] = {}
+    for parameter in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            positional.append(f"{cls.__name__} went wrong")  # Exception's own *args: the message
+        elif parameter.kind is parameter.KEYWORD_ONLY:
+            keywords[parameter.name] = _argument(hints[parameter.name], parameter.name)
+        elif parameter.kind is not parameter.VAR_KEYWORD:
+            positional.append(_argument(hints[parameter.name], parameter.name))
+    return cls(*positional, **keywords)
+
+
+def _fields(error: BaseException) -> dict[str, object]:
+    """What a caller reads of an error: its public attributes, the builtin ones included."""
+    return {
+        name: getattr(error, name)
+        for name in dir(error)
+        if not name.startswith("_") and not callable(getattr(error, name))
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_error_classes_in_errors_module()))
+def test_every_error_survives_a_pickle_round_trip(name: str) -> None:
+    """A worker process (multiprocessing, Celery, Ray) hands the caller the store's own error:
+    the same type, message and fields, not a TypeError from a constructor unpickling cannot call."""
+    error = _built(_error_classes_in_errors_module()[name])
+    error.add_note("raised in a worker")
+
+    copy = pickle.loads(pickle.dumps(error))
+
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    assert _fields(copy) == _fields(error)
+    assert copy.__notes__ == ["raised in a worker"]

@@ -7,6 +7,7 @@ These tests kill and restart PostgreSQL, so they run on a private cluster of the
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
@@ -244,6 +245,34 @@ def test_the_time_budget_ends_retrying_before_the_attempts_do() -> None:
     assert len(calls) == 1
     assert raised.value.operation == "read"
     assert "server closed the connection" in str(raised.value)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_default_policy_retries_for_its_whole_30_second_budget(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default policy keeps retrying a database that stays down until 30 s (docs/storage.md,
+    "Bounds") are spent, whatever the jitter draws: the budget ends retrying, not the attempts.
+    A fake clock advanced only by the fake sleep counts the budget; nothing really waits."""
+    now = [0.0]
+    tries: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def server_down() -> None:
+        tries.append(now[0])
+        raise OperationalError("connection refused", transient=True)
+
+    monkeypatch.setattr(random, "uniform", random.Random(seed).uniform)  # the jitter, replayable
+    default = RetryPolicy()  # the policy open_store uses unless told otherwise
+    with pytest.raises(StoreUnavailableError) as raised:
+        default.run(server_down, what="append", sleep=sleep, clock=lambda: now[0])
+
+    assert default.budget_seconds == 30
+    assert default.budget_seconds - default.max_delay <= tries[-1] <= default.budget_seconds
+    assert raised.value.attempts == len(tries) < default.attempts
+    assert raised.value.elapsed == tries[-1]
 
 
 def test_an_error_that_is_not_transient_is_raised_at_once() -> None:

@@ -348,6 +348,35 @@ class TestWrites:
         assert response.json()["error"]["type"] == "ValidationError"
         assert store.last_seq(sid) == last
 
+    @pytest.mark.parametrize(
+        ("body", "key"),
+        [
+            (
+                '{"events": [{"type": "message_appended", "role": "user", "content": "a", "content": "b"}]}',
+                "content",
+            ),
+            ('{"events": [], "expected": 0, "events": [{"type": "message_appended"}]}', "events"),
+        ],
+        ids=["in an event", "at the top"],
+    )
+    def test_a_body_with_a_key_twice_is_refused_naming_the_key(
+        self, writable: tuple[TestClient, SessionStore, str], body: str, key: str
+    ) -> None:
+        """Not the last value kept and the first dropped without a word: 422 naming the key."""
+        client, store, sid = writable
+        last = store.last_seq(sid)
+        response = client.post(
+            f"/api/sessions/{sid}/events", content=body, headers={"Content-Type": "application/json"}
+        )
+        error = response.json()["error"]
+
+        assert response.status_code == 422
+        assert error["type"] == "ValidationError"
+        assert error["message"] == (
+            f"the request body: the key {key!r} occurs twice in one JSON object (each key once)"
+        )
+        assert store.last_seq(sid) == last
+
     def test_collapse_then_revert_restores_the_request(self, tmp_path: Path) -> None:
         """Revert of a collapse puts the span's messages back in the next request."""
         with open_store(f"sqlite:///{tmp_path / 'c.db'}", migrate=True) as store:

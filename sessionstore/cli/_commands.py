@@ -22,7 +22,7 @@ from ..errors import (
     EXIT_OK,
     ValidationError,
 )
-from ..events import MessageAppended
+from ..events import MessageAppended, load_json
 from ..pipeline import collapse, compact, default_summarizer, microcompact, snip
 from ..projections import Session, SessionConfig, WindowConfig
 from ..store import (
@@ -88,7 +88,10 @@ def _read_json_lines(stream: TextIO) -> list[dict[str, Any]]:
 
 def _json_line(line: str, number: int) -> Any:
     try:
-        return json.loads(line)
+        return load_json(line, where=f"stdin line {number}")
+    except ValidationError as e:  # a key twice in one object: the message names the key and line
+        e.index = number
+        raise
     except json.JSONDecodeError as e:
         msg = f"stdin line {number}: invalid JSON: {e.msg}"
         raise ValidationError(msg, field="stdin", index=number) from None

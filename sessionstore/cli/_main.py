@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from ..errors import (
     EXIT_INTERRUPTED,
     DataCorruptionError,
     SessionStoreError,
+    ValidationError,
 )
 from ._compare import add_commands as _add_compare_commands
 from ._completion import add_commands as _add_completion_commands
@@ -341,8 +341,12 @@ def _count(value: str) -> int:
 
 def _json(value: str) -> object:
     """``--metadata``: JSON text (argparse makes the error a usage error)."""
+    from ..events import load_json  # here: --help does not pay for pydantic
+
     try:
-        return json.loads(value)
+        return load_json(value, where="--metadata")
+    except ValidationError as e:  # a key twice in one object
+        raise argparse.ArgumentTypeError(str(e)) from None
     except RecursionError:
         raise argparse.ArgumentTypeError("JSON nested too deeply") from None
     except ValueError as e:  # invalid JSON, or an integer past 4,300 digits

@@ -42,6 +42,7 @@ __all__ = [
     "encode_event",
     "event_class",
     "json_problem",
+    "load_json",
     "nested_deeper_than",
     "parse_event",
     "register_event",
@@ -89,13 +90,105 @@ class SessionStarted(Event):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-def _check_blocks(content: str | list[ContentBlock]) -> str | list[ContentBlock]:
+#: Every content block type the Messages API takes or returns in a message (the SDK's
+#: ``ContentBlockParam`` and ``ContentBlock`` unions, beta ones included;
+#: ``tests/test_bad_input.py`` keeps this in step with the installed ``anthropic``). An append
+#: with any other type is refused: the API would refuse the request it ends up in.
+CONTENT_BLOCK_TYPES: frozenset[str] = frozenset(
+    {
+        "advisor_tool_result",
+        "bash_code_execution_tool_result",
+        "code_execution_tool_result",
+        "compaction",
+        "container_upload",
+        "document",
+        "fallback",
+        "image",
+        "mcp_tool_listing",
+        "mcp_tool_result",
+        "mcp_tool_use",
+        "redacted_thinking",
+        "search_result",
+        "server_tool_use",
+        "text",
+        "text_editor_code_execution_tool_result",
+        "thinking",
+        "tool_addition",
+        "tool_removal",
+        "tool_result",
+        "tool_search_tool_result",
+        "tool_use",
+        "web_fetch_tool_result",
+        "web_search_tool_result",
+    }
+)
+
+#: The longest id a message may carry (``message_uuid``, ``parent_uuid``, ``api_message_id``):
+#: Claude Code's are 36 characters, the API's about 30.
+MAX_ID_LENGTH = 256
+#: The largest token count (or other count) an event stores: a signed 64-bit column's.
+INT64_MAX = 2**63 - 1
+
+#: The validation context ``decode_event`` passes: the event was stored, checked when appended.
+_STORED = {"sessionstore_stored": True}
+
+
+def _appending(info: pydantic.ValidationInfo) -> bool:
+    """False while ``decode_event`` rebuilds a stored event: the checks that came after it was
+    written do not make an event already in the log unreadable (it reads back as stored)."""
+    return info.context is not _STORED
+
+
+def _refuse_bytes(value: object) -> object:
+    """Bytes are not text: pydantic would decode them, so what reads back is not what was given."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        msg = f"{type(value).__name__} is not text: decode it to a str, or give a list of content blocks"
+        raise ValueError(msg)
+    return value
+
+
+def _check_blocks(
+    content: str | list[ContentBlock], info: pydantic.ValidationInfo
+) -> str | list[ContentBlock]:
     if isinstance(content, list):
         for i, block in enumerate(content):
-            if not isinstance(block.get("type"), str):
+            kind = block.get("type")
+            if not isinstance(kind, str):
                 msg = f"content block {i} needs a string 'type'"
                 raise ValueError(msg)
+            if kind not in CONTENT_BLOCK_TYPES and _appending(info):
+                shown = repr(kind) if len(kind) <= 64 else f"{kind[:64]!r}... ({len(kind)} characters)"
+                msg = (
+                    f"content block {i} has type {shown}, which the Messages API does not take "
+                    f"(known: {', '.join(sorted(CONTENT_BLOCK_TYPES))})"
+                )
+                raise ValueError(msg)
     return content
+
+
+def _check_id(value: str | None, info: pydantic.ValidationInfo) -> str | None:
+    if value is not None and len(value) > MAX_ID_LENGTH and _appending(info):
+        msg = f"an id of at most {MAX_ID_LENGTH} characters, got {len(value)}"
+        raise ValueError(msg)
+    return value
+
+
+def _check_count(value: object, info: pydantic.ValidationInfo) -> object:
+    """A count is an int, not a bool (pydantic would store True as 1), and fits the store's column."""
+    if _appending(info):
+        if isinstance(value, bool):
+            msg = f"an integer count, not the bool {value}"
+            raise ValueError(msg)
+        if isinstance(value, int) and value > INT64_MAX:
+            msg = f"at most {INT64_MAX} (a 64-bit integer), got one of {len(str(value))} digits"
+            raise ValueError(msg)
+    return value
+
+
+#: A message's id: at most ``MAX_ID_LENGTH`` characters.
+MessageId = Annotated[str, pydantic.AfterValidator(_check_id)]
+#: A token count: an int (not a bool) from 0 to ``INT64_MAX``.
+TokenCount = Annotated[NonNegativeInt, pydantic.BeforeValidator(_check_count)]
 
 
 def _block_text(block: ContentBlock) -> Iterable[str]:
@@ -121,12 +214,16 @@ class MessageAppended(Event):
     """One message (or one streamed chunk of an assistant message) of the conversation."""
 
     type: Literal["message_appended"] = "message_appended"
-    message_uuid: str = Field(default_factory=lambda: str(uuid4()))
-    parent_uuid: str | None = None
+    message_uuid: MessageId = Field(default_factory=lambda: str(uuid4()))
+    parent_uuid: MessageId | None = None
     role: Literal["user", "assistant"]
-    content: Annotated[str | list[ContentBlock], pydantic.AfterValidator(_check_blocks)]
+    content: Annotated[
+        str | list[ContentBlock],
+        pydantic.BeforeValidator(_refuse_bytes),
+        pydantic.AfterValidator(_check_blocks),
+    ]
     #: The API response id: streamed chunks of one API round share it.
-    api_message_id: str | None = None
+    api_message_id: MessageId | None = None
     is_meta: bool = False
     is_sidechain: bool = False
     stop_reason: str | None = None
@@ -143,11 +240,11 @@ class UsageRecorded(Event):
     """Token usage reported by the API for one response; anchors the token estimate."""
 
     type: Literal["usage_recorded"] = "usage_recorded"
-    input_tokens: NonNegativeInt
-    output_tokens: NonNegativeInt
-    cache_creation_input_tokens: NonNegativeInt = 0
-    cache_read_input_tokens: NonNegativeInt = 0
-    api_message_id: str | None = None
+    input_tokens: TokenCount
+    output_tokens: TokenCount
+    cache_creation_input_tokens: TokenCount = 0
+    cache_read_input_tokens: TokenCount = 0
+    api_message_id: MessageId | None = None
     model: str | None = None
 
     @property
@@ -168,7 +265,7 @@ class ContextConfigured(Event):
     """
 
     type: Literal["context_configured"] = "context_configured"
-    system: str | list[ContentBlock] | None = None
+    system: Annotated[str | list[ContentBlock] | None, pydantic.BeforeValidator(_refuse_bytes)] = None
     tools: list[dict[str, Any]] = Field(default_factory=list)
 
     def countable_text(self) -> list[str]:
@@ -259,6 +356,8 @@ def _scalar_problem(value: object, *, strict: bool, strings: bool) -> str | None
         return _int_problem(value)
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{value} (JSON has no NaN or infinity)"
+    if isinstance(value, bytes | bytearray | memoryview):  # no event field is typed bytes
+        return f"{type(value).__name__}, which JSON has not (decode it to a str, or store it as a blob)"
     if strict:
         return f"a {type(value).__name__}, which is not JSON"
     return None  # a typed event field (a datetime, a UUID): its model serializes it
@@ -352,6 +451,41 @@ def json_problem(
             if problem is not None:
                 return f"{_dotted((*_path(where), str(key)))}: {problem}"
     return None
+
+
+def _shown_key(key: str) -> str:
+    return repr(key) if len(key) <= 64 else f"{key[:64]!r}... ({len(key)} characters)"
+
+
+def load_json(text: str | bytes, *, where: str) -> Any:
+    """``json.loads(text)``, refusing an object that holds a key twice.
+
+    ``json.loads`` keeps the last value of a repeated key and drops the others without a word,
+    so what was sent and what is stored would differ; the command line's ``append`` and the HTTP
+    API read their JSON through this instead.
+
+    Args:
+        where: what holds the text, for the message (``"stdin line 3"``, ``"the request body"``).
+
+    Raises:
+        ValidationError: a key repeated in one object; names it and ``where`` (``field`` is the key).
+        ValueError: the text is not JSON (``json.JSONDecodeError``), or an integer in it is too long.
+        RecursionError: nested too deeply for the parser.
+    """
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        loaded = dict(pairs)
+        if len(loaded) == len(pairs):
+            return loaded
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                msg = f"{where}: the key {_shown_key(key)} occurs twice in one JSON object (each key once)"
+                raise ValidationError(msg, field=key[:64])
+            seen.add(key)
+        return loaded  # not reached: a dict shorter than its pairs repeats a key
+
+    return json.loads(text, object_pairs_hook=unique_keys)
 
 
 #: Where a container sits in the value ``json_problem`` walks: (its parent's, its key), or None.
@@ -515,8 +649,8 @@ def decode_event(type_name: str, schema_version: int, payload: str, event_id: st
     if schema_version == current:
         # The id is a column, not part of the payload: splice it in so the model is built once.
         if payload.startswith("{") and payload != "{}":
-            return cls.model_validate_json(f'{{"event_id":"{event_id}",{payload[1:]}')
-        event = cls.model_validate_json(payload)
+            return cls.model_validate_json(f'{{"event_id":"{event_id}",{payload[1:]}', context=_STORED)
+        event = cls.model_validate_json(payload, context=_STORED)
     elif schema_version < current:
         data = json.loads(payload)
         for version in range(schema_version, current):
@@ -525,7 +659,7 @@ def decode_event(type_name: str, schema_version: int, payload: str, event_id: st
                 msg = f"no upcaster for {type_name!r} from schema version {version} to {version + 1}"
                 raise UnknownEventTypeError(msg)
             data = upcast(data)
-        event = cls.model_validate(data)
+        event = cls.model_validate(data, context=_STORED)
     else:
         msg = (
             f"event type {type_name!r} has schema version {schema_version}, newer than this "

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, FastAPI, Query, Request
+from fastapi import APIRouter, Body, FastAPI, Query, Request, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..audit import (
@@ -17,6 +19,8 @@ from ..audit import (
     turn_diff,
     verify_session,
 )
+from ..errors import ValidationError
+from ..events import load_json
 from ..pipeline import (
     StageReport,
     collapse,
@@ -163,7 +167,28 @@ def get_verify(
     return verify_session(store_of(request), session_id, counts=counts).to_dict()
 
 
-write_router = APIRouter(prefix="/api", tags=["write"])
+class _UniqueKeysRoute(APIRoute):
+    """A write whose JSON body holds a key twice in one object is refused (422, naming the key):
+    the parser would keep the last value and drop the others without a word."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def unique_keys(request: Request) -> Response:
+            body = await request.body()  # kept on the request: the handler reads it again
+            if body:
+                try:
+                    load_json(body, where="the request body")
+                except ValidationError:
+                    raise
+                except (ValueError, RecursionError):
+                    pass  # not JSON: the handler's own parse says where (a 422 as before)
+            return await handler(request)
+
+        return unique_keys
+
+
+write_router = APIRouter(prefix="/api", tags=["write"], route_class=_UniqueKeysRoute)
 
 
 class _Body(BaseModel):

@@ -18,7 +18,10 @@ removed before the URL reaches the driver.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,7 +106,9 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
     if "://" not in chosen:
         if chosen == ":memory:":
             return "sqlite://"
-        return f"sqlite:///{Path(chosen).expanduser().resolve()}"
+        path = Path(chosen).expanduser()
+        _exists(path)  # a link to nothing is refused before resolve() follows it to its target
+        return f"sqlite:///{path.resolve()}"
     if chosen.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + chosen.split("://", 1)[1]
     return chosen
@@ -159,20 +164,100 @@ def is_sqlite_url(url: str) -> bool:
     return _parse(url).get_backend_name() == "sqlite"
 
 
+#: A path longer than this is shown shortened in messages (its start and end, and its length).
+_SHOWN_PATH = 200
+
+
+def shown_path(path: object) -> str:
+    """``path`` for a message: as it is, or its first and last 64 characters when it is long
+    (an error about a 5,000-character path does not repeat all of it)."""
+    text = os.fspath(path) if isinstance(path, str | os.PathLike) else str(path)
+    if len(text) <= _SHOWN_PATH:
+        return text
+    return f"{text[:64]}...{text[-64:]} ({len(text)} characters)"
+
+
 def _create_file(path: Path) -> None:
     """An empty SQLite database file at ``path``, and its folder.
 
     Raises:
         OperationalError: the folder or file cannot be created (a file where a folder should
-            be, no permission ...), naming the path.
+            be, no permission, a name too long ...), naming the path.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()  # an empty file is an empty SQLite database
     except OSError as e:
         where = e.filename or path
-        msg = f"cannot create the database {path}: {where}: {e.strerror or e}"
+        shown, shown_where = shown_path(path), shown_path(where)
+        at = "" if shown_where == shown else f" {shown_where}:"
+        msg = f"cannot create the database {shown}:{at} {e.strerror or e}"
         raise OperationalError(msg) from e
+
+
+def _exists(path: Path) -> bool:
+    """True when there is a file at ``path``; a symbolic link to nothing is refused, not
+    followed (SQLite would create the file it points at, somewhere else).
+
+    Raises:
+        OperationalError: a dangling link, or a path the system cannot look up (a name too long).
+    """
+    try:
+        if path.exists():
+            return True
+        if path.is_symlink():
+            target = os.readlink(path)
+            msg = (
+                f"the database path {shown_path(path)} is a symbolic link to {shown_path(target)}, "
+                "which does not exist: nothing was created (point at the file itself, or create it)"
+            )
+            raise OperationalError(msg)
+    except OSError as e:  # ENAMETOOLONG, EACCES on a folder ...
+        msg = f"cannot open the database {shown_path(path)}: {e.strerror or e}"
+        raise OperationalError(msg) from e
+    return False
+
+
+@contextlib.contextmanager
+def removed_if_open_fails(url: str) -> Iterator[None]:
+    """Opening a store at ``url`` leaves nothing behind when it fails: a SQLite file the block
+    created (and the folders made for it) is removed again, while it still holds no table.
+
+    A file that existed before, or that another process has put a schema in meanwhile, is kept.
+    """
+    path = sqlite_file(url) if is_sqlite_url(url) else None
+    if path is None or os.path.lexists(path):
+        yield
+        return
+    folders: list[Path] = []  # the folders that do not exist yet, deepest first
+    folder = path.parent
+    while folder != folder.parent and not os.path.lexists(folder):
+        folders.append(folder)
+        folder = folder.parent
+    try:
+        yield
+    except BaseException:
+        _remove_empty_database(path, folders)
+        raise
+
+
+def _remove_empty_database(path: Path, folders: list[Path]) -> None:
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                return  # a schema: someone else's database now
+    except sqlite3.Error:
+        try:
+            if os.path.getsize(path):
+                return  # not a database the block made
+        except OSError:
+            return  # never made (a name too long ...), or already gone
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty: something else was put there
+            folder.rmdir()
 
 
 def create_engine_for_url(url: str, *, durability: SQLiteDurability = "full", create: bool = True) -> Engine:
@@ -230,7 +315,7 @@ def _sqlite_read_only(url: str, create: bool) -> bool:
     path = sqlite_file(url)
     if path is None:
         return False
-    if not path.exists():
+    if not _exists(path):
         if not create:
             raise DatabaseNotFoundError(str(path))
         _create_file(path)

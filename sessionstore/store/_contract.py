@@ -911,9 +911,11 @@ class SessionStore(abc.ABC):
         with the key of ``session_id`` or of one of its parents).
 
         Raises:
-            EncryptionKeyError: the blob is sealed and no ``session_id`` or key provider was given.
+            EncryptionKeyError: the blob is not in the clear, and ``session_id`` (or a parent) is
+                encrypted while this store has no key provider (or one that cannot unwrap its key).
             SessionErasedError: the blob's session was erased.
-            KeyError: no such blob (a ``LookupError``).
+            KeyError: no such blob (a ``LookupError``); without ``session_id`` a sealed blob is
+                not found either.
             DataCorruptionError: the stored bytes do not hash to ``sha256``.
         """
 

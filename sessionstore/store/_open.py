@@ -17,6 +17,7 @@ from ._config import (
     create_async_engine_for_url,
     create_engine_for_url,
     is_sqlite_url,
+    removed_if_open_fails,
     resolve_url,
     tables_for,
 )
@@ -129,19 +130,20 @@ def open_store(
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
     tables = tables_for(resolved, table_prefix=table_prefix, schema=schema)
-    own = create_engine_for_url(resolved, durability=durability, create=create)
     in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
-    try:
-        _prepare_schema(
-            own,
-            tables,
-            retry,
-            migrate=migrate or (migrate is None and (in_memory or (embedded and create))),
-            fresh_memory=is_private_memory_url(resolved),
-        )
-    except BaseException:
-        own.dispose()
-        raise
+    with removed_if_open_fails(resolved):
+        own = create_engine_for_url(resolved, durability=durability, create=create)
+        try:
+            _prepare_schema(
+                own,
+                tables,
+                retry,
+                migrate=migrate or (migrate is None and (in_memory or (embedded and create))),
+                fresh_memory=is_private_memory_url(resolved),
+            )
+        except BaseException:
+            own.dispose()
+            raise
     return _store_for(
         own,
         tables,
@@ -327,16 +329,17 @@ async def open_async_store(
     embedded = url is None and not os.environ.get(URL_ENV)
     resolved = resolve_url(url)
     tables = tables_for(resolved, table_prefix=table_prefix, schema=schema)
-    own = create_async_engine_for_url(resolved, durability=durability, create=create)
     in_memory = resolved == "sqlite://" or ":memory:" in resolved or "mode=memory" in resolved
     migrate_now = bool(migrate or (migrate is None and (in_memory or (embedded and create))))
-    try:
-        await greenlet_spawn(
-            _prepare_schema, own.sync_engine, tables, retry, migrate=migrate_now, sleep=sleep
-        )
-    except BaseException:
-        await own.dispose()
-        raise
+    with removed_if_open_fails(resolved):
+        own = create_async_engine_for_url(resolved, durability=durability, create=create)
+        try:
+            await greenlet_spawn(
+                _prepare_schema, own.sync_engine, tables, retry, migrate=migrate_now, sleep=sleep
+            )
+        except BaseException:
+            await own.dispose()
+            raise
     store = _store_for(
         own.sync_engine,
         tables,

@@ -38,13 +38,15 @@ class RetryPolicy:
     and concurrent clients spread out instead of reconnecting in lockstep.
 
     Attributes:
-        attempts: tries in all, the first included (1 turns retrying off).
+        attempts: tries in all, the first included (1 turns retrying off). The default, 40, is
+            more than fit in the default budget whatever the jitter draws, so the budget ends
+            retrying: a database that is back within 30 s is never reported unavailable.
         base_delay: seconds before the first retry (before jitter).
         max_delay: the longest single pause, in seconds.
         budget_seconds: no retry starts once this much time has passed since the first try.
     """
 
-    attempts: int = 10
+    attempts: int = 40
     base_delay: float = 0.05
     max_delay: float = 2.0
     budget_seconds: float = 30.0
@@ -71,18 +73,19 @@ class RetryPolicy:
         what: str,
         session_id: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> _T:
         """``operation()``, retried on transient ``OperationalError`` within the policy's bounds.
 
         ``what`` names the call and ``session_id`` its session (if it has one) in the log
         records and span events of each retry. ``sleep`` pauses between tries: the async store
         passes one that awaits ``asyncio.sleep`` (its calls run in a greenlet on the event loop,
-        which ``time.sleep`` would block).
+        which ``time.sleep`` would block). ``clock`` measures the budget (seconds, monotonic).
 
         Raises:
             StoreUnavailableError: still failing after the last attempt or the time budget.
         """
-        started = time.monotonic()
+        started = clock()
         attempt = 1
         while True:
             try:
@@ -90,7 +93,7 @@ class RetryPolicy:
             except OperationalError as error:
                 if not error.transient:
                     raise
-                elapsed = time.monotonic() - started
+                elapsed = clock() - started
                 pause = self.pause(attempt)
                 gave_up = attempt >= self.attempts or elapsed + pause > self.budget_seconds
                 _report_retry(what, session_id, attempt, elapsed, None if gave_up else pause, error)

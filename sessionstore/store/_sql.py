@@ -1570,6 +1570,13 @@ class SqlSessionStore(ErasureMixin, SessionStore):
                     erased = erased_error(conn, self.tables, session_id)
                 if erased is not None:
                     raise erased
+                if row is None and session_id is not None and self.encryption is None:
+                    # Sealed blobs are stored under a keyed hash: without the key, not found
+                    # would be the answer, when the truth is "encrypted". Raises if so.
+                    for sid in self._lineage(conn, session_id):
+                        key = self._key_row(conn, sid)
+                        if key is not None:
+                            self._cipher(sid, key)
                 return row, None if row is None else where[row.sha256]
 
         row, cipher = self._retrying("get_blob", attempt)
