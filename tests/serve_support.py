@@ -76,6 +76,15 @@ def free_port() -> int:
 @contextmanager
 def running_server(url: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """``sessionstore serve --db URL ARGS`` in a child process; yields its base URL once it answers."""
+    with server_process(url, *args, env=env) as (_, base):
+        yield base
+
+
+@contextmanager
+def server_process(
+    url: str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``running_server``, yielding the child process too (to signal it, or read its stderr)."""
     port = free_port()
     command = [sys.executable, "-m", "sessionstore", "serve", "--db", url, "--port", str(port), *args]
     process = subprocess.Popen(
@@ -95,9 +104,10 @@ def running_server(url: str, *args: str, env: dict[str, str] | None = None) -> I
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield base
+        yield process, base
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.terminate()
         process.communicate(timeout=30)  # reaps the child and closes its pipes
 
 

@@ -6,19 +6,27 @@ the real command and talk to it over a socket, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import io
 import json
 import re
 import shutil
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import httpx
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
@@ -30,6 +38,7 @@ from sessionstore.serve import _views as serve_views
 from sessionstore.serve import check_bind, create_app
 from sessionstore.serve._views import SHOWN_REPLACED
 
+from ._private_pg import PrivateCluster, private_pg
 from .conftest import Backend
 from .serve_support import (
     HIDDEN_LINE,
@@ -39,7 +48,10 @@ from .serve_support import (
     local_client,
     migrated,
     running_server,
+    server_process,
 )
+
+__all__ = ["private_pg"]  # the fixture, imported to be found by pytest
 
 STAGES = {
     "tool_result_persisted",
@@ -628,3 +640,189 @@ class TestRealServer:
         assert [s["id"] for s in listed["sessions"]] == [collapsed.session_id]
         assert reverted.status_code == 200
         assert HIDDEN_LINE in request
+
+
+@pytest.fixture
+def private_url(private_pg: PrivateCluster) -> str:
+    """A fresh schema on the private cluster (one a test may stop), migrated."""
+    schema = f"serve_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(private_pg.admin_dsn.replace("dbname=postgres", "dbname=sessionstore_test")) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return migrated(f"{private_pg.url}?options={quote(f'-csearch_path={schema}')}")
+
+
+class TestServerUnderStress:
+    """The real command when the database is down, a client is slow, or it is told to stop."""
+
+    def test_a_database_that_is_down_is_a_prompt_503_that_names_no_address(
+        self, private_pg: PrivateCluster, private_url: str
+    ) -> None:
+        """PostgreSQL stopped under the server: each route answers 503 "database unavailable"
+        with a request id, within the command line's ~1 s of retries (not the library's 30 s
+        budget), and the driver's message (address, port) goes to the server's log only."""
+        with open_store(private_url, create=False) as store:
+            session_id = build_collapsed(store).session_id
+        paths = ["/api/sessions", f"/api/sessions/{session_id}/events", "/", f"/sessions/{session_id}"]
+        with server_process(private_url) as (process, base):
+            assert httpx.get(f"{base}/api/sessions/{session_id}").status_code == 200
+            private_pg.stop()
+            try:
+                answers = []
+                for path in paths:
+                    started = time.monotonic()
+                    answers.append((httpx.get(base + path, timeout=60), time.monotonic() - started))
+            finally:
+                private_pg.start()
+            process.terminate()
+            log = process.communicate(timeout=30)[1].decode()
+
+        for (response, took), path in zip(answers, paths, strict=True):
+            request_id = response.headers["x-request-id"]
+            assert response.status_code == 503, path
+            assert took < 4.0, f"{path}: {took:.1f} s"  # the library's default waits 4.6 s at least
+            assert "database unavailable" in response.text, path
+            assert request_id in response.text, path
+            for detail in (str(private_pg.port), "127.0.0.1", "psycopg", "connection"):
+                assert detail not in response.text, (path, detail)
+            assert f"request {request_id} (GET {path})" in log
+        assert str(private_pg.port) in log
+        api = answers[0][0].json()["error"]
+        assert api["type"] == "StoreUnavailableError"
+        assert api["request_id"] == answers[0][0].headers["x-request-id"]
+
+    def test_a_client_slow_to_send_its_headers_is_disconnected(self, demo: tuple[str, str]) -> None:
+        """A byte at a time (or nothing at all) after ``--header-timeout``: the connection is
+        closed, each of many."""
+        with running_server(demo[0], "--header-timeout", "0.5") as base:
+            port = int(base.rpartition(":")[2])
+            slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(20)]
+            try:
+                for i, sock in enumerate(slow):
+                    if i % 2:
+                        sock.sendall(b"GET / HTTP/1.1\r\nHo")
+                closed = [sock.recv(1024) for sock in slow]  # b"": closed (socket.timeout: held)
+            finally:
+                for sock in slow:
+                    sock.close()
+            still_served = httpx.get(f"{base}/api/sessions").status_code
+
+        assert closed == [b""] * 20
+        assert still_served == 200
+
+    def test_a_client_slow_to_send_its_body_gets_a_408(self, demo: tuple[str, str]) -> None:
+        """Headers promising 100 bytes, then 10: 408 after ``--body-timeout``, and closed."""
+        with running_server(demo[0], "--body-timeout", "0.5") as base:
+            port = int(base.rpartition(":")[2])
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(
+                    b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Content-Type: application/x-www-form-urlencoded\r\n"
+                    b"Content-Length: 100\r\n\r\ntoken=0123"
+                )
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert b"RequestTimeout" in answer
+
+    @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+    def test_it_stops_promptly_while_a_request_waits_on_the_database(
+        self, private_pg: PrivateCluster, private_url: str, sig: signal.Signals
+    ) -> None:
+        """A request blocked on a lock (up to PostgreSQL's 10 s lock_timeout): SIGINT or SIGTERM
+        stops the server within ``--shutdown-seconds`` and a moment, not when the request ends."""
+        with open_store(private_url, create=False) as store:
+            build_collapsed(store)
+        dsn = private_pg.admin_dsn.replace("dbname=postgres", "dbname=sessionstore_test")
+        schema = unquote(private_url.rpartition("search_path%3D")[2])
+        with (
+            server_process(private_url, "--shutdown-seconds", "1") as (process, base),
+            psycopg.connect(dsn) as locker,
+            psycopg.connect(dsn, autocommit=True) as watcher,
+        ):
+            locker.execute(f"LOCK TABLE {schema}.sessions IN ACCESS EXCLUSIVE MODE")
+            waiting = threading.Thread(target=_quiet_get, args=(f"{base}/api/sessions",), daemon=True)
+            waiting.start()
+            deadline = time.monotonic() + 30
+            while not watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the request never waited on the lock"
+                time.sleep(0.05)
+            process.send_signal(sig)
+            signalled = time.monotonic()
+            try:
+                process.wait(timeout=30)
+            finally:
+                took = time.monotonic() - signalled
+            locker.rollback()
+
+        assert took < 6.0, f"stopped {took:.1f} s after the signal"
+
+
+def _quiet_get(url: str) -> None:
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.get(url, timeout=60)
+
+
+#: Run in a fresh interpreter: imports only what ``pip install 'sessionstore[serve]'`` installs
+#: (the closure of pyproject.toml's dependencies and ``serve`` extra over the installed packages'
+#: metadata); any other installed package's modules fail to import, as they would there.
+_ONLY_THE_SERVE_EXTRA = r"""
+import importlib.abc, importlib.metadata as md, sys, tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+wanted = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["serve"]]
+allowed = set()
+while wanted:
+    req = wanted.pop()
+    name = canonicalize_name(req.name)
+    extras = set(req.extras)
+    if name in allowed and not extras:
+        continue
+    allowed.add(name)
+    for text in md.requires(req.name) or []:
+        sub = Requirement(text)
+        envs = [{"extra": e} for e in extras | {""}]
+        if sub.marker is None or any(sub.marker.evaluate(env) for env in envs):
+            wanted.append(sub)
+blocked = {
+    module for module, dists in md.packages_distributions().items()
+    if not any(canonicalize_name(d) in allowed for d in dists) and module != "sessionstore"
+}
+
+class Uninstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (not in the serve extra)", name=fullname)
+        return None
+
+sys.meta_path.insert(0, Uninstalled())
+from sessionstore import open_store
+from sessionstore.serve import DEFAULT_LIMITS, create_app
+from sessionstore.serve._server import server_config
+
+store = open_store("sqlite:///" + sys.argv[2], migrate=True)
+app = create_app(store, write=True, token="t" * 16)
+server_config(app, host="127.0.0.1", port=0, limits=DEFAULT_LIMITS).load()
+print("served with", len(allowed), "distributions")
+"""
+
+
+def test_the_serve_extra_brings_what_every_route_needs(tmp_path: Path) -> None:
+    """``serve --write`` on an install of the ``serve`` extra alone: FastAPI builds every route
+    (the revert form needs python-multipart) and uvicorn loads, with nothing else installed."""
+    pyproject = Path(__file__).parent.parent / "pyproject.toml"
+    done = subprocess.run(
+        [sys.executable, "-c", _ONLY_THE_SERVE_EXTRA, str(pyproject), str(tmp_path / "x.db")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("served with")

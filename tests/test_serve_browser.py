@@ -12,10 +12,14 @@ Playwright's own browser download needs the network. Without it the tests skip, 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -225,3 +229,99 @@ def test_revert_a_collapse_and_the_request_is_restored(browser: Browser, served:
     assert HIDDEN_LINE not in collapsed
     assert HIDDEN_LINE in restored
     assert "[Collapsed: summary" not in restored
+
+
+@contextmanager
+def another_local_site(pages: dict[str, str]) -> Iterator[str]:
+    """A web server on another port of 127.0.0.1 serving ``pages`` (path -> HTML): the same site
+    as the viewer for the browser (its SameSite=Strict cookie goes along), another origin."""
+
+    class Pages(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path, "").encode()
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _attacks(base: str, session_id: str, event_id: str) -> dict[str, str]:
+    """Pages that try to revert ``event_id`` through the signed-in browser; each sets its title
+    once its request is answered (or refused by the browser)."""
+    form_url = f"{base}/sessions/{session_id}/revert"
+    api_url = f"{base}/api/sessions/{session_id}/revert"
+    body = json.dumps({"event_id": event_id})
+
+    def fetching(call: str) -> str:
+        done = "() => document.title = 'answered'"
+        return f"<script>{call}.then({done}, {done})</script>"
+
+    return {
+        "/form": f"<form method=post action='{form_url}'><input name=event_id value='{event_id}'></form>"
+        "<script>document.forms[0].submit()</script>",
+        "/no-cors": fetching(
+            f"fetch('{form_url}', {{method: 'POST', mode: 'no-cors', credentials: 'include', "
+            "headers: {'Content-Type': 'application/x-www-form-urlencoded'}, "
+            f"body: 'event_id={event_id}'}})"
+        ),
+        "/api": fetching(
+            f"fetch('{api_url}', {{method: 'POST', credentials: 'include', "
+            f"headers: {{'Content-Type': 'text/plain'}}, body: {json.dumps(body)}}})"
+        ),
+    }
+
+
+def _reverted(url: str, session_id: str, event_id: str) -> bool:
+    with open_store(url, create=False) as store:
+        entry = next(e for e in audit(store, session_id).entries if e.event_id == event_id)
+    return entry.reverted_by is not None
+
+
+def test_another_local_site_cannot_drive_the_viewer(browser: Browser, tmp_path: Path) -> None:
+    """Signed in with --write, the browser opens pages of another port of 127.0.0.1 that post
+    the revert form, and fetch the form and the API with credentials: each is refused and nothing
+    is reverted; the viewer's own Revert button then works."""
+    url = migrated(f"sqlite:///{tmp_path / 'csrf.db'}")
+    with open_store(url) as store:
+        collapsed = build_collapsed(store)
+    sid, eid = collapsed.session_id, collapsed.committed_event_id
+    context = browser.new_context()
+    page = context.new_page()
+    with running_server(url, "--write", "--token", TOKEN) as base:
+        page.goto(f"{base}/login")
+        page.locator("input[name=token]").fill(TOKEN)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{base}/")
+        with another_local_site(_attacks(base, sid, eid)) as evil:
+            page.goto(f"{evil}/form")
+            page.wait_for_url(f"{base}/sessions/{sid}/revert")
+            form_answer = page.locator("h1").inner_text()
+            after_form = _reverted(url, sid, eid)
+            for attack in ("/no-cors", "/api"):
+                page.goto(evil + attack)
+                page.wait_for_function("document.title === 'answered'")
+            after_fetches = _reverted(url, sid, eid)
+        page.goto(f"{base}/sessions/{sid}")
+        operation = page.locator(f"details#op-{eid}")
+        operation.locator("summary").click()
+        operation.get_by_role("button", name="Revert").click()
+        page.locator(f"details#op-{eid}.reverted").wait_for()
+    context.close()
+
+    assert form_answer == "CrossOriginRefused"
+    assert not after_form
+    assert not after_fetches
+    assert _reverted(url, sid, eid)

@@ -523,14 +523,33 @@ class ServedReplay:
     matches: bool
 
 
+def check_turn(store: SessionStore, session_id: str, turn: int) -> None:
+    """Refuse a turn the session cannot have, before any of its log is read: each turn is one
+    event, so a turn past the last seq (or below 1, or past 64 bits) is no turn.
+
+    Raises:
+        ValidationError: no such turn (``field`` "turn").
+        SessionNotFoundError: no such session.
+    """
+    check_int("turn", turn)
+    last = store.visible_log(session_id).last_seq()
+    if not 1 <= turn <= last:
+        msg = f"session {session_id!r} has {last} events, so fewer turns; there is no turn {turn}"
+        raise ValidationError(msg, field="turn")
+
+
 def served_request(session: Session, turn: int) -> ServedReplay:
     """The request served at ``turn`` (1 = the first ``ContextServed``), rebuilt from the log.
 
     Raises:
         ValidationError: no such turn.
     """
-    served = [e for e in session.transcript_digest if e.type == "context_served"]
     check_int("turn", turn)
+    # Each turn is one event: a turn past the log's last seq is refused before the log is read.
+    if not 1 <= turn <= session.last_seq:
+        msg = f"session {session.id!r} has {session.last_seq} events, so fewer turns; there is no turn {turn}"
+        raise ValidationError(msg, field="turn")
+    served = [e for e in session.transcript_digest if e.type == "context_served"]
     if not 1 <= turn <= len(served):
         msg = f"session {session.id!r} served {len(served)} requests; there is no turn {turn}"
         raise ValidationError(msg, field="turn")

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from ..audit import audit, context_breakdown, served_request, view_diff
+from ..audit import audit, check_turn, context_breakdown, served_request, view_diff
 from ..checkpoints import FileHistory, RewindResult
 from ..claude_code import compare_all_sent, compare_sent
 from ..errors import (
@@ -185,6 +185,8 @@ def _run_with_store(args: argparse.Namespace, store: SessionStore, out: TextIO) 
     elif args.command == "audit":
         return _run_audit(args, store, out)
     elif args.command in ("served", "diff"):
+        if args.command == "served":  # an impossible turn is refused before the session is folded
+            check_turn(store, args.session_id, args.turn)
         return _run_replay(args, Session(store, args.session_id), out)
     elif args.command == "compact":
         session = Session(store, args.session_id, _session_config())

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import socket
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -37,6 +40,23 @@ def add_command(commands: Any, add_db: Callable[[argparse.ArgumentParser], None]
         "--token",
         help=f"every request must carry it (default: ${TOKEN_ENV}); needed off localhost and with --write",
     )
+    limits = serve.add_argument_group('limits (docs/viewer.md "Limits")')
+    for flag, kind, meaning in _LIMIT_OPTIONS:
+        limits.add_argument(flag, type=kind, metavar=kind.__name__.upper(), help=meaning)
+
+
+#: ``serve``'s options setting a ``ServeLimits`` field (the option's name, underscored).
+_LIMIT_OPTIONS: tuple[tuple[str, type, str], ...] = (
+    ("--max-body-bytes", int, "largest request body (default: 16 MiB; 413 past it)"),
+    ("--max-append-events", int, "most events one append carries (default: 10,000)"),
+    ("--page-bytes", int, "a page of events ends once its payloads reach this (default: 4 MiB)"),
+    ("--header-timeout", float, "seconds to send a request's headers (default: 10)"),
+    ("--body-timeout", float, "seconds to send a request's body (default: 30; 408 past it)"),
+    ("--auth-failures", int, "wrong tokens per client per --auth-window before 429 (default: 10)"),
+    ("--auth-window", float, "seconds the wrong tokens are counted over (default: 60)"),
+    ("--max-connections", int, "connections served at once (default: 64; 503 past them)"),
+    ("--shutdown-seconds", float, "on Ctrl-C or SIGTERM, how long running requests may finish (default: 3)"),
+)
 
 
 def _port(text: str) -> int:
@@ -98,26 +118,66 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         import uvicorn
 
-        from ..serve import check_bind, create_app
+        from ..serve import ServeLimits, check_bind, create_app
+        from ..serve._server import server_config
     except ImportError as e:
         raise MissingDependencyError("serve", "sessionstore serve", e.name or "fastapi") from e
-    from ..store import MASTER_KEY_ENV, EnvKeyProvider, open_store
+    from ..store import MASTER_KEY_ENV, EnvKeyProvider, RetryPolicy, open_store
 
+    _log_to_stderr()
     token = args.token or os.environ.get(TOKEN_ENV) or None
     check_bind(args.host, token=token, write=args.write)
+    chosen = {
+        flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _LIMIT_OPTIONS
+    }
+    limits = ServeLimits(**{name: value for name, value in chosen.items() if value is not None})
     with open_store(
         args.db,
         create=False,
         table_prefix=args.table_prefix,
         schema=args.schema,
         encryption=EnvKeyProvider() if os.environ.get(MASTER_KEY_ENV) else None,
+        # A page is waited on: a database that is down is a 503 within about a second, as on
+        # the command line, not after the library's default of up to 30 s of retries.
+        retry=RetryPolicy(attempts=3, base_delay=0.05, max_delay=0.25, budget_seconds=1.0),
     ) as store:
-        app = create_app(store, write=args.write, token=token)
+        app = create_app(store, write=args.write, token=token, limits=limits)
         sockets = _listen(args.host, args.port)
         mode = "read-write" if args.write else "read-only"
         print(f"sessionstore serve: {mode} on {_where(args.host, sockets)} (Ctrl-C stops)", file=sys.stderr)
-        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+        server = uvicorn.Server(server_config(app, host=args.host, port=args.port, limits=limits))
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C stops the server: a normal end
             server.run(sockets=sockets)
+        busy = _still_running(grace=1.0)
     out.flush()
+    if busy:
+        # A request's worker thread is still in the database (uvicorn cancelled its task after
+        # --shutdown-seconds; a thread cannot be stopped): the interpreter would wait for it at
+        # exit. Nothing is half-written: a write commits whole or not at all.
+        print(f"sessionstore serve: stopped with {busy} request(s) still running", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
     return EXIT_OK
+
+
+def _log_to_stderr() -> None:
+    """The server's log (``sessionstore.serve``: what a 5xx answer withheld, under its request id)
+    on stderr; the library's loggers stay quiet unless the host configures them."""
+    served = logging.getLogger("sessionstore.serve")
+    if any(handler.get_name() == "sessionstore serve" for handler in served.handlers):
+        return  # served before in this process
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("sessionstore serve")
+    handler.setFormatter(logging.Formatter("sessionstore serve: %(levelname)s %(message)s"))
+    served.addHandler(handler)
+    served.setLevel(logging.INFO)
+
+
+def _still_running(*, grace: float) -> int:
+    """How many threads besides this one are still running after ``grace`` seconds (the
+    server's idle worker threads end as soon as it stops)."""
+    deadline = time.monotonic() + grace
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(1 for t in others if t.is_alive())

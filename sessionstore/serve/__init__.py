@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from ._app import create_app
 from ._errors import error_body, http_status
+from ._limits import DEFAULT_LIMITS, ServeLimits
 from ._safety import DEFAULT_HOST, MIN_TOKEN_LENGTH, check_bind
 
 __all__ = [
     "DEFAULT_HOST",
+    "DEFAULT_LIMITS",
     "MIN_TOKEN_LENGTH",
+    "ServeLimits",
     "check_bind",
     "create_app",
     "error_body",

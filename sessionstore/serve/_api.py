@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..audit import (
     audit,
+    check_turn,
     context_breakdown,
     served_request,
     token_timeline,
@@ -95,19 +96,33 @@ def list_events(
     limit: Limit = 100,
     type: Annotated[str | None, Query(description="only events of this type")] = None,
 ) -> dict[str, Any]:
-    """``{"events": [...], "next_after_seq": seq or null}`` in the visible (fork-aware) numbering."""
+    """``{"events": [...], "next_after_seq": seq or null}`` in the visible (fork-aware) numbering.
+
+    A page also ends once its payloads reach ``page_bytes`` (``ServeLimits``; one event at
+    least): its ``next_after_seq`` then continues it. Stored payloads are unpacked one at a time,
+    so a page of large events holds about its own bytes, not the chunk read."""
+    page_bytes = request.app.state.limits.page_bytes
     log = store_of(request).visible_log(session_id)
     found: list[RecordedEvent] = []
+    size, full = 0, False
     start = after_seq + 1
-    while len(found) < limit:
+    while not full:
         chunk = log.read(start, start + _READ_CHUNK - 1)
-        found += [e for e in chunk if type is None or e.type == type][: limit - len(found)]
+        for event in chunk:
+            if type is not None and event.type != type:
+                continue
+            found.append(event)
+            size += len(event.payload)
+            full = len(found) == limit or size >= page_bytes
+            if full:
+                break
         if len(chunk) < _READ_CHUNK:
             break
         start += _READ_CHUNK
+        del chunk  # its unpacked payloads that are not on the page
     return {
         "events": [e.to_dict() for e in found],
-        "next_after_seq": found[-1].seq if len(found) == limit else None,
+        "next_after_seq": found[-1].seq if full else None,
     }
 
 
@@ -122,6 +137,7 @@ def list_turns(request: Request, session_id: str) -> dict[str, Any]:
 def get_turn(request: Request, session_id: str, turn: int) -> dict[str, Any]:
     """The request rebuilt from the log (as ``sessionstore served --turn N --json``) and whether its
     bytes match the fingerprint recorded when it was served. A mismatch is data, not an error."""
+    check_turn(store_of(request), session_id, turn)
     return dataclasses.asdict(served_request(Session(store_of(request), session_id), turn))
 
 
@@ -133,6 +149,8 @@ def get_diff(
     to_turn: Annotated[int, Query(alias="to", description="a later (or earlier) turn")],
 ) -> dict[str, Any]:
     """A unified diff of the two served requests as indented JSON (empty: no change)."""
+    check_turn(store_of(request), session_id, from_turn)
+    check_turn(store_of(request), session_id, to_turn)
     diff = turn_diff(Session(store_of(request), session_id), from_turn, to_turn)
     return {"from": from_turn, "to": to_turn, "diff": diff}
 
@@ -248,7 +266,12 @@ def _report(report: StageReport) -> dict[str, Any]:
 
 @write_router.post("/sessions/{session_id}/events", summary="Append events")
 def post_events(request: Request, session_id: str, body: AppendBody) -> dict[str, Any]:
-    """Append atomically; ``expected`` is the last seq the caller saw (ConcurrencyError, 409, if not)."""
+    """Append atomically; ``expected`` is the last seq the caller saw (ConcurrencyError, 409, if not).
+    At most ``max_append_events`` events (``ServeLimits``) at once."""
+    most = request.app.state.limits.max_append_events
+    if len(body.events) > most:
+        msg = f"one append takes at most {most:,} events, not {len(body.events):,}: send them in batches"
+        raise ValidationError(msg, field="events")
     expected = ANY if body.expected == "any" else body.expected
     result = store_of(request).visible_log(session_id).append(body.events, expected)
     return dataclasses.asdict(result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -16,9 +17,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import SessionStoreError
 from ..store import SessionStore
 from ._api import include_api
-from ._errors import error_body, http_status
-from ._safety import COOKIE, loopback_host, token_matches
-from ._views import include_views, render
+from ._errors import error_body, http_status, withheld
+from ._limits import DEFAULT_LIMITS, BodyLimit, ServeLimits
+from ._safety import (
+    COOKIE,
+    SAFE_METHODS,
+    AuthThrottle,
+    cookie_session,
+    cross_origin,
+    csrf_token,
+    loopback_host,
+    token_matches,
+)
+from ._views import SIGN_IN_LIMIT, include_views, render
 
 __all__ = ["create_app"]
 
@@ -27,7 +38,9 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
     "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": under it a browser sends ``Origin: null`` with the viewer's own forms,
+    # and the origin check (``cross_origin``) must see their origin. Other sites get no referrer.
+    "Referrer-Policy": "same-origin",
 }
 
 #: Reachable without the token: the sign-in form and what it loads.
@@ -37,6 +50,8 @@ COUNTS_EVERY_SECONDS = 30.0
 
 #: The error ``type`` of the HTTP errors the routing itself answers (any other: ``HTTPError``).
 HTTP_ERRORS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed"}
+#: Headers of an answer to a request the client should not repeat at once (429).
+_RETRY_AFTER = "Retry-After"
 
 #: Under the library's logger, as each layer's is (docs/storage.md "Logging").
 _LOG = logging.getLogger("sessionstore.serve")
@@ -111,25 +126,62 @@ def _is_api(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
 
-def _authorized(request: Request, token: str) -> bool:
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token_matches(given, token):
-        return True
-    return token_matches(request.cookies.get(COOKIE), token)
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
-def _refusal(request: Request, token: str | None) -> Response | None:
-    """The answer to a request the server must not serve: a foreign ``Host`` without a token
-    (DNS rebinding), or a missing or wrong token. None: serve it."""
+def refusal_response(request: Request, status: int, kind: str, message: str, **headers: str) -> Response:
+    """The API's error shape (``{"error": {"type", "message"}}``) or the viewer's error page."""
+    if _is_api(request):
+        return JSONResponse(
+            {"error": {"type": kind, "message": message}}, status_code=status, headers=headers
+        )
+    page = render(request, "error.html", status=status, error={"type": kind, "message": message})
+    page.headers.update(headers)
+    return page
+
+
+def _refusal(request: Request, token: str | None, throttle: AuthThrottle) -> Response | None:
+    """The answer to a request the server must not serve: a change from another origin, a foreign
+    ``Host`` without a token (DNS rebinding), a client throttled after wrong tokens, a missing or
+    wrong token, an API write with the viewer's cookie only. None: serve it (``request.state``
+    then names the viewer's signed-in session, if that is what let it in)."""
+    refused = cross_origin(request.method, request.headers)
+    if refused is not None:
+        return refusal_response(request, 403, "CrossOriginRefused", refused)
     if token is None:
         if loopback_host(request.headers.get("host", "")):
             return None
-        body = {
-            "error": {"type": "HostRefused", "message": "without a token, only a loopback Host is served"}
-        }
-        return JSONResponse(body, status_code=421)
-    if request.url.path in _OPEN_PATHS or _authorized(request, token):
+        message = "without a token, only a loopback Host is served"
+        return refusal_response(request, 421, "HostRefused", message)
+    if request.url.path in _OPEN_PATHS:
         return None
+    client = _client(request)
+    wait = throttle.retry_after(client)
+    if wait is not None:
+        message = f"too many wrong tokens from {client}: try again in {wait} s"
+        return refusal_response(request, 429, "TooManyRequests", message, **{_RETRY_AFTER: str(wait)})
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        if token_matches(given, token):
+            return None
+        throttle.failed(client)
+        return _unauthorized(request)
+    cookie = request.cookies.get(COOKIE)
+    session = cookie_session(cookie, token)
+    if session is None:
+        if cookie is not None:  # a forged cookie, or one signed by an earlier token
+            throttle.failed(client)
+        return _unauthorized(request)
+    if _is_api(request) and request.method not in SAFE_METHODS:
+        message = "the API's writes take Authorization: Bearer TOKEN; the viewer's sign-in only reads them"
+        return JSONResponse({"error": {"type": "Unauthorized", "message": message}}, status_code=401)
+    request.state.session = session
+    request.state.csrf = csrf_token(token, session)
+    return None
+
+
+def _unauthorized(request: Request) -> Response:
     if _is_api(request):
         body = {"error": {"type": "Unauthorized", "message": "send Authorization: Bearer TOKEN"}}
         return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
@@ -142,14 +194,19 @@ def create_app(
     write: bool = False,
     token: str | None = None,
     store_counts_every: float = COUNTS_EVERY_SECONDS,
+    limits: ServeLimits = DEFAULT_LIMITS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The server over ``store``: read-only unless ``write``; with ``token``, every request
     but the sign-in form must carry it; without one, only requests for a loopback host
-    (``Host: 127.0.0.1:PORT``, ``localhost``, ``[::1]``) are served. The caller keeps ``store``
-    open while the app serves and closes it after. The token counts its reads make are stored
-    at most every ``store_counts_every`` seconds, after a response (``CountKeeper``).
+    (``Host: 127.0.0.1:PORT``, ``localhost``, ``[::1]``) are served. A browser's request from
+    another origin changes nothing (``cross_origin``). The caller keeps ``store`` open while
+    the app serves and closes it after. The token counts its reads make are stored at most
+    every ``store_counts_every`` seconds, after a response (``CountKeeper``). Every client is
+    held to ``limits`` (the body, the page, failed tokens, timed by ``clock``).
 
-    Binding is the caller's: ``check_bind`` says which addresses need a token.
+    Binding is the caller's: ``check_bind`` says which addresses need a token; the HTTP
+    server's own bounds (header timeout, connections, shutdown) are ``_server.server_config``.
     """
     app = FastAPI(
         title="sessionstore",
@@ -161,12 +218,20 @@ def create_app(
     app.state.store = store
     app.state.write = write
     app.state.token = token
+    app.state.limits = limits
+    throttle = app.state.throttle = AuthThrottle(limits.auth_failures, limits.auth_window, clock=clock)
 
     counts = CountKeeper(store, store_counts_every)
 
+    def refuse_body(scope: Scope, status: int, kind: str, message: str) -> ASGIApp:
+        return refusal_response(Request(scope), status, kind, message)
+
+    # Inside the guard: a body is read only once the request is let in.
+    app.add_middleware(BodyLimit, limits=limits, refuse=refuse_body, smaller={"/login": SIGN_IN_LIMIT})
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = _refusal(request, token) or await call_next(request)
+        response = _refusal(request, token, throttle) or await call_next(request)
         response.headers.update(SECURITY_HEADERS)
         if counts.due():
             # After the response is sent: waiting for the write lock never delays a page.
@@ -179,9 +244,32 @@ def create_app(
     async def library_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, SessionStoreError)
         status = http_status(error)
+        body = error_body(error)
+        headers = {}
+        if status >= 500:
+            # The client learns the kind of trouble and a request id; the log has the rest (a
+            # driver's message names the database server's address and port).
+            request_id = secrets.token_hex(8)
+            _LOG.error(
+                "request %s (%s %s): %s: %s",
+                request_id,
+                request.method,
+                request.url.path,
+                type(error).__name__,
+                error,
+            )
+            body["error"]["request_id"] = headers["X-Request-ID"] = request_id
+            if withheld(error):
+                body["error"] = {
+                    "type": body["error"]["type"],
+                    "message": withheld(error),
+                    "request_id": request_id,
+                }
         if _is_api(request):
-            return JSONResponse(error_body(error), status_code=status)
-        return render(request, "error.html", status=status, error=error_body(error)["error"])
+            return JSONResponse(body, status_code=status, headers=headers)
+        page = render(request, "error.html", status=status, error=body["error"])
+        page.headers.update(headers)
+        return page
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, error: Exception) -> Response:

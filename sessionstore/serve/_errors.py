@@ -3,7 +3,8 @@
 The body is ``{"error": {"type": "ConcurrencyError", "message": "...", ...}}``: the class name a
 library caller would catch, its message, and the context attributes it carries (``field``,
 ``session_id``, ``expected``, ``actual``) when they are set. A message naming the server's
-database file names it without its path.
+database file names it without its path; a storage failure's message (a driver's, naming the
+database server's address and port) is not sent at all: ``withheld`` says what is instead.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from ..errors import (
     CompactionDisabledError,
     CompactionRevertTooLargeError,
     ConcurrencyError,
+    DatabaseError,
     DatabaseFileGoneError,
     DatabaseNotFoundError,
     DataCorruptionError,
     DuplicateEventError,
+    EncryptionKeyError,
     ErasureRefusedError,
     InvalidRequestError,
     MissingDependencyError,
@@ -32,7 +35,7 @@ from ..errors import (
     ValidationError,
 )
 
-__all__ = ["error_body", "http_status"]
+__all__ = ["error_body", "http_status", "withheld"]
 
 #: Most specific first: the first class the error is an instance of gives the status.
 STATUS: tuple[tuple[type[SessionStoreError], int], ...] = (
@@ -49,6 +52,7 @@ STATUS: tuple[tuple[type[SessionStoreError], int], ...] = (
     (CompactionRevertTooLargeError, 409),
     (BlockingLimitError, 409),
     (AccessDeniedError, 403),
+    (EncryptionKeyError, 423),  # Locked: encrypted, and this server has no key that opens it
     (SummaryFailedError, 502),  # the summarizing model did not give a usable summary
     (OperationalError, 503),  # the database is unavailable: retry later
     (MissingDependencyError, 501),
@@ -73,6 +77,18 @@ _CONTEXT = (
 #: Errors whose message names a file of the server's (``path``): a client is told the kind of
 #: trouble, not where the database lives.
 _SERVER_FILES = (DatabaseFileGoneError, DatabaseNotFoundError)
+
+
+def withheld(error: SessionStoreError) -> str | None:
+    """What a client is told instead of a storage failure's message; None: its message is sent.
+
+    A ``DatabaseFileGoneError``'s message is sent, its path withheld (``error_body``).
+    """
+    if isinstance(error, _SERVER_FILES) or not isinstance(error, DatabaseError) or http_status(error) < 500:
+        return None
+    if isinstance(error, OperationalError):
+        return "database unavailable: try again later (the server's log has the details)"
+    return "database error (the server's log has the details)"
 
 
 def http_status(error: SessionStoreError) -> int:

@@ -20,6 +20,7 @@ from ..audit import (
     AuditEntry,
     AuditReport,
     audit,
+    check_turn,
     context_breakdown,
     served_request,
     token_timeline,
@@ -29,7 +30,7 @@ from ..pipeline import revert
 from ..projections import Session
 from ._api import session_json, store_of
 from ._gauge import gauge
-from ._safety import COOKIE, token_matches
+from ._safety import COOKIE, csrf_matches, new_session_cookie, token_matches
 
 __all__ = ["STATIC", "include_views", "render"]
 
@@ -60,8 +61,10 @@ STATIC = {
 
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
-    """``template`` rendered with ``context`` and whether writes are on."""
-    html = ENV.get_template(template).render(write=request.app.state.write, **context)
+    """``template`` rendered with ``context``, whether writes are on, and the signed-in session's
+    form token (``csrf``, None without a sign-in)."""
+    csrf = getattr(request.state, "csrf", None)
+    html = ENV.get_template(template).render(write=request.app.state.write, csrf=csrf, **context)
     return HTMLResponse(html, status_code=status)
 
 
@@ -202,6 +205,7 @@ def context_page(request: Request, session_id: str) -> HTMLResponse:
 
 @views.get("/sessions/{session_id}/turns/{turn}", response_class=HTMLResponse)
 def turn_page(request: Request, session_id: str, turn: int) -> HTMLResponse:
+    check_turn(store_of(request), session_id, turn)
     session = Session(store_of(request), session_id)
     replay = served_request(session, turn)
     served = sum(1 for e in session.transcript_digest if e.type == "context_served")
@@ -221,8 +225,15 @@ write_views = APIRouter(include_in_schema=False)
 
 
 @write_views.post("/sessions/{session_id}/revert")
-def revert_form(request: Request, session_id: str, event_id: str = Form(...)) -> Response:
-    """The viewer's revert button (only mounted with ``--write``)."""
+def revert_form(
+    request: Request, session_id: str, event_id: str = Form(...), csrf: str | None = Form(None)
+) -> Response:
+    """The viewer's revert button (only mounted with ``--write``). Signed in with the cookie, the
+    form must carry the session's form token (``csrf``): a page of another origin cannot read it."""
+    session = getattr(request.state, "session", None)
+    if session is not None and not csrf_matches(csrf, request.app.state.token, session):
+        message = "the form does not carry this sign-in's form token: reload the page and submit it again"
+        return _error_page(request, 403, "CrossOriginRefused", message)
     revert(Session(store_of(request), session_id), event_id)
     return RedirectResponse(f"/sessions/{session_id}#timeline", status_code=303)
 
@@ -250,7 +261,15 @@ async def login(request: Request) -> Response:
     """Set the token cookie when the form's ``token`` is right (HttpOnly, SameSite=Strict).
 
     Anyone may post here, before any token: the body is read by hand, URL-encoded only and at
-    most ``SIGN_IN_LIMIT`` bytes (a multipart upload would be spooled to disk whole)."""
+    most ``SIGN_IN_LIMIT`` bytes (a multipart upload would be spooled to disk whole). After
+    ``auth_failures`` wrong tokens a client is answered 429 for a while (``AuthThrottle``)."""
+    client = request.client.host if request.client else "unknown"
+    throttle = request.app.state.throttle
+    wait = throttle.retry_after(client)
+    if wait is not None:
+        page = _error_page(request, 429, "TooManyRequests", f"too many wrong tokens: try again in {wait} s")
+        page.headers["Retry-After"] = str(wait)
+        return page
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         message = "the sign-in form is posted as application/x-www-form-urlencoded"
@@ -264,9 +283,10 @@ async def login(request: Request) -> Response:
     token = parse_qs(body.decode("latin-1")).get("token", [None])[-1]
     expected = request.app.state.token
     if expected is None or token is None or not token_matches(token, expected):
+        throttle.failed(client)
         return render(request, "login.html", status=401, failed=True)
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+    response.set_cookie(COOKIE, new_session_cookie(expected), httponly=True, samesite="strict")
     return response
 
 
