@@ -39,7 +39,7 @@ from ..events._post_compact import SubagentFinished
 from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
 from ..pipeline._collapse import CollapseConfig, check_spawn, drain_collapses
 from ..pipeline._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..store._async import run_in_store
 
 if TYPE_CHECKING:  # importing sessionstore does not load the SDK
@@ -477,6 +477,7 @@ class _Loop(Generic[Client]):
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
+        check_session("session", session)
         named = {
             "thinking": thinking,
             "temperature": temperature,
@@ -757,6 +758,7 @@ def spawn_subagent(
     Raises:
         SubagentSpawnRefusedError: collapse is enabled and the parent is at 95% of its window.
     """
+    check_session("parent", parent)
     check_spawn(parent, collapse or CollapseConfig(enabled=True))
     child_system = parent.api_state.system if system is None else system
     child_tools = parent.api_state.tools if tools is None else tools
@@ -809,6 +811,7 @@ def finish_subagent(
     Raises:
         ValidationError: ``parent`` started no sub-agent with that session id.
     """
+    check_session("parent", parent)
     started = any(
         entry.type == "subagent_started" and entry.child_session_id == child_session_id
         for entry in parent.transcript_state.entries

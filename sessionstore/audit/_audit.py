@@ -27,7 +27,7 @@ from ..pipeline._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 from ..projections._api_context import materialize, request_bytes
 from ..projections._api_records import ViewAtChange
 from ..projections._digest import AUDITED
-from ..projections._session import Session
+from ..projections._session import Session, check_session, check_source
 from ..projections._transcript import TranscriptEntry
 from ..store import ErasureReceipt, SessionStore
 from ..store._contract import check_int
@@ -203,6 +203,7 @@ def audit(session: Session | SessionStore, session_id: str | None = None) -> Aud
     its erasure receipt and no timeline, rather than SessionErasedError, since the receipt is
     what an auditor of an erased session has to see.
     """
+    check_source("session", session)
     if not isinstance(session, Session):
         if session_id is None:
             raise TypeError("audit(store, session_id): the session id is missing")
@@ -544,6 +545,7 @@ def served_request(session: Session, turn: int) -> ServedReplay:
     Raises:
         ValidationError: no such turn.
     """
+    check_session("session", session)
     check_int("turn", turn)
     # Each turn is one event: a turn past the log's last seq is refused before the log is read.
     if not 1 <= turn <= session.last_seq:
@@ -580,6 +582,7 @@ def _unified(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> 
 
 def view_diff(session: Session, seq_a: int, seq_b: int) -> str:
     """A unified diff of the request as it was at ``seq_a`` and at ``seq_b`` (indented JSON)."""
+    check_session("session", session)
     before = materialize(session.api_state_at(seq_a))
     after = materialize(session.api_state_at(seq_b))
     return _unified(before, after, f"seq {seq_a}", f"seq {seq_b}")
@@ -592,5 +595,6 @@ def turn_diff(session: Session, turn_a: int, turn_b: int) -> str:
     Raises:
         ValidationError: no such turn.
     """
+    check_session("session", session)
     before, after = served_request(session, turn_a), served_request(session, turn_b)
     return _unified(before.request, after.request, f"turn {turn_a}", f"turn {turn_b}")

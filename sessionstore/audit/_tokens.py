@@ -17,6 +17,7 @@ from typing import Any
 from ..projections import Session, TokenWindow, token_state, token_window
 from ..projections._api_context import COLLAPSE_PREFIX, COMPACT_SUMMARY_PREFIX
 from ..projections._digest import CONTEXT_OPERATIONS
+from ..projections._session import check_source
 from ..store import SessionStore
 from ._audit import AuditEntry, audit
 
@@ -120,6 +121,7 @@ def token_timeline(source: Session | SessionStore, session_id: str | None = None
     Raises:
         SessionNotFoundError: no such session (``SessionErasedError`` for an erased one).
     """
+    check_source("source", source)
     session = _session(source, session_id)
     window = _window(session)
     transcript = session.transcript_digest
@@ -233,6 +235,7 @@ def context_breakdown(source: Session | SessionStore, session_id: str | None = N
     Raises:
         SessionNotFoundError: no such session (``SessionErasedError`` for an erased one).
     """
+    check_source("source", source)
     session = _session(source, session_id)
     request = session.request(cache_control=False)
     raw = dict.fromkeys(BREAKDOWN_CATEGORIES, 0)

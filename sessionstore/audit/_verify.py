@@ -51,7 +51,7 @@ from ..projections import PROJECTIONS, ApiContextProjection
 from ..projections._api_context import ApiContextState
 from ..projections._base import Projection, rebuild
 from ..projections._session import NO_TOKENIZER, Session, SessionConfig
-from ..store._contract import ChainHead, SessionStore, VerifyReport, check_int
+from ..store._contract import ChainHead, SessionStore, VerifyReport, check_int, check_store
 from ..store._lineage import SessionLog
 from ._blobs import check_blobs
 from ._recount import recount_token_counts
@@ -318,7 +318,7 @@ def verify_session(
     Raises:
         SessionNotFoundError: no such session.
     """
-    chain = store.verify(session_id, head=head)
+    chain = check_store("store", store).verify(session_id, head=head)
     try:
         log = SessionLog(store, session_id)
     except SessionNotFoundError:  # its events outlived its sessions row: nothing to fold
@@ -434,11 +434,18 @@ def verify_all(
     ``heads``: anchors kept outside the database (``heads`` command), by session id.
     ``counts``: see ``verify_session``.
     """
+    check_store("store", store)
     check_int("page_size", page_size, minimum=1)  # 0 read an empty page, then failed on it
     if heads is not None and not isinstance(heads, Mapping):
         msg = f"heads must be a mapping of session id to ChainHead, not {type(heads).__name__}"
         raise ValidationError(msg, field="heads")
-    anchors = dict(heads or {})
+    # Checked when called, not on the first next(): the walk is a generator of its own.
+    return _verify_all(store, page_size, dict(heads or {}), counts)
+
+
+def _verify_all(
+    store: SessionStore, page_size: int, anchors: dict[str, ChainHead], counts: bool
+) -> Iterator[SessionVerification]:
     for session_id, altered in _listed(store, page_size):
         if altered is not None:
             anchors.pop(session_id, None)
@@ -467,8 +474,9 @@ def missing_session(anchor: ChainHead) -> SessionVerification:
 def all_heads(store: SessionStore, *, page_size: int = 100) -> Iterator[ChainHead]:
     """The head of every session, in id order (what to keep outside the database); a session
     whose ``sessions`` row was altered too (its chain's head is what an anchor is for)."""
-    for session_id, _ in _listed(store, page_size):
-        yield store.head(session_id)
+    check_store("store", store)
+    check_int("page_size", page_size, minimum=1)
+    return (store.head(session_id) for session_id, _ in _listed(store, page_size))
 
 
 def _listed(store: SessionStore, page_size: int) -> Iterator[tuple[str, DataCorruptionError | None]]:

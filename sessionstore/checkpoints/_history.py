@@ -44,7 +44,7 @@ from ..events._files import (
 )
 from ..projections._base import fold, rebuild, save_snapshot
 from ..projections._file_history import MAX_SNAPSHOTS, FileCheckpoint, FileHistoryProjection, FileHistoryState
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..store._contract import ANY, check_session_id
 from ._capture import _not_a_file, _read_file
 from ._rewind import (
@@ -81,6 +81,7 @@ class FileHistory:
     def __init__(
         self, session: Session, root: str | os.PathLike[str] | None = None, *, use_snapshots: bool = True
     ) -> None:
+        check_session("session", session)
         self.session = session
         self.store = session.store
         self._projection = FileHistoryProjection()

@@ -40,7 +40,7 @@ from ..events._post_compact import line_uuid
 from ..pipeline._post_compact import kept_message_uuids
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
 from ..projections._base import read_pages
-from ..store._contract import RecordedEvent, SessionStore
+from ..store._contract import RecordedEvent, SessionStore, check_store
 from ..store._lineage import SessionLog
 
 __all__ = [
@@ -621,6 +621,7 @@ def iter_claude_code(store: SessionStore, session_id: str) -> Iterator[str]:
     Raises:
         SessionNotFoundError: no such session.
     """
+    check_store("store", store)
     return _lines(_index(store, session_id))
 
 
@@ -655,6 +656,7 @@ def export_claude_code(store: SessionStore, session_id: str) -> list[str]:
     Raises:
         SessionNotFoundError: no such session.
     """
+    check_store("store", store)
     return list(iter_claude_code(store, session_id))
 
 
@@ -808,6 +810,7 @@ def write_claude_code(
             a parent of it) is a file (nothing is written).
         SessionNotFoundError: no such session.
     """
+    check_store("store", store)
     folder = check_path("directory", directory)
     blocked = _not_a_folder(folder)
     if blocked is not None:
@@ -861,6 +864,7 @@ def write_claude_code_file(
         ValidationError: ``path`` exists and ``overwrite`` is False (nothing is written).
         SessionNotFoundError: no such session.
     """
+    check_store("store", store)
     target = check_path("path", path)
     if os.path.islink(target) or (os.path.lexists(target) and not os.path.isfile(target)):
         # A rename would replace it (a FIFO, /dev/stdout's symlink) rather than write through it.

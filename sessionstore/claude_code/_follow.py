@@ -38,7 +38,7 @@ from typing import Any
 
 from .._paths import check_paths, open_regular_file
 from ..errors import ValidationError
-from ..store._contract import SessionStore, check_number, check_waiting
+from ..store._contract import SessionStore, check_number, check_store, check_waiting
 from ._import import (
     Identity,
     ImportReport,
@@ -134,6 +134,7 @@ class ClaudeCodeFollower:
         tenant: str | None = None,
         user: str | None = None,
     ):
+        check_store("store", store)
         self.store = store
         self.owner = _Owner(tenant, user)
         self.paths = check_paths("paths", paths)
@@ -543,6 +544,7 @@ def follow_claude_code(
             folder does not exist; a ``poll_interval`` or ``until_idle`` that is no number of
             seconds (NaN), a ``stop`` that is no Event.
     """
+    check_store("store", store)
     check_waiting(stop, poll_interval)
     if poll_interval <= 0:
         raise ValidationError("poll_interval must be positive", field="poll_interval")

@@ -77,7 +77,7 @@ from ..events._post_compact import ListingDelta, ListingKind
 from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
 from ..projections._session import SessionConfig
 from ..projections._snapshots import take_snapshots
-from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id
+from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id, check_store
 from ._lines import BadLineError as _BadLineError
 from ._lines import Line as _Line
 from ._lines import LineReader, file_size, line_objects, scan_lines
@@ -1868,6 +1868,7 @@ def import_claude_code(
     """
     # Reading builds millions of small objects that all stay alive until written: the cyclic
     # collector would rescan them over and over (about a quarter of a large import's time).
+    check_store("store", store)
     checked = check_paths("paths", paths)
     collecting = gc.isenabled()
     gc.disable()

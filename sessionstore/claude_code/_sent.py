@@ -39,6 +39,7 @@ from typing import Any
 from ..errors import ValidationError
 from ..projections import ApiContextProjection, Session, fold, materialize
 from ..projections._base import read_pages
+from ..projections._session import check_session
 from ..projections._transcript import TranscriptEntry
 from ..store import RecordedEvent
 
@@ -133,6 +134,7 @@ def sent_requests(session: Session) -> list[SentRequest]:
     name; the log is then read a page at a time, keeping only those and the recorded system
     prompts (none is read when no request was recorded).
     """
+    check_session("session", session)
     lines = [e for e in session.transcript_digest if e.type in ("opaque_entry", "imported_entry")]
     requests = [e.payload["entry"] for e in lines if e.payload.get("entry_type") == "api-request"]
     if not requests:
@@ -371,6 +373,7 @@ def compare_sent(session: Session, turn: int) -> SentComparison:
         ValidationError: the session recorded no such turn, or an ``api-request`` line is
             malformed (naming its line).
     """
+    check_session("session", session)
     sent = sent_requests(session)
     if not 1 <= turn <= len(sent):
         msg = (
@@ -382,6 +385,7 @@ def compare_sent(session: Session, turn: int) -> SentComparison:
 
 def compare_all_sent(session: Session) -> Iterator[SentComparison]:
     """``compare_sent`` for every recorded turn, in order, folding the log once."""
+    check_session("session", session)
     return _comparisons(session, sent_requests(session))
 
 

@@ -26,7 +26,7 @@ from ..errors import SubagentSpawnRefusedError, ValidationError
 from ..events._context import CollapseCommitted, CollapseStaged
 from ..projections._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
 from ..projections._api_records import StagedCollapse
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..projections._transcript import TranscriptEntry
 from ..store._async import blocking_call
 from ._stage import StageReport
@@ -70,6 +70,7 @@ class CollapseReport:
 
 def check_spawn(session: Session, config: CollapseConfig | None = None) -> None:
     """Raise ``SubagentSpawnRefusedError`` when collapse is on and the context is at the block mark."""
+    check_session("session", session)
     config = config or CollapseConfig(enabled=True)
     if not config.enabled:
         return
@@ -229,6 +230,7 @@ def stage_collapse(session: Session, summarizer: Summarizer, start: int, end: in
         ValidationError: the span splits a tool pair, overlaps another collapse, or reaches the tail.
         SummaryFailedError: the summarizer produced nothing usable (nothing is recorded).
     """
+    check_session("session", session)
     _check_span(session, start, end)
     state = session.api_state
     summary = blocking_call(
@@ -287,6 +289,7 @@ def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = F
         ValidationError: no such staged collapse, or its span left the request since it was
             staged (a snip or a compaction took it).
     """
+    check_session("session", session)
     staged = session.api_state.staged.get(staged_event_id)
     if staged is None:
         msg = f"no staged collapse {staged_event_id} in session {session.id!r}"
@@ -308,6 +311,7 @@ def commit_collapse(session: Session, staged_event_id: str, *, drained: bool = F
 
 def drain_collapses(session: Session) -> CollapseReport:
     """Commit every staged collapse still in the request at once, oldest first, without a model call."""
+    check_session("session", session)
     before = session.used_tokens()
     staged = _committable(session)
     events = [
@@ -330,6 +334,7 @@ def collapse(session: Session, summarizer: Summarizer, from_uuid: str, to_uuid: 
         ValidationError: unknown message, or a span that splits a tool pair or overlaps.
         SummaryFailedError: the summarizer failed (nothing is recorded).
     """
+    check_session("session", session)
     before = session.used_tokens()
     start = session.message_index(from_uuid)
     end = _span_end(session, to_uuid)

@@ -45,7 +45,7 @@ from ..projections._api_context import (
     view_size,
 )
 from ..projections._api_records import PreparedCompaction
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..store._async import blocking_call
 from ..store._contract import check_int, check_number
 from ._compact_prompt import SUMMARY_SECTIONS
@@ -268,6 +268,7 @@ class CompactPreview:
 
 def breaker_open(session: Session) -> bool:
     """True after 3 consecutive automatic compaction failures (until a compaction succeeds)."""
+    check_session("session", session)
     return session.api_state.compact_failures >= MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 
 
@@ -400,6 +401,7 @@ def memory_growth_interval(session: Session, config: CompactConfig) -> int:
     ``memory_max_tokens``: what a memory does not cover must still fit in what a memory compact
     keeps verbatim when the threshold comes, a turn or so after the last extraction.
     """
+    check_session("session", session)
     effective = session.token_state().window.effective_window
     relative = int(effective * config.extract_growth_percent / 100)
     return max(config.extract_growth_tokens, min(relative, config.memory_max_tokens // 2))
@@ -413,6 +415,7 @@ def memory_extraction_due(session: Session, config: CompactConfig) -> bool:
     that came after it: the context it measured is gone) and either ``extract_tool_calls``
     tool calls were made since the last extraction or the last turn made none.
     """
+    check_session("session", session)
     state = session.api_state
     used = session.used_tokens()
     if used < config.extract_init_tokens or not state.messages:
@@ -441,6 +444,7 @@ def maybe_extract_memory(session: Session, summarizer: Summarizer, config: Compa
     The summarizer is given the main request as its prefix, so a model call reads the prompt
     cache the main requests wrote (and writes what the next main request reads).
     """
+    check_session("session", session)
     if not memory_extraction_due(session, config):
         return False
     state = session.api_state
@@ -710,6 +714,7 @@ def prepare_compaction(
     recording nothing, when a hook or the summarizer failed: the preparation is background work,
     so it neither counts toward the circuit breaker nor stops the turn (the next one tries again).
     """
+    check_session("session", session)
     job = _preparation_job(session, summarizer, config or CompactConfig(), detached=False)
     return None if job is None else _record_preparation(session, job.run())
 
@@ -937,6 +942,7 @@ def compact(
         CompactionDisabledError: the session's window config disables all compaction.
         ValidationError: an unknown pivot, or one that would split a tool call from its result.
     """
+    check_session("session", session)
     attributes = {"sessionstore.session_id": session.id, "sessionstore.compaction.trigger": trigger}
     with span("sessionstore.compaction", attributes) as current:
         report = _compact(
@@ -1111,6 +1117,7 @@ def compact_preview(
         SummaryFailedError: a hook failed or no usable summary came back (nothing is recorded).
         ValidationError: an unknown pivot, or one that would split a tool call from its result.
     """
+    check_session("session", session)
     boundary, strategy = _planned_boundary(
         session,
         summarizer,

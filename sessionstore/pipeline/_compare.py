@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import CompactionDisabledError, SessionStoreError, SummaryFailedError, ValidationError
 from ..events import CompactionExperiment
 from ..projections import Session, TranscriptEntry
+from ..projections._session import check_session
 from ._compaction import CompactConfig, _attachment_line, _predicted_used, compact_preview
 from ._replaced_facts import facts_kept, replaced_facts
 from ._summarizers import Summarizer, Summary, SummaryRequest
@@ -336,6 +337,7 @@ def compare_compactions(
 
     .. versionadded:: 0.3.0
     """
+    check_session("session", session)
     if not variants:
         raise ValidationError("give at least one summarizer to compare", field="summarizers")
     if session.config.window.disable_compaction:

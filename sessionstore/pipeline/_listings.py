@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import get_args
 
 from ..events._post_compact import ListingDelta, ListingKind
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..projections._transcript import TranscriptEntry
 
 __all__ = ["LISTING_KINDS", "ListedEntry", "announce_listings", "listing_texts", "listings", "render_listing"]
@@ -100,6 +100,7 @@ def announce_listings(
     entries gone are announced removed, in one ``ListingDelta`` per listing that changed; their
     text joins the conversation where they are appended. Nothing changed: nothing is appended.
     """
+    check_session("session", session)
     given: dict[ListingKind, Mapping[str, str] | None] = {
         "deferred_tools": deferred_tools,
         "agents": agents,

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..events._context import MicrocompactApplied, ServerEditsApplied
 from ..projections._api_context import CLEARED_PLACEHOLDER
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..store._contract import check_int, check_number
 from ._stage import StageReport, record_events
 from ._tool_results import result_block, result_text, result_tokens
@@ -143,6 +143,7 @@ def microcompact(
     Raises:
         ValidationError: a tool_use_id with no result in the session.
     """
+    check_session("session", session)
     keep = max(1, keep_recent)
     if tool_use_ids is not None:
         ids = list(dict.fromkeys(tool_use_ids))
@@ -177,6 +178,7 @@ def record_applied_edits(session: Session, response: Any) -> ServerEditsApplied 
 
     Returns the appended event, or None when the response applied none.
     """
+    check_session("session", session)
     management = getattr(response, "context_management", None)
     applied = getattr(management, "applied_edits", None) or []
     if not applied:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import CompactionDisabledError, CompactionRevertTooLargeError, ValidationError
 from ..events._context import REVERTIBLE_TYPES, ContextEditReverted
 from ..projections._api_records import CompactionRecord
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..store._contract import check_lookup
 from ._compaction import CompactConfig, CompactReport, compact
 from ._observed import log_revert
@@ -33,6 +33,7 @@ def revert(session: Session, event_id: str, *, over_limit: bool = False) -> Stag
             (a compaction) later edits built on it or a later message depended on it.
         CompactionRevertTooLargeError: the restored request would not fit the window.
     """
+    check_session("session", session)
     check_lookup("event_id", event_id)
     state = session.api_state
     if event_id in state.reverted:
@@ -74,6 +75,7 @@ def revert_and_recompact(
         CompactionDisabledError: the session's window config disables all compaction (checked
             before anything is recorded).
     """
+    check_session("session", session)
     if event_id not in session.api_state.reverted and not any(
         c.event_id == event_id for c in _compactions(session)
     ):

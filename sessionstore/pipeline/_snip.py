@@ -9,7 +9,7 @@ from datetime import datetime
 from ..errors import ValidationError
 from ..events._context import SnipApplied
 from ..projections._api_context import committed_spans, freed_per_message, leading_results
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 from ..store._contract import check_int
 from ._stage import StageReport, record_events
 
@@ -87,6 +87,7 @@ def snip(session: Session, rounds: int) -> StageReport:
     Raises:
         ValidationError: ``rounds`` < 1, or no clean cut exists.
     """
+    check_session("session", session)
     if check_int("rounds", rounds) < 1:
         msg = f"rounds must be >= 1, got {rounds}"
         raise ValidationError(msg, field="rounds")

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ..events._base import Event
-from ..projections._session import Session
+from ..projections._session import Session, check_session
 
 __all__ = ["Stage", "StageReport", "record_events"]
 
@@ -58,6 +58,7 @@ def record_events(session: Session, stage: str, events: Sequence[Event]) -> Stag
 
     Nothing is appended when the stage decided nothing: the report then frees 0 tokens.
     """
+    check_session("session", session)
     if not events:
         return StageReport(stage)
     session.append(list(events))

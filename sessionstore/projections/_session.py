@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ValidationError
 from ..events._base import ContentBlock, Event
 from ..store._async import AsyncSessionStore, run_in_store
-from ..store._contract import AppendResult, ExpectedSeq, SessionInfo, SessionStore, check_int, check_number
+from ..store._contract import (
+    AppendResult,
+    ExpectedSeq,
+    SessionInfo,
+    SessionStore,
+    check_int,
+    check_number,
+    check_store,
+)
 from ..store._lineage import SessionLog
 from ._api_context import (
     ApiContextProjection,
@@ -43,7 +51,14 @@ from ._window import (
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["DEFAULT_BLOCK_OVERHEAD", "DEFAULT_CALIBRATION", "Session", "SessionConfig"]
+__all__ = [
+    "DEFAULT_BLOCK_OVERHEAD",
+    "DEFAULT_CALIBRATION",
+    "Session",
+    "SessionConfig",
+    "check_session",
+    "check_source",
+]
 
 #: Claude tokens per cl100k token, and Claude tokens per content block (role markers, tool-call
 #: framing, ids), fitted on real Claude Code transcripts: growth ~= 1.126 x cl100k + 35.7 x blocks
@@ -52,6 +67,39 @@ DEFAULT_CALIBRATION = 1.126
 DEFAULT_BLOCK_OVERHEAD = 35.7
 #: Tokenizer key of snapshots taken by a store that counts no tokens.
 NO_TOKENIZER = "none"
+
+
+def check_session(name: str, value: object) -> Session:
+    """Return ``value`` if it is a ``Session``: for the public calls that take one, before they
+    read or write (a str or a store failed deep inside, or not at all).
+
+    Raises:
+        ValidationError: otherwise, naming the argument (for a store: how to open a session on it).
+    """
+    if isinstance(value, Session):
+        return value
+    hint = " (open one with sessionstore.Session(store, session_id))" if _is_store(value) else ""
+    msg = f"{name} must be a sessionstore.Session, not {type(value).__name__}{hint}"
+    raise ValidationError(msg, field=name)
+
+
+def check_source(name: str, value: object) -> Session | SessionStore:
+    """Return ``value`` if it is a ``Session`` or a sync ``SessionStore`` (the calls that read
+    either one); an async store is told how to get a sync one (``check_store``).
+
+    Raises:
+        ValidationError: otherwise, naming the argument.
+    """
+    if isinstance(value, Session | SessionStore):
+        return value
+    if isinstance(value, AsyncSessionStore):
+        check_store(name, value)
+    msg = f"{name} must be a sessionstore.Session or a sessionstore.SessionStore, not {type(value).__name__}"
+    raise ValidationError(msg, field=name)
+
+
+def _is_store(value: object) -> bool:
+    return isinstance(value, SessionStore | AsyncSessionStore)
 
 
 @dataclass(frozen=True)
@@ -110,7 +158,7 @@ class Session:
         *,
         use_snapshots: bool = True,
     ) -> None:
-        self.store = store
+        self.store = check_store("store", store)
         self.id = session_id
         self.config = config or SessionConfig()
         counter = store.token_counter

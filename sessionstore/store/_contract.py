@@ -59,6 +59,7 @@ __all__ = [
     "check_owner_key",
     "check_session_id",
     "check_seconds",
+    "check_store",
     "check_subscription",
     "check_waiting",
     "loaded_payload",
@@ -595,6 +596,37 @@ def check_seconds(name: str, value: object) -> float:
     if not 0 <= seconds <= threading.TIMEOUT_MAX:  # NaN and infinities fail too
         raise ValidationError(f"{name} must be a number of seconds >= 0, not {value!r}", field=name)
     return seconds
+
+
+def _async_store_type() -> type:
+    """``AsyncSessionStore``, imported when asked: its module imports this one."""
+    from ._async import AsyncSessionStore
+
+    return AsyncSessionStore
+
+
+def check_store(name: str, value: object) -> SessionStore:
+    """Return ``value`` if it is a sync ``SessionStore``: for the public calls that take one,
+    before they read or write (a str, a ``Session`` or an async store failed deep inside, or not
+    at all).
+
+    Raises:
+        ValidationError: otherwise, naming the argument and what to pass instead.
+    """
+    if isinstance(value, SessionStore):
+        return value
+    kind = type(value).__name__
+    if kind == "Session" and isinstance(getattr(value, "store", None), SessionStore):
+        hint = " (pass its .store)"
+    elif isinstance(value, _async_store_type()):
+        hint = (
+            ": this call needs a sync store; open one with sessionstore.open_store, or run the "
+            "call inside the async store's run_sync(fn, ...), which hands fn a sync store"
+        )
+    else:
+        hint = ""
+    msg = f"{name} must be a sessionstore.SessionStore, not {kind}{hint}"
+    raise ValidationError(msg, field=name)
 
 
 def check_waiting(stop: object, poll_interval: object) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import ConcurrencyError, DataCorruptionError
 from ..events._base import Event
-from ._contract import ANY, AppendResult, ExpectedSeq, RecordedEvent, SessionStore, check_int
+from ._contract import ANY, AppendResult, ExpectedSeq, RecordedEvent, SessionStore, check_int, check_store
 
 __all__ = ["SessionLog"]
 
@@ -40,6 +40,7 @@ class SessionLog:
     """
 
     def __init__(self, store: SessionStore, session_id: str, *, _forks: tuple[str, ...] = ()) -> None:
+        check_store("store", store)
         self.store = store
         self.session_id = session_id
         info = store.get_session(session_id)
