@@ -30,7 +30,7 @@ from ..projections._digest import AUDITED
 from ..projections._session import Session, check_session, check_source
 from ..projections._transcript import TranscriptEntry
 from ..store import ErasureReceipt, SessionStore
-from ..store._contract import check_int
+from ..store._contract import check_int, check_store
 
 __all__ = [
     "AuditEntry",
@@ -532,6 +532,7 @@ def check_turn(store: SessionStore, session_id: str, turn: int) -> None:
         ValidationError: no such turn (``field`` "turn").
         SessionNotFoundError: no such session.
     """
+    check_store("store", store)
     check_int("turn", turn)
     last = store.visible_log(session_id).last_seq()
     if not 1 <= turn <= last:
