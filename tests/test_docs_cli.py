@@ -28,6 +28,15 @@ def test_every_command_has_a_section_and_an_example() -> None:
             assert f"`{name} {action}" in text, f"docs/cli.md does not describe `{name} {action}`"
 
 
+def test_the_readmes_cli_block_lists_every_command() -> None:
+    """A newcomer reads the README's CLI block first: it names every command the parser has."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = readme.split("## CLI", 1)[1].split("```", 2)[1]
+    listed = {line.split()[1] for line in block.splitlines() if line.startswith("sessionstore ")}
+
+    assert sorted(set(_subcommands(_parser())) - listed) == []
+
+
 def test_the_conventions_section_lists_every_convention() -> None:
     """docs/cli.md "Conventions" names each thing every command does the same way."""
     section = CLI_DOC.read_text().split("## Conventions", 1)[1].split("\n## ", 1)[0]
