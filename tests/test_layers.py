@@ -9,6 +9,7 @@ docs/architecture.md draws the same picture.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,209 @@ def test_the_terminal_checker() -> None:
     source = "import argparse\nfrom rich.table import Table\nprint('x')\nconsole.print(t)\ns = 'print(1)'"
 
     assert _terminal_uses(source) == ["1: import argparse", "2: import rich.table", "3: print()"]
+
+
+def _back_doors(source: str, module: str, is_package: bool = False) -> list[tuple[int, str, str]]:
+    """(line, private module, name) of every name ``source`` imports from a private module (``_x``)
+    inside another layer ('from ..store._contract import check_int' -> 'store._contract', 'check_int').
+    A private module imported whole is named '*'. The layers ``_paths`` and ``_telemetry`` themselves
+    are not private modules of a layer: only what lies below a layer package counts."""
+    own = _layer_of(module)
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str, str]] = []
+
+    def add(line: int, target: str, name: str) -> None:
+        parts = target.split(".")
+        if _layer_of(target) != own and any(part.startswith("_") for part in parts[2:]):
+            found.append((line, ".".join(parts[1:]), name))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("sessionstore."):
+                continue
+            for alias in node.names:
+                place = PACKAGE.parent / Path(*f"{target}.{alias.name}".split("."))
+                if place.with_suffix(".py").exists() or (place / "__init__.py").exists():
+                    add(node.lineno, f"{target}.{alias.name}", "*")
+                else:
+                    add(node.lineno, target, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("sessionstore."):
+                    add(node.lineno, alias.name, "*")
+    return found
+
+
+# The imports of another layer's private module that remain, by the private name and the modules
+# importing it. Every one is a name its layer package does not export (yet): everything a layer
+# package exports is imported from the package. Exporting a name (and importing it from the package)
+# takes it off this list; a name missing here fails the test below, so no new back door opens.
+BACK_DOORS: dict[str, tuple[str, ...]] = {
+    # events: the JSON limits and codec the store and the Claude Code import share
+    "events._base.MAX_JSON_DEPTH": ("claude_code._import", "claude_code._lines", "store._contract"),
+    "events._base.decode_event": ("store._contract",),
+    "events._base.encode_event": ("store._sql",),
+    "events._base.json_problem": ("claude_code._import", "claude_code._lines", "store._sql"),
+    "events._base.nested_deeper_than": ("store._contract", "store._sql"),
+    "events._context.REVERTIBLE_TYPES": ("pipeline._revert",),
+    # pipeline: what the audit and the Claude Code export recompute of a stage's decision
+    "pipeline._collapse.collapsed_messages": ("audit._audit",),
+    "pipeline._collapse.shown_messages": ("audit._audit",),
+    "pipeline._compaction.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES": ("audit._audit",),
+    "pipeline._post_compact.kept_message_uuids": ("claude_code._export",),
+    "pipeline._summarizers.parse_prompt_too_long": ("agent._conversation",),
+    # projections: the view's internals the stages and the audit measure against
+    "projections._api_context.COLLAPSE_PREFIX": ("audit._tokens",),
+    "projections._api_context.COMPACT_SUMMARY_PREFIX": (
+        "audit._tokens",
+        "claude_code._export",
+        "pipeline._compaction",
+    ),
+    "projections._api_context.collapse_span": ("pipeline._collapse",),
+    "projections._api_context.collapse_span_tokens": ("pipeline._collapse",),
+    "projections._api_context.committed_spans": (
+        "pipeline._collapse",
+        "pipeline._precompute",
+        "pipeline._snip",
+    ),
+    "projections._api_context.freed_per_message": ("pipeline._snip",),
+    "projections._api_context.leading_results": (
+        "pipeline._collapse",
+        "pipeline._compaction",
+        "pipeline._precompute",
+        "pipeline._snip",
+    ),
+    "projections._api_context.view_size": ("pipeline._compaction", "pipeline._precompute"),
+    "projections._api_records.ViewAtChange": ("audit._audit",),
+    "projections._base.read_pages": (
+        "audit._blobs",
+        "audit._recount",
+        "claude_code._export",
+        "claude_code._sent",
+    ),
+    "projections._base.rebuild": ("audit._verify", "checkpoints._history"),
+    "projections._base.save_snapshot": ("checkpoints._history",),
+    "projections._digest.AUDITED": ("audit._audit",),
+    "projections._digest.CONTEXT_OPERATIONS": ("audit._tokens",),
+    "projections._session.NO_TOKENIZER": ("audit._verify",),
+    # projections: the wrong-object checks at the entry points
+    "projections._session.check_session": (
+        "agent._conversation",
+        "audit._audit",
+        "checkpoints._history",
+        "claude_code._sent",
+        "pipeline._collapse",
+        "pipeline._compaction",
+        "pipeline._compare",
+        "pipeline._listings",
+        "pipeline._microcompact",
+        "pipeline._revert",
+        "pipeline._snip",
+        "pipeline._stage",
+    ),
+    "projections._session.check_source": ("audit._audit", "audit._tokens"),
+    "projections._snapshots.take_snapshots": ("claude_code._import",),
+    # store: the argument checks every layer's entry points share
+    "store._contract.check_int": (
+        "audit._audit",
+        "audit._verify",
+        "pipeline._compaction",
+        "pipeline._microcompact",
+        "pipeline._snip",
+        "projections._base",
+        "projections._session",
+    ),
+    "store._contract.check_lookup": ("pipeline._revert",),
+    "store._contract.check_number": (
+        "claude_code._follow",
+        "pipeline._compaction",
+        "pipeline._microcompact",
+        "projections._session",
+    ),
+    "store._contract.check_owner_key": (
+        "bridges.adk._service",
+        "bridges.claude_agent_sdk._store",
+        "bridges.openai_agents._session",
+        "claude_code._import",
+        "claude_code._mirror",
+    ),
+    "store._contract.check_session_id": (
+        "checkpoints._history",
+        "claude_code._import",
+        "claude_code._mirror",
+    ),
+    "store._contract.check_store": (
+        "audit._audit",
+        "audit._verify",
+        "claude_code._export",
+        "claude_code._follow",
+        "claude_code._import",
+        "projections._session",
+    ),
+    "store._contract.check_waiting": ("claude_code._follow",),
+}
+
+
+def _layer_files() -> list[Path]:
+    """The package's modules but the command line and the server, which import no private module of
+    another layer at all (test_the_cli_uses_only_public_names)."""
+    return [p for p in _package_files() if _layer_of(_module_of(p)) not in ("cli", "serve")]
+
+
+def test_layers_import_other_layers_through_their_packages() -> None:
+    """A layer imports another layer's names from its package (`from ..store import ANY`), never from
+    a private module inside it (`from ..store._contract import ANY`), but for BACK_DOORS."""
+    found: dict[str, set[str]] = {}
+    for path in _layer_files():
+        module = _module_of(path)
+        for _, private, name in _back_doors(path.read_text(), module, path.name == "__init__.py"):
+            found.setdefault(f"{private}.{name}", set()).add(module.removeprefix("sessionstore."))
+    allowed = {name: set(modules) for name, modules in BACK_DOORS.items()}
+    print(f"{sum(map(len, allowed.values()))} imports of {len(allowed)} private names remain allowed")
+
+    new = {name: sorted(modules - allowed.get(name, set())) for name, modules in found.items()}
+    stale = {name: sorted(modules - found.get(name, set())) for name, modules in allowed.items()}
+    assert {name: modules for name, modules in new.items() if modules} == {}
+    # An entry no longer needed (the name is exported now, or no longer imported) leaves the list.
+    assert {name: modules for name, modules in stale.items() if modules} == {}
+
+
+def test_every_allowed_back_door_is_a_name_its_package_does_not_export() -> None:
+    """What a layer package exports is imported from the package: it never needs a back door."""
+    exported = []
+    for name in BACK_DOORS:
+        layer, attribute = name.partition(".")[0], name.rpartition(".")[2]
+        if attribute in importlib.import_module(f"sessionstore.{layer}").__all__:
+            exported.append(name)
+
+    assert exported == []
+
+
+@pytest.mark.parametrize(
+    ("source", "reported"),
+    [
+        (
+            "from ..store._contract import ANY, check_int",
+            [("store._contract", "ANY"), ("store._contract", "check_int")],
+        ),
+        ("from ..store import _migrate", [("store._migrate", "*")]),
+        ("import sessionstore.events._base", [("events._base", "*")]),
+        ("from sessionstore.store._contract import ANY", [("store._contract", "ANY")]),
+        ("def f():\n    from ..events._base import Event", [("events._base", "Event")]),
+        ("from ..store import ANY, check_store", []),
+        ("from ._api_context import view_size", []),
+        ("from .._telemetry import span\nfrom .._paths import read_regular_file", []),
+        ("from ..errors import ValidationError", []),
+    ],
+)
+def test_the_back_door_checker(source: str, reported: list[tuple[str, str]]) -> None:
+    """A pipeline module importing another layer's private module is reported, name by name
+    (inside a function too); a layer package, its own modules, _paths and _telemetry are not."""
+    found = _back_doors(source, "sessionstore.pipeline._example")
+
+    assert [(private, name) for _, private, name in found] == reported

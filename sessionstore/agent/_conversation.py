@@ -26,21 +26,32 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .._telemetry import SpanHandle, model_call_span
 from ..errors import ConcurrencyError, PromptTooLongError, ValidationError
-from ..events._agent import BudgetDecision, ReactiveRecovery
-from ..events._base import (
+from ..events import (
+    BudgetDecision,
     ContentBlock,
     Event,
     MessageAppended,
+    ReactiveRecovery,
+    SubagentFinished,
     SubagentStarted,
     UsageRecorded,
     parse_event,
 )
-from ..events._post_compact import SubagentFinished
-from ..pipeline import CONTEXT_MANAGEMENT_BETA, Pipeline, PreparedRequest, record_applied_edits
-from ..pipeline._collapse import CollapseConfig, check_spawn, drain_collapses
-from ..pipeline._summarizers import OfflineSummarizer, Summarizer, parse_prompt_too_long
-from ..projections._session import Session, check_session
-from ..store._async import run_in_store
+from ..pipeline import (
+    CONTEXT_MANAGEMENT_BETA,
+    CollapseConfig,
+    OfflineSummarizer,
+    Pipeline,
+    PreparedRequest,
+    Summarizer,
+    check_spawn,
+    drain_collapses,
+    record_applied_edits,
+)
+from ..pipeline._summarizers import parse_prompt_too_long
+from ..projections import Session
+from ..projections._session import check_session
+from ..store import run_in_store
 
 if TYPE_CHECKING:  # importing sessionstore does not load the SDK
     import anthropic  # noqa: F401 - named in the loops' base classes as strings

@@ -24,11 +24,10 @@ from typing import Any
 from ..errors import DataCorruptionError, ValidationError
 from ..pipeline._collapse import collapsed_messages, shown_messages
 from ..pipeline._compaction import MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
-from ..projections._api_context import materialize, request_bytes
+from ..projections import Session, TranscriptEntry, materialize, request_bytes
 from ..projections._api_records import ViewAtChange
 from ..projections._digest import AUDITED
-from ..projections._session import Session, check_session, check_source
-from ..projections._transcript import TranscriptEntry
+from ..projections._session import check_session, check_source
 from ..store import ErasureReceipt, SessionStore
 from ..store._contract import check_int, check_store
 

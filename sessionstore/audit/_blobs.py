@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import DataCorruptionError
 from ..events import FileBackedUp, ToolResultPersisted
 from ..projections._base import read_pages
-from ..store._contract import SessionStore
+from ..store import SessionStore
 
 __all__ = ["BlobCheck", "check_blobs"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..projections._base import read_pages
-from ..store._contract import SessionStore
+from ..store import SessionStore
 
 __all__ = ["Recount", "recount_token_counts"]
 

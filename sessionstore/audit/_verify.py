@@ -47,12 +47,18 @@ from typing import Any, Literal
 
 from .._paths import check_path, read_regular_file
 from ..errors import DataCorruptionError, SessionNotFoundError, ValidationError
-from ..projections import PROJECTIONS, ApiContextProjection
-from ..projections._api_context import ApiContextState
-from ..projections._base import Projection, rebuild
-from ..projections._session import NO_TOKENIZER, Session, SessionConfig
-from ..store._contract import ChainHead, SessionStore, VerifyReport, check_int, check_store
-from ..store._lineage import SessionLog
+from ..projections import (
+    PROJECTIONS,
+    ApiContextProjection,
+    ApiContextState,
+    Projection,
+    Session,
+    SessionConfig,
+)
+from ..projections._base import rebuild
+from ..projections._session import NO_TOKENIZER
+from ..store import ChainHead, SessionLog, SessionStore, VerifyReport
+from ..store._contract import check_int, check_store
 from ._blobs import check_blobs
 from ._recount import recount_token_counts
 

@@ -33,7 +33,7 @@ from ..errors import (
     SessionNotFoundError,
     ValidationError,
 )
-from ..events._files import (
+from ..events import (
     ConversationRewound,
     FileBackedUp,
     FileHistorySnapshot,
@@ -42,10 +42,18 @@ from ..events._files import (
     FilesRewindStarted,
     FilesRewound,
 )
-from ..projections._base import fold, rebuild, save_snapshot
-from ..projections._file_history import MAX_SNAPSHOTS, FileCheckpoint, FileHistoryProjection, FileHistoryState
-from ..projections._session import Session, check_session
-from ..store._contract import ANY, check_session_id
+from ..projections import (
+    MAX_SNAPSHOTS,
+    FileCheckpoint,
+    FileHistoryProjection,
+    FileHistoryState,
+    Session,
+    fold,
+)
+from ..projections._base import rebuild, save_snapshot
+from ..projections._session import check_session
+from ..store import ANY
+from ..store._contract import check_session_id
 from ._capture import _not_a_file, _read_file
 from ._rewind import (
     FileChange,

@@ -36,12 +36,12 @@ from typing import Any
 
 from .._paths import check_path, fsync_directories, inside, name_problem, write_beside
 from ..errors import DataCorruptionError, PathRefusedError, SessionStoreError, ValidationError
-from ..events._post_compact import line_uuid
+from ..events import line_uuid
 from ..pipeline._post_compact import kept_message_uuids
 from ..projections._api_context import COMPACT_SUMMARY_PREFIX
 from ..projections._base import read_pages
-from ..store._contract import RecordedEvent, SessionStore, check_store
-from ..store._lineage import SessionLog
+from ..store import RecordedEvent, SessionLog, SessionStore
+from ..store._contract import check_store
 
 __all__ = [
     "ExportedFile",

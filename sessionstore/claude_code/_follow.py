@@ -38,7 +38,8 @@ from typing import Any
 
 from .._paths import check_paths, open_regular_file
 from ..errors import ValidationError
-from ..store._contract import SessionStore, check_number, check_store, check_waiting
+from ..store import SessionStore
+from ..store._contract import check_number, check_store, check_waiting
 from ._import import (
     Identity,
     ImportReport,

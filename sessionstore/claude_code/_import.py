@@ -62,22 +62,28 @@ from ..errors import (
     SessionStoreError,
     ValidationError,
 )
-from ..events._base import (
-    MAX_JSON_DEPTH,
+from ..events import (
+    CompactBoundary,
     Event,
+    FileHistoryRecorded,
+    ImportedEntry,
+    ListingDelta,
+    ListingKind,
     MessageAppended,
+    MicrocompactApplied,
+    OpaqueEntry,
+    PreservedSegment,
     QuerySource,
     SessionStarted,
     SubagentStarted,
+    ToolResultPersisted,
     UsageRecorded,
-    json_problem,
 )
-from ..events._context import CompactBoundary, MicrocompactApplied, PreservedSegment, ToolResultPersisted
-from ..events._post_compact import ListingDelta, ListingKind
-from ..events._source import FileHistoryRecorded, ImportedEntry, OpaqueEntry
-from ..projections._session import SessionConfig
+from ..events._base import MAX_JSON_DEPTH, json_problem
+from ..projections import SessionConfig
 from ..projections._snapshots import take_snapshots
-from ..store._contract import SessionStore, SessionWrite, check_owner_key, check_session_id, check_store
+from ..store import SessionStore, SessionWrite
+from ..store._contract import check_owner_key, check_session_id, check_store
 from ._lines import BadLineError as _BadLineError
 from ._lines import Line as _Line
 from ._lines import LineReader, file_size, line_objects, scan_lines
@@ -1150,7 +1156,7 @@ class _Converter:
         ids = metadata.get("compactedToolIds")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise _BadLineError("'microcompactMetadata.compactedToolIds' must be a list of strings")
-        from ..projections._api_context import CLEARED_PLACEHOLDER
+        from ..projections import CLEARED_PLACEHOLDER
 
         placeholder = self.count_text(CLEARED_PLACEHOLDER)
         freed = sum(

@@ -44,7 +44,7 @@ from ..errors import (
     SessionNotFoundError,
     ValidationError,
 )
-from ..events._mirror import TranscriptLinesMirrored
+from ..events import TranscriptLinesMirrored
 from ..store import ErasureReceipt, SessionStore, SessionWrite
 from ..store._contract import check_owner_key, check_session_id
 from ._export import imported_lines, transcript_line

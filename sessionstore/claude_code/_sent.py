@@ -37,10 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ValidationError
-from ..projections import ApiContextProjection, Session, fold, materialize
+from ..projections import ApiContextProjection, Session, TranscriptEntry, fold, materialize
 from ..projections._base import read_pages
 from ..projections._session import check_session
-from ..projections._transcript import TranscriptEntry
 from ..store import RecordedEvent
 
 __all__ = ["SentComparison", "SentRequest", "compare_all_sent", "compare_sent", "sent_requests"]

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .._paths import name_problem
-from ..events._context import ToolResultPersisted
-from ..projections._session import Session
+from ..events import ToolResultPersisted
+from ..projections import Session
 from ._stage import StageReport, record_events
 from ._tool_results import result_block, result_text, result_tokens
 

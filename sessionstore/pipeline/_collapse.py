@@ -23,12 +23,11 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import SubagentSpawnRefusedError, ValidationError
-from ..events._context import CollapseCommitted, CollapseStaged
+from ..events import CollapseCommitted, CollapseStaged
+from ..projections import Session, StagedCollapse, TranscriptEntry
 from ..projections._api_context import collapse_span, collapse_span_tokens, committed_spans, leading_results
-from ..projections._api_records import StagedCollapse
-from ..projections._session import Session, check_session
-from ..projections._transcript import TranscriptEntry
-from ..store._async import blocking_call
+from ..projections._session import check_session
+from ..store import blocking_call
 from ._stage import StageReport
 from ._summarizers import OfflineSummarizer, Summarizer, SummaryRequest
 

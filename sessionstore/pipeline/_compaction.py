@@ -31,22 +31,17 @@ from typing import Any, Literal
 
 from .._telemetry import log_record, span
 from ..errors import CompactionDisabledError, SummaryFailedError, SummaryPromptTooLongError, ValidationError
-from ..events._context import (
+from ..events import (
     CompactBoundary,
     CompactFailed,
     CompactionPreparationDiscarded,
     CompactionPrepared,
     SessionMemoryUpdated,
 )
-from ..projections._api_context import (
-    COMPACT_SUMMARY_PREFIX,
-    LEADING_USER_MARKER,
-    leading_results,
-    view_size,
-)
-from ..projections._api_records import PreparedCompaction
-from ..projections._session import Session, check_session
-from ..store._async import blocking_call
+from ..projections import LEADING_USER_MARKER, PreparedCompaction, Session
+from ..projections._api_context import COMPACT_SUMMARY_PREFIX, leading_results, view_size
+from ..projections._session import check_session
+from ..store import blocking_call
 from ..store._contract import check_int, check_number
 from ._compact_prompt import SUMMARY_SECTIONS
 from ._listings import listing_texts

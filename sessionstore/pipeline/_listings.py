@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import get_args
 
-from ..events._post_compact import ListingDelta, ListingKind
-from ..projections._session import Session, check_session
-from ..projections._transcript import TranscriptEntry
+from ..events import ListingDelta, ListingKind
+from ..projections import Session, TranscriptEntry
+from ..projections._session import check_session
 
 __all__ = ["LISTING_KINDS", "ListedEntry", "announce_listings", "listing_texts", "listings", "render_listing"]
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..events._context import MicrocompactApplied, ServerEditsApplied
-from ..projections._api_context import CLEARED_PLACEHOLDER
-from ..projections._session import Session, check_session
+from ..events import MicrocompactApplied, ServerEditsApplied
+from ..projections import CLEARED_PLACEHOLDER, Session
+from ..projections._session import check_session
 from ..store._contract import check_int, check_number
 from ._stage import StageReport, record_events
 from ._tool_results import result_block, result_text, result_tokens

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator
 
 from .._telemetry import SpanHandle, log_record, logger, span
-from ..projections._session import Session
+from ..projections import Session
 from ._stage import StageReport
 
 __all__ = ["PIPELINE_LOG", "end_stage", "log_compaction", "log_revert", "stage_span"]

@@ -22,10 +22,9 @@ from typing import Any
 
 from .._telemetry import Attribute, span
 from ..errors import BlockingLimitError, ValidationError
-from ..events._context import ContextServed
-from ..projections._session import Session
-from ..projections._window import TokenState
-from ..store._async import run_in_store
+from ..events import ContextServed
+from ..projections import Session, TokenState
+from ..store import run_in_store
 from ._budget import BudgetConfig, BudgetStage
 from ._collapse import CollapseConfig, CollapseStage
 from ._compaction import AutoCompactStage, CompactConfig, CompactReport, compact_session

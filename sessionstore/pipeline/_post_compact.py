@@ -22,13 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SessionNotFoundError
-from ..events._base import Event
-from ..events._context import CompactBoundary, PreservedSegment
-from ..events._post_compact import ListingDelta, SubagentStatusRestored, line_uuid
-from ..projections._api_records import CollapseEdit
-from ..projections._session import Session
-from ..projections._transcript import TranscriptEntry
-from ..store._contract import RecordedEvent
+from ..events import CompactBoundary, Event, ListingDelta, PreservedSegment, SubagentStatusRestored, line_uuid
+from ..projections import CollapseEdit, Session, TranscriptEntry
+from ..store import RecordedEvent
 from ._listings import LISTING_KINDS, listings, render_listing
 
 __all__ = [

@@ -36,9 +36,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
-from ..projections._api_context import ApiContextState, committed_spans, leading_results, view_size
-from ..projections._api_records import CollapseEdit, PreparedCompaction
-from ..projections._session import Session
+from ..projections import ApiContextState, CollapseEdit, PreparedCompaction, Session
+from ..projections._api_context import committed_spans, leading_results, view_size
 
 __all__ = [
     "BackgroundPreparer",

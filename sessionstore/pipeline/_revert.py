@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ..errors import CompactionDisabledError, CompactionRevertTooLargeError, ValidationError
-from ..events._context import REVERTIBLE_TYPES, ContextEditReverted
-from ..projections._api_records import CompactionRecord
-from ..projections._session import Session, check_session
+from ..events import ContextEditReverted
+from ..events._context import REVERTIBLE_TYPES
+from ..projections import CompactionRecord, Session
+from ..projections._session import check_session
 from ..store._contract import check_lookup
 from ._compaction import CompactConfig, CompactReport, compact
 from ._observed import log_revert

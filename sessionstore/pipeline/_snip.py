@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..errors import ValidationError
-from ..events._context import SnipApplied
+from ..events import SnipApplied
+from ..projections import Session
 from ..projections._api_context import committed_spans, freed_per_message, leading_results
-from ..projections._session import Session, check_session
+from ..projections._session import check_session
 from ..store._contract import check_int
 from ._stage import StageReport, record_events
 

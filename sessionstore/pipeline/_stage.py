@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from ..events._base import Event
-from ..projections._session import Session, check_session
+from ..events import Event
+from ..projections import Session
+from ..projections._session import check_session
 
 __all__ = ["Stage", "StageReport", "record_events"]
 

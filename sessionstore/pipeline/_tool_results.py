@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValidationError
-from ..projections._session import Session
+from ..projections import Session
 
 __all__ = ["result_block", "result_text", "result_tokens"]
 

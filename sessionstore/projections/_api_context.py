@@ -60,25 +60,30 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from ..events._base import ContextConfigured, Event, MessageAppended, SessionStarted, UsageRecorded
-from ..events._context import (
+from ..events import (
     CollapseCommitted,
     CollapseStaged,
     CompactBoundary,
     CompactFailed,
     CompactionPreparationDiscarded,
     CompactionPrepared,
+    ContextConfigured,
     ContextEditReverted,
     ContextServed,
+    Event,
+    ListingDelta,
+    MessageAppended,
     MicrocompactApplied,
     PlanUpdated,
     SessionMemoryUpdated,
+    SessionStarted,
     SkillInvoked,
     SnipApplied,
+    SubagentStatusRestored,
     ToolResultPersisted,
+    UsageRecorded,
 )
-from ..events._post_compact import ListingDelta, SubagentStatusRestored
-from ..store._contract import RecordedEvent
+from ..store import RecordedEvent
 from ._api_records import (
     ActiveEdit,
     CollapseEdit,

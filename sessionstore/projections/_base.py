@@ -18,7 +18,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import ClassVar, Generic, TypeVar
 
-from ..store._contract import RecordedEvent, SessionStore, SnapshotRecord, check_int
+from ..store import RecordedEvent, SessionStore, SnapshotRecord
+from ..store._contract import check_int
 
 __all__ = [
     "Projection",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..store._contract import RecordedEvent, SessionStore
+from ..store import RecordedEvent, SessionStore
 from ._base import rebuild, register_projection
 from ._transcript import TranscriptEntry, TranscriptProjection, TranscriptState
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..events._files import (
+from ..events import (
     FileBackedUp,
     FileHistorySnapshot,
     FileRead,
@@ -22,7 +22,7 @@ from ..events._files import (
     FilesRewindStarted,
     FilesRewound,
 )
-from ..store._contract import RecordedEvent
+from ..store import RecordedEvent
 from ._base import Projection, register_projection
 from ._message_list import canonical_json
 

@@ -15,18 +15,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
-from ..events._base import ContentBlock, Event
-from ..store._async import AsyncSessionStore, run_in_store
-from ..store._contract import (
+from ..events import ContentBlock, Event
+from ..store import (
     AppendResult,
+    AsyncSessionStore,
     ExpectedSeq,
     SessionInfo,
+    SessionLog,
     SessionStore,
-    check_int,
-    check_number,
-    check_store,
+    run_in_store,
 )
-from ..store._lineage import SessionLog
+from ..store._contract import check_int, check_number, check_store
 from ._api_context import (
     ApiContextProjection,
     ApiContextState,

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..store._contract import SessionStore
-from ..store._lineage import SessionLog
+from ..store import SessionLog, SessionStore
 from ._api_context import ApiContextProjection
 from ._base import Projection, load_snapshot, save_snapshot
 from ._digest import TranscriptDigestProjection

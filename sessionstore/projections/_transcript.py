@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..store._contract import RecordedEvent
+from ..store import RecordedEvent
 from ._base import Projection, register_projection
 from ._message_list import canonical_json
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn, in_greenlet
 
 from ..errors import SessionStoreError
-from ..events._base import Event
+from ..events import Event
 from ._contract import (
     AppendResult,
     BlobRef,

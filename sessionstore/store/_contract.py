@@ -30,7 +30,8 @@ from ..errors import (
     SessionStoreError,
     ValidationError,
 )
-from ..events._base import MAX_JSON_DEPTH, Event, decode_event, nested_deeper_than
+from ..events import Event
+from ..events._base import MAX_JSON_DEPTH, decode_event, nested_deeper_than
 from ._codec import unpack_payload
 from ._hashing import LEGACY_GENESIS_HASH, SessionIdentity, event_hash, fork_point_hash, session_genesis
 

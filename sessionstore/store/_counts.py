@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DataCorruptionError, SessionStoreError
-from ..events._base import Event
+from ..events import Event
 
 if TYPE_CHECKING:
     from ._contract import RecordedEvent

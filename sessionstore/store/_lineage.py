@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConcurrencyError, DataCorruptionError
-from ..events._base import Event
+from ..events import Event
 from ._contract import ANY, AppendResult, ExpectedSeq, RecordedEvent, SessionStore, check_int, check_store
 
 __all__ = ["SessionLog"]

@@ -49,7 +49,8 @@ from ..errors import (
     SessionStoreError,
     ValidationError,
 )
-from ..events._base import Event, encode_event, json_problem, nested_deeper_than, parse_event
+from ..events import Event, parse_event
+from ..events._base import encode_event, json_problem, nested_deeper_than
 from ._codec import compress_blob, decompress_blob, pack_payload, pack_snapshot, unpack_snapshot
 from ._contract import (
     ALTERED_DEPTH,

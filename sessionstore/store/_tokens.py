@@ -19,7 +19,7 @@ from ..errors import ValidationError
 from ._cl100k import cl100k_encoding
 
 if TYPE_CHECKING:
-    from ..events._base import Event
+    from ..events import Event
 
 __all__ = ["DEFAULT_ENCODING", "MAX_ENCODED_CHARS", "TiktokenCounter", "TokenCounter", "check_token_counter"]
 

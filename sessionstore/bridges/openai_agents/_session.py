@@ -29,12 +29,12 @@ from ...errors import (
     ValidationError,
 )
 from ...events import (
+    Event,
     OpenAIAgentsItemPopped,
     OpenAIAgentsItemsAdded,
     OpenAIAgentsRemovalReverted,
     OpenAIAgentsSessionCleared,
 )
-from ...events._base import Event
 from ...store import ANY, AsyncSessionStore, ErasureReceipt, SessionStore
 from ...store._contract import check_owner_key
 from ._fold import CLEARED, POPPED, ItemFold, ItemRemoval
