@@ -118,8 +118,7 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         import uvicorn
 
-        from ..serve import ServeLimits, check_bind, create_app
-        from ..serve._server import server_config
+        from ..serve import ServeLimits, check_bind, create_app, server_config
     except ImportError as e:
         raise MissingDependencyError("serve", "sessionstore serve", e.name or "fastapi") from e
     from ..store import MASTER_KEY_ENV, EnvKeyProvider, RetryPolicy, open_store

@@ -11,6 +11,7 @@ from ._app import create_app
 from ._errors import error_body, http_status
 from ._limits import DEFAULT_LIMITS, ServeLimits
 from ._safety import DEFAULT_HOST, MIN_TOKEN_LENGTH, check_bind
+from ._server import server_config
 
 __all__ = [
     "DEFAULT_HOST",
@@ -21,4 +22,5 @@ __all__ = [
     "create_app",
     "error_body",
     "http_status",
+    "server_config",
 ]
