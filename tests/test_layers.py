@@ -49,17 +49,21 @@ def _module_of(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _import_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` in ``package`` reads from."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
     """(line, absolute module) of every import of a sessionstore module in ``source``."""
     package = module if is_package else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _import_target(node, package)
             if target == "sessionstore" or target.startswith("sessionstore."):
                 # `from .x import y` may import the submodule y: name it when it is one.
                 for alias in node.names:
@@ -214,11 +218,7 @@ def _back_doors(source: str, module: str, is_package: bool = False) -> list[tupl
 
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _import_target(node, package)
             if not target.startswith("sessionstore."):
                 continue
             for alias in node.names:

@@ -63,9 +63,9 @@ _ENVELOPE_KEYS = ("userType", "cwd", "version", "gitBranch")
 _FLOAT_MAY_DIFFER = re.compile(r"\d[eE][+-]?\d|\d\.0(?:[,\]}]|$)|Infinity|NaN")
 
 
-def _dump(entry: object) -> str:
+def _dump(entry: object, *, allow_nan: bool = True) -> str:
     # What Claude Code writes (JSON.stringify): compact, non-ASCII kept, key order kept.
-    text = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)
     if _FLOAT_MAY_DIFFER.search(text) is None or not _has_float(entry):
         return text
     return _dump_as_javascript(entry)
@@ -639,8 +639,13 @@ def imported_lines(store: SessionStore, session_id: str) -> list[str]:
 
 def transcript_line(entry: dict[str, Any]) -> str:
     """``entry`` as Claude Code writes a transcript line (JSON.stringify: compact, non-ASCII
-    kept, key order kept, JavaScript's numbers), without the newline."""
-    return _dump(entry)
+    kept, key order kept, JavaScript's numbers), without the newline.
+
+    Raises:
+        ValueError: a NaN or an infinity (JSON has none: JSON.stringify would write null).
+        TypeError: a value JSON cannot hold.
+    """
+    return _dump(entry, allow_nan=False)
 
 
 def export_claude_code(store: SessionStore, session_id: str) -> list[str]:

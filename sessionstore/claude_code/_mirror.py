@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +62,6 @@ _ROUNDS = 8
 #: Sessions listed a page at a time.
 _PAGE = 500
 _AGENT_FILE_STEM = "agent-"
-_NAMESPACE = uuid.UUID("7d5e8f0a-3b4c-5d6e-8f90-a1b2c3d4e5f6")
 
 
 def _digest(*parts: str) -> str:
@@ -225,7 +223,6 @@ def entry_lines(entries: object) -> list[str]:
         else:
             try:
                 texts.append(transcript_line(entry))
-                json.dumps(entry, allow_nan=False)  # NaN and infinities are no JSON
             except (TypeError, ValueError, RecursionError) as e:
                 problem = f"cannot be stored as JSON: {e}"
         if problem is None:
@@ -375,6 +372,17 @@ class TranscriptMirror:
         if not texts:
             return None
         return [json.loads(text) for text in texts]
+
+    def transcript(
+        self, store: SessionStore, key: MirrorFamily, subpath: str | None
+    ) -> MirroredTranscript | None:
+        """One transcript of the family as its log says; None when it has no lines (or was erased)."""
+        member = family_member(key, subpath)
+        try:
+            found = _transcript(store, member.log_id, subpath)
+        except SessionNotFoundError:
+            return None
+        return found if found.lines else None
 
     def transcripts(self, store: SessionStore, key: MirrorFamily) -> list[MirroredTranscript]:
         """The family's transcripts with lines (the main one first), as their logs say."""
@@ -585,13 +593,16 @@ def _records(store: SessionStore, member: _Member) -> Iterator[tuple[int, Transc
             yield recorded.seq, event
 
 
-def _stored_lines(store: SessionStore, member: _Member) -> tuple[list[str], int]:
+def _stored_lines(
+    store: SessionStore, member: _Member, records: list[tuple[int, TranscriptLinesMirrored]] | None = None
+) -> tuple[list[str], int]:
     """The transcript's lines as the store holds them, and how many of them are imported
-    (the first ones; the rest are held in its mirror log)."""
-    try:
-        records = list(_records(store, member))
-    except SessionNotFoundError:
-        return [], 0
+    (the first ones; the rest are held in its mirror log). ``records``: its log, if read."""
+    if records is None:
+        try:
+            records = list(_records(store, member))
+        except SessionNotFoundError:
+            return [], 0
     total = sum(record.count for _, record in records)
     try:
         lines = imported_lines(store, member.store_id)
@@ -639,7 +650,7 @@ def _read_member(store: SessionStore, family: _Family, member: _Member) -> None:
     member.log_seq = store.last_seq(member.log_id)
     if records:
         member.client_state = records[-1][1].client_state
-    texts, member.converted = _stored_lines(store, member)
+    texts, member.converted = _stored_lines(store, member, records)
     try:
         member.store_seq = store.last_seq(member.store_id)
     except SessionNotFoundError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._async import (
     AsyncSessionStore,
     blocking_call,
+    on_store,
     run_in_store,
 )
 from ._config import (
@@ -115,6 +116,7 @@ __all__ = [
     "downgrade",
     "enable_row_level_security",
     "grant_tenant_role",
+    "on_store",
     "open_async_store",
     "open_store",
     "resolve_url",

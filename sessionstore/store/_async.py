@@ -38,6 +38,7 @@ from ._contract import (
     ExpectedSeq,
     RecordedEvent,
     SessionInfo,
+    SessionStore,
     SessionWrite,
     SnapshotRecord,
     VerifyReport,
@@ -52,7 +53,7 @@ from ._tokens import TokenCounter
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["AsyncSessionStore", "blocking_call", "run_in_store"]
+__all__ = ["AsyncSessionStore", "blocking_call", "on_store", "run_in_store"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -399,6 +400,21 @@ async def run_in_store(store: Any, fn: Callable[_P, _T], *args: _P.args, **kwarg
     if isinstance(owner, AsyncSessionStore):
         return await owner.run_sync(lambda _store: fn(*args, **kwargs))
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def on_store(
+    store: AsyncSessionStore | SessionStore,
+    fn: Callable[Concatenate[SessionStore, _P], _T],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> _T:
+    """``fn(sync_store, *args, **kwargs)`` for async callers holding either kind of store: through
+    ``run_sync`` on an ``AsyncSessionStore`` (a greenlet on the event loop), in a worker thread
+    for a sync ``SessionStore`` (``asyncio.to_thread``). One sync body then serves both (the
+    bridges' calls)."""
+    if isinstance(store, AsyncSessionStore):
+        return await store.run_sync(fn, *args, **kwargs)
+    return await asyncio.to_thread(fn, store, *args, **kwargs)
 
 
 def blocking_call(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ...claude_code import MirroredTranscript, MirrorFamily, TranscriptMirror
 from ...errors import ValidationError
-from ...store import AsyncSessionStore, ErasureReceipt, SessionStore
+from ...store import AsyncSessionStore, ErasureReceipt, SessionStore, on_store
 from ...store._contract import check_owner_key
 
 if TYPE_CHECKING:  # the SDK's own types: what its type checker sees of this store
@@ -188,9 +188,9 @@ class SessionStoreClaudeStore:
     def _mains(self, store: SessionStore, project: str) -> list[tuple[str, MirroredTranscript]]:
         found: list[tuple[str, MirroredTranscript]] = []
         for session in self._mirror.families(store, project, _CLIENT):
-            transcripts = self._mirror.transcripts(store, _family(project, session))
-            if transcripts and transcripts[0].subpath is None:
-                found.append((session, transcripts[0]))
+            main = self._mirror.transcript(store, _family(project, session), None)
+            if main is not None:
+                found.append((session, main))
         return found
 
     def _lock(self, family: MirrorFamily) -> contextlib.AbstractAsyncContextManager[object]:
@@ -203,6 +203,4 @@ class SessionStoreClaudeStore:
     async def _run(
         self, fn: Callable[Concatenate[SessionStore, _P], _T], *args: _P.args, **kwargs: _P.kwargs
     ) -> _T:
-        if isinstance(self.store, AsyncSessionStore):
-            return await self.store.run_sync(fn, *args, **kwargs)
-        return await asyncio.to_thread(fn, self.store, *args, **kwargs)
+        return await on_store(self.store, fn, *args, **kwargs)

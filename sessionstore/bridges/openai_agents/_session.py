@@ -10,7 +10,6 @@ appended since on each call, so ``get_items`` costs one indexed read of what is 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import threading
@@ -35,7 +34,7 @@ from ...events import (
     OpenAIAgentsRemovalReverted,
     OpenAIAgentsSessionCleared,
 )
-from ...store import ANY, AsyncSessionStore, ErasureReceipt, SessionStore
+from ...store import ANY, AsyncSessionStore, ErasureReceipt, SessionStore, on_store
 from ...store._contract import check_owner_key
 from ._fold import CLEARED, POPPED, ItemFold, ItemRemoval
 
@@ -238,9 +237,7 @@ class SessionStoreSession:
     async def _run(
         self, fn: Callable[Concatenate[SessionStore, _P], _T], *args: _P.args, **kwargs: _P.kwargs
     ) -> _T:
-        if isinstance(self.store, AsyncSessionStore):
-            return await self.store.run_sync(fn, *args, **kwargs)
-        return await asyncio.to_thread(fn, self.store, *args, **kwargs)
+        return await on_store(self.store, fn, *args, **kwargs)
 
     def _refresh(self, store: SessionStore) -> ItemFold:
         """The fold, brought up to the end of the log."""
