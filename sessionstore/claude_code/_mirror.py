@@ -30,7 +30,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -586,11 +586,12 @@ def _index_uuids(member: _Member) -> None:
 # --- reading a family back -------------------------------------------------------------------
 
 
-def _records(store: SessionStore, member: _Member) -> Iterator[tuple[int, TranscriptLinesMirrored]]:
-    for recorded in store.read(member.log_id):
-        event = recorded.event
-        if isinstance(event, TranscriptLinesMirrored):
-            yield recorded.seq, event
+def _records(store: SessionStore, member: _Member) -> tuple[list[tuple[int, TranscriptLinesMirrored]], int]:
+    """The log's hand-over records, and its last seq in the same read: the seq the next record
+    must follow (read apart, a writer committing between the two would number lines twice)."""
+    stored = store.read(member.log_id)
+    records = [(r.seq, r.event) for r in stored if isinstance(r.event, TranscriptLinesMirrored)]
+    return records, stored[-1].seq if stored else 0
 
 
 def _stored_lines(
@@ -600,7 +601,7 @@ def _stored_lines(
     (the first ones; the rest are held in its mirror log). ``records``: its log, if read."""
     if records is None:
         try:
-            records = list(_records(store, member))
+            records, _ = _records(store, member)
         except SessionNotFoundError:
             return [], 0
     total = sum(record.count for _, record in records)
@@ -643,11 +644,10 @@ def _transcript(store: SessionStore, sid: str, subpath: object) -> MirroredTrans
 
 def _read_member(store: SessionStore, family: _Family, member: _Member) -> None:
     try:
-        records = list(_records(store, member))
+        records, member.log_seq = _records(store, member)
     except SessionNotFoundError:
         return
     member.log_created = True
-    member.log_seq = store.last_seq(member.log_id)
     if records:
         member.client_state = records[-1][1].client_state
     texts, member.converted = _stored_lines(store, member, records)
